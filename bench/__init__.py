@@ -1,0 +1,8 @@
+"""ideabench's engine: the stage-2 protocol, usable without any service.
+
+Pure modules (no torch): ``bench.stats``, ``bench.verdicts``, ``bench.report``,
+``bench.catalog``, ``bench.errors``, ``bench.contract``. Everything that trains
+imports torch lazily.
+"""
+
+BENCH_VERSION = 1

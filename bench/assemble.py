@@ -1,0 +1,210 @@
+"""Turns a finished protocol run into the report (``bench.report.Report`` as JSON data)."""
+
+from __future__ import annotations
+
+import platform
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bench import BENCH_VERSION, sandbox
+from bench.report import Report
+from bench.stats import compare
+from bench.verdicts import decide, mechanism_confirmed
+
+if TYPE_CHECKING:
+    from bench.protocol import RunRecord, _Job
+
+ARMS = ("baseline", "idea")
+
+
+def _versions() -> dict[str, str]:
+    import torch
+
+    try:
+        ours = version("ideabench")
+    except PackageNotFoundError:
+        ours = "unknown"
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "ideabench": ours,
+    }
+
+
+def _full(values: list[float]) -> dict[str, Any]:
+    return {
+        "mean": float(np.mean(values)),
+        "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
+        "per_seed": [float(v) for v in values],
+        "n": len(values),
+    }
+
+
+def _fmt_cfg(cfg: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in cfg.items())
+
+
+def _bound(value: float | None, unbounded: str) -> str:
+    return unbounded if value is None else f"{value:.4g}"
+
+
+def summary_text(
+    track_id: str, metric: str, comparison: dict[str, Any], verdicts: dict[str, Any],
+    mechanism: dict[str, Any] | None, n_params: dict[str, int],
+) -> str:
+    """One plain-language paragraph in the style of the seed reports' ``verdict``."""
+    c = comparison
+    better = "lower" if c["delta_mean"] < 0 else "higher"
+    text = (
+        f"On {track_id}, across {c['n_pairs']} paired seeds the idea reached {metric} "
+        f"{c['idea_mean']:.6g} versus the baseline's {c['baseline_mean']:.6g} "
+        f"(paired delta {c['delta_mean']:+.6g}, {better}; {c['rel_delta_pct']:+.2f}%), "
+        f"winning {c['idea_wins']}/{c['n_pairs']} pairs; exact sign-flip p={c['p_value']:.4g}, "
+        f"95% CI of the delta [{_bound(c['ci_low'], '-inf')}, {_bound(c['ci_high'], 'inf')}], "
+        f"MDE {c['mde']:.4g} ({c['mde_rel_pct']:.1f}% of the baseline): {c['verdict']}. "
+    )
+    practical = verdicts["practical_verdict"]
+    if practical == "inconclusive" and verdicts.get("practical_detail"):
+        text += f"Practically the idea is inconclusive ({verdicts['practical_detail']}). "
+    else:
+        text += f"Practically the idea {practical}. "
+    if mechanism is None:
+        text += "No mechanism signature was declared. "
+    else:
+        state = "confirmed" if mechanism["confirmed"] else "not confirmed"
+        text += (
+            f"The mechanism signature ({mechanism['quantity']}) was {state}: idea "
+            f"{mechanism['idea_mean']:.4g} vs baseline {mechanism['baseline_mean']:.4g} "
+            f"({mechanism['detail']['rule']}). "
+        )
+    text += (
+        f"Parameters: baseline {n_params['baseline']}, idea {n_params['idea']}. "
+        f"System verdict: {verdicts['system_verdict']}."
+    )
+    return text
+
+
+def build_report(
+    *, job: _Job, finals: dict[str, list[RunRecord]], lrs: list[float],
+    measured: dict[str, list[float]] | None, device: str, wall_s: float,
+) -> dict[str, Any]:
+    """Assemble, validate and return the report of one judged idea."""
+    from bench.protocol import _fill_diverged
+
+    card, request = job.card, job.request
+    track_id = f"{card['name']}@{card['version']}"
+    values = {a: _fill_diverged([r.value for r in finals[a]], job.ceiling) for a in ARMS}
+    comparison = compare(
+        values["baseline"], values["idea"], lower_is_better=card["metric"]["direction"] == "lower"
+    )
+    mechanism = None
+    mechanism_ok = None
+    if job.mechanism is not None and measured is not None:
+        confirmed, detail = mechanism_confirmed(
+            job.mechanism["expect"], measured["idea"], measured["baseline"]
+        )
+        mechanism_ok = int(confirmed)
+        mechanism = {
+            **job.mechanism, "idea_values": measured["idea"], "baseline_values": measured["baseline"],
+            "idea_mean": float(np.mean(measured["idea"])),
+            "baseline_mean": float(np.mean(measured["baseline"])),
+            "confirmed": confirmed, "detail": detail,
+        }
+    m = float(card["smallest_effect_rel_pct"]) / 100.0 * abs(comparison["baseline_mean"])
+    verdicts = decide(comparison, mechanism_ok, m)
+
+    tables = {a: job.sweep_table(a) for a in ARMS}
+    bests = {a: job.best(a) for a in ARMS}
+    for rows in tables.values():
+        for row in rows:
+            row.pop("_cfg", None)
+    n_params = {a: finals[a][0].n_params for a in ARMS}
+    warnings = list(job.warnings)
+    ratio = max(n_params.values()) / max(1, min(n_params.values()))
+    if ratio > float(card.get("param_parity_ratio", 1.10)):
+        warnings.append(
+            f"parameter parity: baseline {n_params['baseline']} vs idea {n_params['idea']} "
+            f"trainable parameters (ratio {ratio:.2f} > {card.get('param_parity_ratio', 1.10)})."
+        )
+    budget = {a: len(tables[a]) for a in ARMS}
+    if budget["idea"] > budget["baseline"]:
+        warnings.append(
+            f"tuning budget: the idea swept {budget['idea']} configs, the baseline "
+            f"{budget['baseline']} (the idea's extra hyperparameters count as budget)."
+        )
+    diverged = {a: sum(r.diverged for r in job.runs if r.arm == a) for a in ARMS}
+    for arm, count in diverged.items():
+        if count:
+            warnings.append(f"{arm}: {count} run(s) diverged and were scored as the arm's worst value.")
+    wall = {a: float(sum(r.seconds for r in job.runs if r.arm == a)) for a in ARMS}
+
+    def arm_block(arm: str) -> dict[str, Any]:
+        return {
+            "best_cfg": bests[arm]["cfg"], "sweep": tables[arm], "full": _full(values[arm]),
+            "union_lr_grid": lrs, "n_params": n_params[arm], "wall_time_s": wall[arm],
+            "diverged": diverged[arm],
+        }
+
+    idea_block = arm_block("idea")
+    idea_block.update(_full(values["idea"]))  # the seeds' flat idea shape, kept compatible
+    metric_name = card["metric"]["name"].upper() if card["metric"]["name"] == "mse" else card["metric"]["name"]
+    bench_report = {
+        "bench_version": BENCH_VERSION,
+        "track": card["name"],
+        "track_id": track_id,
+        "track_version": card["version"],
+        "model": card["baseline"]["name"] if request.baseline_code is None else "matched_custom",
+        "metric_direction": "lower is better" if card["metric"]["direction"] == "lower" else "higher is better",
+        "metric": card["metric"]["name"],
+        "n_seeds": len(values["idea"]),
+        "baseline": arm_block("baseline"),
+        "idea": idea_block,
+        "comparison": comparison,
+        "mechanism_signature": mechanism,
+        "idea_sweep": tables["idea"],
+        "best_idea_cfg": bests["idea"]["cfg"],
+        "parameter_parity": {**n_params, "ratio": ratio},
+        "custom_track": None,
+        "data_checksum": _checksum(job),
+        "seeds": {"sweep": job.sweep_seed_list, "final": [r.seed for r in finals["idea"]]},
+        "lr_grid": lrs,
+        "budget": {"configs": budget, "sweep_seeds": len(job.sweep_seed_list)},
+        "wall_time_s": {**wall, "total": wall_s},
+        "versions": _versions(),
+        "device": device,
+        "warnings": warnings,
+        "isolation": sandbox.isolation_layers(),
+        "execution": {"path": "sequential", "arms_in_parallel": True, "baseline_cache": False},
+        "diverged": diverged,
+        "submission": {"name": request.name, "hypothesis": request.hypothesis},
+        "smallest_effect": m,
+    }
+    metrics = {
+        arm: f"{metric_name} {np.mean(values[arm]):.7g}, std {_full(values[arm])['std']:.5g}; "
+        f"best sweep {_fmt_cfg(bests[arm]['cfg'])}; {n_params[arm]} parameters."
+        for arm in ARMS
+    }
+    report = {
+        "worked": verdicts["worked"],
+        "summary": summary_text(track_id, metric_name, comparison, verdicts, mechanism, n_params),
+        "metrics": metrics,
+        "system_verdict": verdicts["system_verdict"],
+        "practical_verdict": verdicts["practical_verdict"],
+        "practical_detail": verdicts["practical_detail"],
+        "mechanism_ok": mechanism_ok,
+        "system_judged": True,
+        "bench_report": bench_report,
+    }
+    return Report.model_validate(report).model_dump(mode="json", exclude_none=False)
+
+
+def _checksum(job: _Job) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for seed in sorted(job.seed_data):
+        digest.update(job.seed_data[seed].checksum.encode())
+    return digest.hexdigest()

@@ -1,0 +1,254 @@
+"""The child process that runs one arm's code: ``python -m bench.child PROTO_FD``.
+
+It reads JSON commands on stdin and answers JSON lines on the protocol fd; the
+arm's own stdout/stderr go to ``child.log`` in its working directory. It never
+sees validation or test labels: the parent scores the predictions it returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError, ErrorCode
+
+LOG_NAME = "child.log"
+
+
+def _user_frame_hint(exc: BaseException, filename: str) -> str:
+    """' (idea.py line N)' for the innermost frame of the submitted file, if any."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename == filename:
+            return f" ({filename} line {frame.lineno}: {frame.line})"
+    return ""
+
+
+def classify(exc: BaseException, filename: str, code: ErrorCode) -> BenchError:
+    """Turn an exception raised by submitted code into a BenchError."""
+    if isinstance(exc, BenchError):
+        return exc
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, MemoryError) or "can't allocate memory" in str(exc) or (
+        "out of memory" in str(exc).lower()
+    ):
+        return BenchError(ErrorCode.OUT_OF_MEMORY, text[:500] + _user_frame_hint(exc, filename))
+    return BenchError(code, text[:800] + _user_frame_hint(exc, filename))
+
+
+class ArmRunner:
+    """State of the child: the arm's builder, its data and its kept models."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.build: Any = None
+        self.filename = "baseline (track)"
+        self.spec: dict[str, Any] = {}
+        self.param_cap = 0
+        self.role = "idea"
+        self.module: types.ModuleType | None = None
+        self.data: dict[str, dict[str, Any]] = {}
+        self.kept: dict[str, Any] = {}
+        self.device = torch.device("cpu")
+
+    # -- commands -------------------------------------------------------------
+    def load(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Import the arm's code (or the track's canonical baseline)."""
+        torch = self.torch
+        self.role = cmd["role"]
+        self.spec = cmd["spec"]
+        self.param_cap = int(cmd["param_cap"])
+        wanted = cmd.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = torch.device(wanted)
+        answer: dict[str, Any] = {"device": str(self.device), "hparams": {}, "mechanism": None}
+        if cmd.get("code") is None:
+            from bench.registry import load_track
+
+            self.build = load_track(cmd["track"]).build_baseline
+            answer["has_measure"] = False
+            return answer
+        self.filename = f"{self.role}.py"
+        module = types.ModuleType(f"submitted_{self.role}")
+        module.__file__ = self.filename
+        try:
+            exec(compile(cmd["code"], self.filename, "exec"), module.__dict__)
+        except Exception as exc:
+            raise classify(exc, self.filename, ErrorCode.INVALID_CODE) from None
+        self.module = module
+        build = getattr(module, "build_model", None)
+        if not callable(build):
+            raise BenchError(
+                ErrorCode.MISSING_BUILD_MODEL, f"The {self.role} file defines no callable build_model."
+            )
+        self.build = build
+        hparams = getattr(module, "HPARAMS", {}) or {}
+        mechanism = getattr(module, "MECHANISM", None)
+        try:
+            json.dumps([hparams, mechanism])
+        except (TypeError, ValueError):
+            raise BenchError(
+                ErrorCode.INVALID_HPARAMS, "HPARAMS and MECHANISM must be plain JSON data."
+            ) from None
+        answer.update(
+            hparams=hparams, mechanism=mechanism, has_measure=callable(getattr(module, "measure", None))
+        )
+        return answer
+
+    def _arrays(self, data_dir: str) -> dict[str, Any]:
+        if data_dir not in self.data:
+            import numpy as np
+
+            torch = self.torch
+            arrays = {
+                name: torch.from_numpy(np.load(Path(data_dir) / f"{name}.npy")).to(self.device)
+                for name in ("x_train", "y_train", "x_val", "x_test")
+            }
+            self.data = {data_dir: arrays}  # one split at a time: runs come grouped by seed
+        return self.data[data_dir]
+
+    def _build(self, hparams: dict[str, Any], init_seed: int) -> Any:
+        from bench.trainer import build_checked
+
+        spec = dict(self.spec, hparams=dict(hparams))
+        try:
+            return build_checked(
+                self.build, spec, init_seed=init_seed, param_cap=self.param_cap,
+                device=self.device, role=self.role,
+            )
+        except BenchError:
+            raise
+        except Exception as exc:
+            raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
+
+    def check(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Build one model per hparams config; check output shape; count parameters."""
+        from bench.trainer import check_output_shape, count_parameters
+
+        x = self._arrays(cmd["data_dir"])["x_train"]
+        counts = []
+        for hparams in cmd["configs"]:
+            model = self._build(hparams, init_seed=0)
+            try:
+                check_output_shape(model, x, self.spec["output_shape"], self.role)
+            except BenchError:
+                raise
+            except Exception as exc:
+                raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
+            counts.append(count_parameters(model))
+        return {"n_params": counts}
+
+    def train(self, cmd: dict[str, Any], send: Any) -> dict[str, Any]:
+        """Train each run in order, sending one event per finished run."""
+        import numpy as np
+
+        from bench.trainer import RunConfig, count_parameters, train
+
+        for run in cmd["runs"]:
+            arrays = self._arrays(run["data_dir"])
+            cfg = run["cfg"]
+            model = self._build(cfg.get("hparams", {}), run["init_seed"])
+            config = RunConfig(
+                lr=float(cfg["lr"]), epochs=int(cfg["epochs"]), batch_size=int(cfg["batch_size"]),
+                weight_decay=float(cfg.get("weight_decay", 0.0)), loss=run["loss"],
+            )
+            y = arrays["y_train"]
+            x_eval = arrays["x_val" if run["eval"] == "val" else "x_test"]
+            try:
+                result = train(model, config, arrays["x_train"], y, x_eval, order_seed=run["order_seed"])
+            except Exception as exc:
+                raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
+            pred_path = Path(f"pred_{run['run_id']}.npy")
+            np.save(pred_path, result.predictions.numpy())
+            if run.get("keep"):
+                self.kept[run["run_id"]] = result.model
+            send({
+                "event": "run", "run_id": run["run_id"], "pred_path": str(pred_path.resolve()),
+                "diverged": result.diverged, "seconds": result.seconds,
+                "n_params": count_parameters(result.model),
+            })
+        return {}
+
+    def measure(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Call the arm's ``measure(model, x)`` on kept models with the given probes."""
+        import math
+
+        import numpy as np
+
+        measure = getattr(self.module, "measure", None) if cmd.get("measure_code") is None else None
+        if cmd.get("measure_code") is not None:
+            # The idea's measurement applied to the baseline's trained models.
+            namespace: dict[str, Any] = {}
+            try:
+                exec(compile(cmd["measure_code"], "idea.py", "exec"), namespace)
+            except Exception as exc:
+                raise classify(exc, "idea.py", ErrorCode.INVALID_CODE) from None
+            measure = namespace.get("measure")
+        if not callable(measure):
+            raise BenchError(ErrorCode.INVALID_MECHANISM, "The idea declares MECHANISM but no measure().")
+        values = []
+        for item in cmd["runs"]:
+            model = self.kept[item["run_id"]]
+            probe = self.torch.from_numpy(np.load(item["probe_path"])).to(self.device)
+            model.eval()
+            try:
+                value = float(measure(model, probe))
+            except Exception as exc:
+                raise classify(exc, "idea.py", ErrorCode.MECHANISM_ERROR) from None
+            if not math.isfinite(value):
+                raise BenchError(ErrorCode.MECHANISM_ERROR, f"measure() returned {value}.")
+            values.append(value)
+        return {"values": values}
+
+
+def main() -> None:
+    """Serve commands until stdin closes or an ``exit`` command arrives."""
+    proto = os.fdopen(int(sys.argv[1]), "w", buffering=1)
+    log = os.open(LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+
+    def send(message: dict[str, Any]) -> None:
+        proto.write(json.dumps(message) + "\n")
+
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        runner = ArmRunner()
+    except Exception as exc:  # torch itself failed to import: the environment, not the idea
+        send({"error": BenchError(ErrorCode.INTERNAL, f"child start failed: {exc}").to_dict()})
+        return
+    send({"ready": True, "torch": torch.__version__})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd.get("op")
+        if op == "exit":
+            break
+        try:
+            if op == "load":
+                reply = runner.load(cmd)
+            elif op == "check":
+                reply = runner.check(cmd)
+            elif op == "train":
+                reply = runner.train(cmd, send)
+            elif op == "measure":
+                reply = runner.measure(cmd)
+            else:
+                raise BenchError(ErrorCode.INTERNAL, f"unknown child op {op!r}")
+            send({"ok": True, **reply})
+        except BenchError as exc:
+            send({"error": exc.to_dict()})
+        except MemoryError:
+            send({"error": BenchError(ErrorCode.OUT_OF_MEMORY, "MemoryError").to_dict()})
+        except Exception as exc:
+            send({"error": BenchError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}").to_dict()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Static checks of a submitted idea file, without running it (no torch needed).
+
+The API runs these before queuing so that an agent learns about a syntax error
+or a missing ``build_model`` in the 4xx answer, not minutes later in a failed job.
+Running the code (shapes, parameters, training) happens only in the sandboxed child.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.errors import BenchError, ErrorCode
+
+MAX_SOURCE_BYTES = 64 * 1024
+EXPECT_KINDS = {
+    "close_to",
+    "less_than",
+    "greater_than",
+    "lower_than_baseline",
+    "higher_than_baseline",
+}
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """What the static check learned: top-level names the file defines."""
+
+    defines: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def has_mechanism(self) -> bool:
+        return "MECHANISM" in self.defines and "measure" in self.defines
+
+
+def check_source(source: str, *, role: str = "idea") -> SourceInfo:
+    """Check that ``source`` is within size, compiles, and defines ``build_model``.
+
+    Raises ``BenchError`` (``invalid_code`` / ``missing_build_model``) with a
+    message that names the line, for ``role`` "idea" or "baseline".
+    """
+    size = len(source.encode())
+    if size > MAX_SOURCE_BYTES:
+        raise BenchError(
+            ErrorCode.INVALID_CODE,
+            f"The {role} file is {size} bytes; the limit is {MAX_SOURCE_BYTES}.",
+            "Send one Python file under the size limit; data must come from the track.",
+        )
+    try:
+        tree = ast.parse(source, filename=f"{role}.py")
+        compile(tree, f"{role}.py", "exec")
+    except SyntaxError as exc:
+        raise BenchError(
+            ErrorCode.INVALID_CODE,
+            f"The {role} file does not compile: {exc.msg} (line {exc.lineno}).",
+        ) from None
+    except ValueError as exc:  # e.g. null bytes
+        raise BenchError(ErrorCode.INVALID_CODE, f"The {role} file is not valid source: {exc}.") from None
+    defines: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defines.add(node.name)
+        elif isinstance(node, ast.Assign):
+            defines.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            defines.add(node.target.id)
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            defines.update((a.asname or a.name).split(".")[0] for a in node.names)
+    if "build_model" not in defines:
+        raise BenchError(
+            ErrorCode.MISSING_BUILD_MODEL,
+            f"The {role} file defines no top-level `build_model`.",
+        )
+    return SourceInfo(frozenset(defines))
+
+
+def check_hparams(hparams: Any, *, max_configs: int) -> dict[str, list[Any]]:
+    """Validate an extra-hyperparameter grid: ``{name: [values...]}``; returns it."""
+    if not isinstance(hparams, dict) or not all(isinstance(k, str) for k in hparams):
+        raise BenchError(ErrorCode.INVALID_HPARAMS, "HPARAMS must be a dict keyed by names.")
+    total = 1
+    for name, values in hparams.items():
+        if name in {"lr", "epochs", "batch_size", "weight_decay"}:
+            raise BenchError(
+                ErrorCode.INVALID_HPARAMS,
+                f"HPARAMS may not set {name!r}: the protocol controls it for both arms.",
+            )
+        if not isinstance(values, list) or not values:
+            raise BenchError(ErrorCode.INVALID_HPARAMS, f"HPARAMS[{name!r}] must be a non-empty list.")
+        if not all(isinstance(v, int | float | str | bool) for v in values):
+            raise BenchError(
+                ErrorCode.INVALID_HPARAMS, f"HPARAMS[{name!r}] may hold only numbers, strings, bools."
+            )
+        total *= len(values)
+    if total > max_configs:
+        raise BenchError(
+            ErrorCode.INVALID_HPARAMS,
+            f"HPARAMS give {total} combinations; the track allows at most {max_configs}.",
+        )
+    return {k: list(v) for k, v in hparams.items()}
+
+
+def check_mechanism(mechanism: Any) -> dict[str, Any]:
+    """Validate a declarative mechanism expectation; returns it normalised."""
+    if not isinstance(mechanism, dict):
+        raise BenchError(ErrorCode.INVALID_MECHANISM, "MECHANISM must be a dict.")
+    for key in ("quantity", "prediction", "expect"):
+        if key not in mechanism:
+            raise BenchError(ErrorCode.INVALID_MECHANISM, f"MECHANISM lacks {key!r}.")
+    expect = mechanism["expect"]
+    if not isinstance(expect, dict) or expect.get("kind") not in EXPECT_KINDS:
+        raise BenchError(
+            ErrorCode.INVALID_MECHANISM,
+            f"MECHANISM['expect']['kind'] must be one of {sorted(EXPECT_KINDS)}.",
+        )
+    kind = expect["kind"]
+    numeric = {"close_to": "target", "less_than": "value", "greater_than": "value"}
+    if kind in numeric:
+        key = numeric[kind]
+        if not isinstance(expect.get(key), int | float) or isinstance(expect.get(key), bool):
+            raise BenchError(ErrorCode.INVALID_MECHANISM, f"expect kind {kind!r} needs a number {key!r}.")
+    for tol in ("rtol", "atol"):
+        if tol in expect and (not isinstance(expect[tol], int | float) or expect[tol] < 0):
+            raise BenchError(ErrorCode.INVALID_MECHANISM, f"expect {tol!r} must be a number >= 0.")
+    return {
+        "quantity": str(mechanism["quantity"]),
+        "prediction": str(mechanism["prediction"]),
+        "expect": dict(expect),
+    }

@@ -1,0 +1,75 @@
+"""The fixed taxonomy of errors an idea (or the bench) can end with."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """Machine-readable error codes; stable across releases."""
+
+    INVALID_CODE = "invalid_code"
+    MISSING_BUILD_MODEL = "missing_build_model"
+    BAD_OUTPUT_SHAPE = "bad_output_shape"
+    NOT_A_MODULE = "not_a_module"
+    TOO_MANY_PARAMETERS = "too_many_parameters"
+    INVALID_HPARAMS = "invalid_hparams"
+    INVALID_MECHANISM = "invalid_mechanism"
+    MECHANISM_ERROR = "mechanism_error"
+    TRAINING_ERROR = "training_error"
+    TIMEOUT = "timeout"
+    OUT_OF_MEMORY = "out_of_memory"
+    CRASHED = "crashed"
+    OUTPUT_LIMIT = "output_limit"
+    SANDBOX_VIOLATION = "sandbox_violation"
+    UNKNOWN_TRACK = "unknown_track"
+    CANCELLED = "cancelled"
+    INTERNAL = "internal"
+
+
+DEFAULT_HINTS: dict[ErrorCode, str] = {
+    ErrorCode.INVALID_CODE: "Fix the Python error shown in the message; the file must import with "
+    "only torch, numpy, math and the standard library.",
+    ErrorCode.MISSING_BUILD_MODEL: "Define a top-level function `build_model(spec)` that returns a "
+    "torch.nn.Module; see GET /v1/tracks/{name} for the spec and an example idea.",
+    ErrorCode.BAD_OUTPUT_SHAPE: "The model must map a batch of shape (B, *spec['input_shape']) to "
+    "(B, *spec['output_shape']); read the track's spec.",
+    ErrorCode.NOT_A_MODULE: "`build_model(spec)` must return an instance of torch.nn.Module.",
+    ErrorCode.TOO_MANY_PARAMETERS: "Shrink the model below the track's param_cap (trainable "
+    "parameters), e.g. fewer hidden units.",
+    ErrorCode.INVALID_HPARAMS: "HPARAMS must be a dict mapping a name to a non-empty list of "
+    "JSON numbers/strings/bools; at most the track's max_configs combinations.",
+    ErrorCode.INVALID_MECHANISM: "MECHANISM must be a dict with 'quantity', 'prediction' and "
+    "'expect' (kind close_to/less_than/greater_than/lower_than_baseline/higher_than_baseline), "
+    "and the file must define `measure(model, x)` returning a float.",
+    ErrorCode.MECHANISM_ERROR: "`measure(model, x)` raised or returned a non-finite value; make it "
+    "return one finite float for any trained model of either arm.",
+    ErrorCode.TRAINING_ERROR: "The model raised during training or evaluation; run it on a batch of "
+    "the track's input shape locally (ideabench run IDEA.py --track NAME).",
+    ErrorCode.TIMEOUT: "Make the model smaller or faster; the whole protocol must finish within the "
+    "time limit.",
+    ErrorCode.OUT_OF_MEMORY: "Use fewer parameters or smaller activations; the run exceeded its "
+    "memory limit.",
+    ErrorCode.CRASHED: "The process running the idea died without an answer (segfault or os._exit); "
+    "remove native calls and process exits from the idea.",
+    ErrorCode.OUTPUT_LIMIT: "Print less: stdout/stderr of an idea are capped.",
+    ErrorCode.SANDBOX_VIOLATION: "Ideas may not use the network, spawn processes or touch files "
+    "outside their temp dir.",
+    ErrorCode.UNKNOWN_TRACK: "List the tracks with GET /v1/tracks (or `ideabench tracks`).",
+    ErrorCode.CANCELLED: "The job was cancelled; submit it again if that was a mistake.",
+    ErrorCode.INTERNAL: "This is a bug in ideabench, not in the idea; retry later.",
+}
+
+
+class BenchError(Exception):
+    """An error with a stable code, a message for the agent and a hint on what to fix."""
+
+    def __init__(self, code: ErrorCode | str, message: str, hint: str | None = None) -> None:
+        self.code = ErrorCode(code)
+        self.message = message
+        self.hint = hint if hint is not None else DEFAULT_HINTS.get(self.code, "")
+        super().__init__(f"{self.code.value}: {message}")
+
+    def to_dict(self) -> dict[str, str]:
+        """The JSON shape every API error uses: ``{"code", "message", "hint"}``."""
+        return {"code": self.code.value, "message": self.message, "hint": self.hint}

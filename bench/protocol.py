@@ -1,0 +1,396 @@
+"""The stage-2 protocol: sweep on the union grid, fresh paired seeds, mechanism, report.
+
+The parent (this module) owns the protocol, the data labels, the scores, the
+statistics and the verdicts. Each arm's code runs in its own child process
+(``bench.child``), so the idea can neither grade itself nor touch the baseline's
+training; both children train at the same time, one per core.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import data as data_mod
+from bench.contract import check_hparams, check_mechanism, check_source
+from bench.errors import BenchError, ErrorCode
+from bench.metrics import score
+from bench.registry import load_track
+from bench.runner import ArmSession
+from bench.sandbox import Limits
+from bench.seeding import final_seeds, run_seeds, sweep_seeds
+from bench.track import Track
+
+ARMS = ("baseline", "idea")
+MIN_SEEDS, MAX_SEEDS = 2, 32
+
+
+@dataclass
+class JudgeRequest:
+    """One submission: the idea file, its track, and optional overrides."""
+
+    track: str
+    idea_code: str
+    baseline_code: str | None = None
+    n_seeds: int | None = None
+    hparams: dict[str, list[Any]] | None = None
+    mechanism: dict[str, Any] | None = None
+    name: str | None = None
+    hypothesis: str | None = None
+    timeout_s: float = 1800.0
+    memory_mb: int = 6144
+    device: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a running protocol stands: stage is sweep / final / mechanism."""
+
+    stage: str
+    done: int
+    total: int
+    eta_s: float | None
+    message: str = ""
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+@dataclass
+class RunRecord:
+    """One training run as the parent sees it."""
+
+    arm: str
+    cfg: dict[str, Any]
+    seed: int
+    split: str
+    value: float = math.nan
+    diverged: bool = False
+    seconds: float = 0.0
+    n_params: int = 0
+    run_id: str = ""
+
+
+class _Tracker:
+    """Counts finished runs and estimates time left; thread-safe."""
+
+    def __init__(self, callback: ProgressCallback | None, total: int) -> None:
+        self.callback = callback
+        self.total = total
+        self.done = 0
+        self.stage = "sweep"
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+
+    def add_total(self, extra: int) -> None:
+        with self.lock:
+            self.total += extra
+
+    def emit(self, message: str = "") -> None:
+        if self.callback is None:
+            return
+        elapsed = time.monotonic() - self.started
+        eta = elapsed / self.done * (self.total - self.done) if self.done else None
+        self.callback(Progress(self.stage, self.done, self.total, eta, message))
+
+    def run_finished(self) -> None:
+        with self.lock:
+            self.done += 1
+        self.emit()
+
+
+def _grid(hparams: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    names = sorted(hparams)
+    return [dict(zip(names, values, strict=True)) for values in itertools.product(*(hparams[n] for n in names))]
+
+
+def _fill_diverged(values: list[float], ceiling: float) -> list[float]:
+    """Score non-finite runs as the worst finite value among ``values`` (or ``ceiling``)."""
+    finite = [v for v in values if math.isfinite(v)]
+    worst = max(finite) if finite else ceiling
+    return [v if math.isfinite(v) else worst for v in values]
+
+
+class _Job:
+    """The state of one protocol run; ``judge`` drives it."""
+
+    def __init__(self, request: JudgeRequest, track: Track, workdir: Path,
+                 on_progress: ProgressCallback | None, cancel: threading.Event) -> None:
+        self.request = request
+        self.track = track
+        self.card = track.card
+        self.defaults = self.card["defaults"]
+        self.workdir = workdir
+        self.cancel = cancel
+        self.deadline = time.monotonic() + request.timeout_s
+        self.metric = self.card["metric"]["name"]
+        self.ceiling = float(self.card.get("divergence_ceiling", 1e6))
+        self.seed_data: dict[int, data_mod.SeedData] = {}
+        self.tracker = _Tracker(on_progress, 0)
+        self.sessions: dict[str, ArmSession] = {}
+        self.runs: list[RunRecord] = []
+        self.warnings: list[str] = []
+        self._counter = itertools.count()
+
+    # -- plumbing -------------------------------------------------------------
+    def data(self, seed: int) -> data_mod.SeedData:
+        if seed not in self.seed_data:
+            self.seed_data[seed] = data_mod.export(
+                self.track, run_seeds(seed).split, self.workdir / "data" / str(seed)
+            )
+        return self.seed_data[seed]
+
+    def start_sessions(self) -> None:
+        limits = Limits(memory_mb=self.request.memory_mb)
+        for arm in ARMS:
+            self.sessions[arm] = ArmSession(
+                arm, self.workdir / arm, limits, self.deadline, self.cancel, self.request.timeout_s
+            )
+
+    def close(self) -> None:
+        for session in self.sessions.values():
+            session.close()
+
+    def both(self, fn: Callable[[str], Any]) -> dict[str, Any]:
+        """Run ``fn(arm)`` for both arms at once (one child each); first error wins."""
+        with ThreadPoolExecutor(max_workers=len(ARMS)) as pool:
+            futures = {arm: pool.submit(fn, arm) for arm in ARMS}
+            errors = []
+            results = {}
+            for arm, future in futures.items():
+                try:
+                    results[arm] = future.result()
+                except BaseException as exc:  # noqa: BLE001 - re-raised below
+                    errors.append(exc)
+                    self.cancel_siblings()
+            if errors:
+                # Prefer the idea's own error over a cancellation it caused in the other arm.
+                errors.sort(key=lambda e: isinstance(e, BenchError) and e.code == ErrorCode.CANCELLED)
+                raise errors[0]
+            return results
+
+    def cancel_siblings(self) -> None:
+        for session in self.sessions.values():
+            if session.proc.poll() is None:
+                session._kill(ErrorCode.CANCELLED)
+
+    def train(self, records: list[RunRecord]) -> None:
+        """Train ``records`` (both arms in parallel) and score them in place."""
+        by_id = {}
+        batches: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+        for record in records:
+            record.run_id = f"{record.arm}{next(self._counter)}"
+            by_id[record.run_id] = record
+            seeds = run_seeds(record.seed)
+            batches[record.arm].append({
+                "run_id": record.run_id, "cfg": record.cfg, "eval": record.split,
+                "data_dir": str(self.data(record.seed).data_dir), "init_seed": seeds.init,
+                "order_seed": seeds.order, "loss": self.card["metric"]["loss"],
+                "keep": record.split == "test" and self.mechanism is not None,
+            })
+
+        def on_event(event: dict[str, Any]) -> None:
+            record = by_id[event["run_id"]]
+            target = self.seed_data[record.seed]
+            y = target.y_val if record.split == "val" else target.y_test
+            pred = np.load(event["pred_path"])
+            record.value = score(self.metric, pred, y)
+            record.diverged = bool(event["diverged"]) or not math.isfinite(record.value)
+            if record.diverged:
+                record.value = math.nan
+            record.seconds = float(event["seconds"])
+            record.n_params = int(event["n_params"])
+            self.tracker.run_finished()
+
+        def run_arm(arm: str) -> None:
+            if batches[arm]:
+                self.sessions[arm].request({"op": "train", "runs": batches[arm]}, on_event)
+
+        self.both(run_arm)
+        self.runs.extend(records)
+
+    # -- the protocol ---------------------------------------------------------
+    mechanism: dict[str, Any] | None = None
+    grids: dict[str, list[dict[str, Any]]]
+    sweep_seed_list: list[int]
+
+    def configs(self, arm: str, lrs: list[float]) -> list[dict[str, Any]]:
+        """The arm's configs for learning rates ``lrs`` (x its hyperparameter grid)."""
+        d = self.defaults
+        return [
+            {"lr": lr, "epochs": d["epochs"], "batch_size": d["batch_size"],
+             "weight_decay": d.get("weight_decay", 0.0), "hparams": hp}
+            for lr in lrs
+            for hp in self.grids[arm]
+        ]
+
+    def sweep(self, lrs: list[float]) -> None:
+        """Train every config of both arms on the sweep seeds, scored on validation."""
+        records = [
+            RunRecord(arm, cfg, seed, "val")
+            for seed in self.sweep_seed_list
+            for arm in ARMS
+            for cfg in self.configs(arm, lrs)
+        ]
+        self.train(records)
+
+    def sweep_table(self, arm: str) -> list[dict[str, Any]]:
+        """Rows ``{cfg, mean, per_seed, diverged}`` of the arm's sweep, grid order."""
+        records = [r for r in self.runs if r.arm == arm and r.split == "val"]
+        filled = _fill_diverged([r.value for r in records], self.ceiling)
+        rows: dict[str, dict[str, Any]] = {}
+        for record, value in zip(records, filled, strict=True):
+            key = report_cfg(record.cfg)
+            row = rows.setdefault(
+                str(sorted(key.items())), {"cfg": key, "per_seed": [], "diverged": 0, "_cfg": record.cfg}
+            )
+            row["per_seed"].append(value)
+            row["diverged"] += int(record.diverged)
+        table = sorted(rows.values(), key=lambda r: (r["cfg"]["lr"], str(r["cfg"])))
+        for row in table:
+            row["mean"] = float(np.mean(row["per_seed"]))
+        return table
+
+    def best(self, arm: str) -> dict[str, Any]:
+        """The sweep row with the best mean validation metric (first on ties)."""
+        sign = 1.0 if self.card["metric"]["direction"] == "lower" else -1.0
+        return min(self.sweep_table(arm), key=lambda row: sign * row["mean"])
+
+    def run_sweep_with_edges(self) -> list[float]:
+        """Sweep the union lr grid; extend it once where an arm's best lr is at an edge."""
+        lrs = sorted(float(v) for v in self.defaults["lr_grid"])
+        self.sweep(lrs)
+        extra = []
+        bests = {arm: self.best(arm)["cfg"]["lr"] for arm in ARMS}
+        if any(lr == lrs[0] for lr in bests.values()):
+            extra.append(lrs[0] / 2)
+        if any(lr == lrs[-1] for lr in bests.values()):
+            extra.append(lrs[-1] * 2)
+        if extra:
+            self.tracker.add_total(sum(len(self.configs(a, extra)) for a in ARMS) * len(self.sweep_seed_list))
+            self.sweep(extra)
+            lrs = sorted(lrs + extra)
+            for arm in ARMS:
+                lr = self.best(arm)["cfg"]["lr"]
+                if lr in (lrs[0], lrs[-1]):
+                    self.warnings.append(
+                        f"{arm}: best lr {lr:g} is still at the edge of the extended grid "
+                        f"[{lrs[0]:g}, {lrs[-1]:g}]; its optimum may lie outside."
+                    )
+        return lrs
+
+    def final(self, n_seeds: int) -> dict[str, list[RunRecord]]:
+        """Train each arm's best config on fresh paired seeds, scored on test."""
+        self.tracker.stage = "final"
+        seeds = final_seeds(n_seeds)
+        best_cfgs = {arm: self.best(arm)["_cfg"] for arm in ARMS}
+        records = [RunRecord(arm, best_cfgs[arm], seed, "test") for seed in seeds for arm in ARMS]
+        self.train(records)
+        return {arm: [r for r in records if r.arm == arm] for arm in ARMS}
+
+    def measure(self, finals: dict[str, list[RunRecord]]) -> dict[str, list[float]]:
+        """The idea's ``measure`` on every final model of both arms."""
+        self.tracker.stage = "mechanism"
+        self.tracker.emit("measuring the mechanism signature")
+
+        def measure_arm(arm: str) -> list[float]:
+            command: dict[str, Any] = {
+                "op": "measure",
+                "runs": [
+                    {"run_id": r.run_id, "probe_path": str(self.seed_data[r.seed].probe_path)}
+                    for r in finals[arm]
+                ],
+            }
+            if arm == "baseline":
+                command["measure_code"] = self.request.idea_code
+            values: list[float] = self.sessions[arm].request(command)["values"]
+            return values
+
+        return self.both(measure_arm)
+
+
+def report_cfg(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A run config as reports show it: lr, epochs, batch_size, weight_decay, hparams flat."""
+    shown = {k: cfg[k] for k in ("lr", "epochs", "batch_size", "weight_decay")}
+    shown.update(cfg.get("hparams", {}))
+    return shown
+
+
+def _check_request(request: JudgeRequest, track: Track) -> int:
+    check_source(request.idea_code, role="idea")
+    if request.baseline_code is not None:
+        check_source(request.baseline_code, role="baseline")
+    n_seeds = request.n_seeds or int(track.card["defaults"]["n_seeds"])
+    if not MIN_SEEDS <= n_seeds <= MAX_SEEDS:
+        raise BenchError(
+            ErrorCode.INVALID_HPARAMS,
+            f"n_seeds must be between {MIN_SEEDS} and {MAX_SEEDS}; got {n_seeds}.",
+            "Leave n_seeds unset to use the track's default (8).",
+        )
+    return n_seeds
+
+
+def judge(
+    request: JudgeRequest,
+    on_progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+) -> dict[str, Any]:
+    """Run the whole protocol for ``request`` and return the report as JSON data.
+
+    Raises ``bench.errors.BenchError`` when the idea fails (no verdict), with the
+    error code, message and hint for the agent.
+    """
+    from bench.assemble import build_report
+
+    started = time.monotonic()
+    track = load_track(request.track)
+    n_seeds = _check_request(request, track)
+    with tempfile.TemporaryDirectory(prefix="ideabench-job-") as tmp:
+        job = _Job(request, track, Path(tmp), on_progress, cancel or threading.Event())
+        try:
+            job.tracker.emit("starting the sandboxed children")
+            job.start_sessions()
+            loaded = job.both(lambda arm: job.sessions[arm].request({
+                "op": "load", "role": arm, "track": track.name, "spec": track.spec,
+                "param_cap": track.card["param_cap"], "device": request.device,
+                "code": request.idea_code if arm == "idea" else request.baseline_code,
+            }))
+            max_configs = int(track.card.get("max_configs", 12))
+            idea_hp = request.hparams if request.hparams is not None else loaded["idea"]["hparams"]
+            job.grids = {
+                "idea": _grid(check_hparams(idea_hp, max_configs=max_configs)),
+                "baseline": _grid(check_hparams(loaded["baseline"]["hparams"], max_configs=max_configs)),
+            }
+            declared = request.mechanism if request.mechanism is not None else loaded["idea"]["mechanism"]
+            if declared is not None:
+                job.mechanism = check_mechanism(declared)
+                if not loaded["idea"]["has_measure"]:
+                    raise BenchError(ErrorCode.INVALID_MECHANISM, "MECHANISM is declared but the idea defines no measure(model, x).")
+            job.sweep_seed_list = sweep_seeds(int(track.card["defaults"]["sweep_seeds"]))
+            first = job.data(job.sweep_seed_list[0])
+            job.both(lambda arm: job.sessions[arm].request(
+                {"op": "check", "data_dir": str(first.data_dir), "configs": job.grids[arm]}
+            ))
+            n_lrs = len(track.card["defaults"]["lr_grid"])
+            per_arm_sweep = {a: n_lrs * len(job.grids[a]) * len(job.sweep_seed_list) for a in ARMS}
+            job.tracker.add_total(sum(per_arm_sweep.values()) + 2 * n_seeds)
+            lrs = job.run_sweep_with_edges()
+            finals = job.final(n_seeds)
+            measured = job.measure(finals) if job.mechanism is not None else None
+        finally:
+            job.close()
+        return build_report(
+            job=job, finals=finals, lrs=lrs, measured=measured, device=loaded["idea"]["device"],
+            wall_s=time.monotonic() - started,
+        )

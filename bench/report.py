@@ -1,0 +1,218 @@
+"""Pydantic models of the judge report (PROTOCOL.md sections 3-6).
+
+``Report`` is the whole answer; ``BenchReport`` is its ``bench_report`` block
+(bench_version 1), compatible with the hand-run reports in the shared seeds and
+extended with the fields ideabench fills (all optional). Every model allows extra
+keys, and no float anywhere in a report (extras included) may be NaN or inf.
+
+``python -m bench.report > docs/report.schema.json`` regenerates the JSON schema.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+def _reject_non_finite(value: Any, where: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"non-finite number {value!r} at {where or 'top level'}")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _reject_non_finite(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _reject_non_finite(item, f"{where}[{index}]")
+
+
+class _Model(BaseModel):
+    """Base: extra keys kept, NaN/inf rejected everywhere (JSON cannot hold them)."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _finite_everywhere(cls, data: Any) -> Any:
+        _reject_non_finite(data, "")
+        return data
+
+
+class SweepRow(_Model):
+    """One config of a sweep: its mean validation metric over the sweep seeds."""
+
+    cfg: dict[str, Any]
+    mean: float
+    per_seed: list[float] | None = None
+    diverged: int | None = None
+
+
+class ArmFull(_Model):
+    """An arm's final test metric over the fresh paired seeds."""
+
+    mean: float | None = None
+    std: float | None = None
+    per_seed: list[float] | None = None
+    n: int | None = None
+
+
+class ArmResult(_Model):
+    """One arm. Nested (best_cfg / sweep / full) or flat (mean / std / per_seed / n)."""
+
+    best_cfg: dict[str, Any] | None = None
+    sweep: list[SweepRow] | None = None
+    full: ArmFull | None = None
+    union_lr_grid: list[float] | None = None
+    mean: float | None = None
+    std: float | None = None
+    per_seed: list[float] | None = None
+    n: int | None = None
+    n_params: int | None = None
+    wall_time_s: float | None = None
+    diverged: int | None = None
+
+
+class Comparison(_Model):
+    """Paired statistics of idea - baseline (PROTOCOL.md section 3; ``bench.stats.compare``)."""
+
+    delta_mean: float
+    idea_wins: int
+    n_pairs: int
+    p_value: float = Field(ge=0.0, le=1.0)
+    verdict: Literal["idea better (significant)", "idea worse (significant)", "no significant win"]
+    per_seed_diffs: list[float] | None = None
+    p_method: str | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    ci_level: float | None = None
+    t_ci_low: float | None = None
+    t_ci_high: float | None = None
+    ci90_low: float | None = None
+    ci90_high: float | None = None
+    effect_size: float | None = None
+    rel_delta_pct: float | None = None
+    mde: float | None = None
+    mde_rel_pct: float | None = None
+    baseline_mean: float | None = None
+    idea_mean: float | None = None
+    alpha: float | None = None
+    system_worked: bool | None = None
+
+
+class MechanismSignature(_Model):
+    """The declared prediction, both arms' measured values, and the service's decision."""
+
+    quantity: str | None = None
+    prediction: str | None = None
+    expect: dict[str, Any] | None = None
+    baseline_values: list[float] | None = None
+    idea_values: list[float] | None = None
+    baseline_mean: float | None = None
+    idea_mean: float | None = None
+    confirmed: bool | None = None
+    detail: dict[str, Any] | None = None
+
+
+class CustomTrack(_Model):
+    """A track that is not built in (as in the seeds)."""
+
+    name: str | None = None
+    file: str | None = None
+    domain: str | None = None
+
+
+class Seeds(_Model):
+    """The seeds used: sweep seeds and fresh final seeds (disjoint)."""
+
+    sweep: list[int]
+    final: list[int]
+
+
+class BenchReport(_Model):
+    """The ``bench_report`` block, bench_version 1."""
+
+    bench_version: Literal[1]
+    track: str
+    model: str
+    metric_direction: str
+    n_seeds: int
+    baseline: ArmResult
+    idea: ArmResult
+    comparison: Comparison
+    mechanism_signature: MechanismSignature | None = None
+    idea_sweep: list[SweepRow] | None = None
+    best_idea_cfg: dict[str, Any] | None = None
+    parameter_parity: dict[str, Any] | None = None
+    track_justification: str | None = None
+    custom_track: CustomTrack | None = None
+    # Filled by ideabench's engine (absent from the hand-run seeds).
+    track_id: str | None = None
+    track_version: int | None = None
+    data_checksum: str | None = None
+    seeds: Seeds | None = None
+    lr_grid: list[float] | None = None
+    union_grid_size: int | None = None
+    budget: dict[str, Any] | None = None
+    wall_time_s: dict[str, float] | None = None
+    versions: dict[str, str] | None = None
+    device: str | None = None
+    warnings: list[str] | None = None
+    isolation: list[str] | None = None
+    execution: dict[str, Any] | None = None
+    diverged: dict[str, int] | None = None
+    submission: dict[str, Any] | None = None
+
+
+class Report(_Model):
+    """The whole judge report: verdicts, a plain-language summary, and ``bench_report``."""
+
+    worked: bool
+    summary: str
+    metrics: dict[str, Any]
+    system_verdict: Literal["worked", "partial", "failed"]
+    practical_verdict: Literal["helps", "harms", "inconclusive"]
+    practical_detail: Literal["negligible", "underpowered", "inconclusive"] | None = None
+    mechanism_ok: Literal[0, 1] | None
+    system_judged: bool
+    bench_report: BenchReport
+
+    @model_validator(mode="before")
+    @classmethod
+    def _summary_from_legacy_verdict(cls, data: Any) -> Any:
+        # The hand-run seeds carry their plain-language paragraph as "verdict".
+        if (
+            isinstance(data, dict)
+            and "summary" not in data
+            and isinstance(data.get("verdict"), str)
+        ):
+            data = {**data, "summary": data["verdict"]}
+        return data
+
+    @model_validator(mode="after")
+    def _worked_mirrors_system_verdict(self) -> Report:
+        if self.worked != (self.system_verdict == "worked"):
+            raise ValueError("worked must equal (system_verdict == 'worked')")
+        return self
+
+
+def report_json_schema() -> dict[str, Any]:
+    """The JSON schema of ``Report`` (validation mode)."""
+    return Report.model_json_schema()
+
+
+def schema_text() -> str:
+    """The schema as stable text: sorted keys, 2-space indent, trailing newline."""
+    return json.dumps(report_json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def export_json_schema(path: str | Path) -> None:
+    """Write the ``Report`` JSON schema to ``path`` (e.g. docs/report.schema.json)."""
+    Path(path).write_text(schema_text(), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    sys.stdout.write(schema_text())

@@ -1,0 +1,152 @@
+"""The parent's side of one child process: send commands, read answers, enforce limits."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import sandbox
+from bench.child import LOG_NAME
+from bench.errors import BenchError, ErrorCode
+
+POLL_S = 0.2
+LOG_TAIL_CHARS = 600
+
+
+class ArmSession:
+    """One sandboxed child that holds one arm's code for the whole job."""
+
+    def __init__(
+        self,
+        role: str,
+        workdir: Path,
+        limits: sandbox.Limits,
+        deadline: float,
+        cancel: threading.Event,
+        timeout_s: float,
+    ) -> None:
+        self.role = role
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.limits = limits
+        self.deadline = deadline
+        self.cancel = cancel
+        self.timeout_s = timeout_s
+        self._buffer = b""
+        self.proc, self._fd = sandbox.launch(workdir, limits)
+        self._killed_for: ErrorCode | None = None
+        ready = self._read_message()
+        if "error" in ready:
+            raise BenchError(**ready["error"])
+
+    # -- reading -------------------------------------------------------------
+    def _read_message(self) -> dict[str, Any]:
+        while b"\n" not in self._buffer:
+            if self.cancel.is_set():
+                self._kill(ErrorCode.CANCELLED)
+                raise BenchError(ErrorCode.CANCELLED, "The job was cancelled; its child was killed.")
+            if time.monotonic() > self.deadline:
+                self._kill(ErrorCode.TIMEOUT)
+                raise BenchError(
+                    ErrorCode.TIMEOUT,
+                    f"The protocol ran past its limit of {self.timeout_s:.0f} s "
+                    f"(in the {self.role} arm).",
+                )
+            readable, _, _ = select.select([self._fd], [], [], POLL_S)
+            if not readable:
+                continue
+            chunk = os.read(self._fd, 1 << 16)
+            if not chunk:
+                raise self._death_error()
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+    def request(
+        self, command: dict[str, Any], on_event: Callable[[dict[str, Any]], None] | None = None
+    ) -> dict[str, Any]:
+        """Send ``command``; pass streamed events to ``on_event``; return the final answer."""
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(command) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._death_error() from None
+        while True:
+            message = self._read_message()
+            if "event" in message:
+                if on_event is not None:
+                    on_event(message)
+                continue
+            if "error" in message:
+                raise BenchError(**message["error"])
+            return message
+
+    # -- ending --------------------------------------------------------------
+    def log_tail(self) -> str:
+        """The last characters the arm printed (stdout and stderr)."""
+        try:
+            with open(self.workdir / LOG_NAME, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - LOG_TAIL_CHARS))
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _death_error(self) -> BenchError:
+        try:
+            rc = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._kill(ErrorCode.CRASHED)
+            rc = self.proc.returncode
+        tail = self.log_tail().strip()
+        where = f"; its last output: {tail[-300:]!r}" if tail else ""
+        if rc == -signal.SIGXFSZ:
+            return BenchError(
+                ErrorCode.OUTPUT_LIMIT,
+                f"The {self.role} wrote more than {self.limits.file_size_mb} MB of output.",
+            )
+        if rc == -signal.SIGKILL and self._killed_for is None:
+            return BenchError(
+                ErrorCode.OUT_OF_MEMORY,
+                f"The {self.role} process was killed (memory limit {self.limits.memory_mb} MB)"
+                + where,
+            )
+        if rc is not None and rc < 0:
+            name = signal.Signals(-rc).name
+            return BenchError(
+                ErrorCode.CRASHED, f"The {self.role} process died from {name}{where}."
+            )
+        return BenchError(
+            ErrorCode.CRASHED,
+            f"The {self.role} process exited with status {rc} before answering "
+            f"(os._exit or sys.exit in the submitted code?){where}.",
+        )
+
+    def _kill(self, reason: ErrorCode) -> None:
+        self._killed_for = reason
+        sandbox.kill(self.proc)
+
+    def close(self) -> None:
+        """Ask the child to exit, then make sure its whole process group is gone."""
+        if self.proc.poll() is None and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.write(b'{"op": "exit"}\n')
+                self.proc.stdin.close()
+                self.proc.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        sandbox.kill(self.proc)
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass

@@ -1,0 +1,313 @@
+"""Exact paired statistics for the stage-2 protocol (PROTOCOL.md section 3).
+
+Pure numpy/scipy: this module never imports torch. Everything is a function of
+its arguments; the only randomness (the Monte Carlo branch above 16 pairs) comes
+from an explicit ``np.random.Generator`` with a fixed default seed, so the same
+inputs give the same numbers, bit for bit.
+
+The test statistic is the sum (equivalently the mean) of the paired differences
+``d_i = idea_i - baseline_i``. Under the null hypothesis each ``d_i`` is symmetric
+about 0, so flipping any subset of signs is equally likely. For a sign pattern
+``s`` with ``A = {i: s_i = +1}`` and ``B = {i: s_i = -1}``,
+``|sum(s * (d - mu))| >= |sum(d - mu)|`` holds exactly when ``mu`` lies between
+``mean(d[A])`` and ``mean(d[B])`` (always, when ``A`` or ``B`` is empty). Every
+such interval contains ``mean(d)``, so the p-value as a function of ``mu`` falls
+monotonically away from ``mean(d)`` and the test-inversion confidence set is an
+interval whose ends are order statistics of those subset means: that is how
+``sign_flip_ci`` computes it exactly, with no search.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy import stats as sps
+
+Alternative = Literal["two-sided", "less", "greater"]
+FloatArray = NDArray[np.float64]
+
+EXACT_MAX_N = 16
+"""Up to this many pairs all 2^n sign patterns are enumerated."""
+MC_DRAWS = 200_000
+"""Monte Carlo draws above ``EXACT_MAX_N`` pairs (PROTOCOL asks for >= 100,000)."""
+MC_SEED = 20240601
+"""Seed of the default Monte Carlo generator."""
+TIE_RTOL = 1e-12
+"""Pattern sums within ``TIE_RTOL * sum(|d|)`` of the observed one count as ties."""
+EFFECT_SIZE_CAP = 1e6
+"""|Hedges' g| is capped here; it is what a nonzero mean with zero spread reports."""
+CI90_ALPHA = 0.10
+
+VERDICT_BETTER = "idea better (significant)"
+VERDICT_WORSE = "idea worse (significant)"
+VERDICT_NONE = "no significant win"
+
+_MC_CHUNK = 8192  # rows per Monte Carlo block; fixed, so the draws never depend on memory
+
+
+def _as_diffs(diffs: ArrayLike) -> FloatArray:
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.ndim != 1 or d.size == 0:
+        raise ValueError(f"diffs must be a non-empty 1-D sequence, got shape {d.shape}")
+    if not np.all(np.isfinite(d)):
+        raise ValueError("diffs must be finite (no NaN or inf)")
+    return d
+
+
+@lru_cache(maxsize=EXACT_MAX_N)
+def _all_sign_patterns(n: int) -> FloatArray:
+    """(2^n, n) matrix of +-1; row k flips position i when bit i of k is set (row 0: none)."""
+    bits = (np.arange(2**n, dtype=np.int64)[:, None] >> np.arange(n, dtype=np.int64)[None, :]) & 1
+    signs = 1.0 - 2.0 * bits.astype(np.float64)
+    signs.flags.writeable = False
+    return signs
+
+
+def _sign_blocks(n: int, mc_draws: int, rng: np.random.Generator | None) -> Iterator[FloatArray]:
+    """All 2^n patterns (n <= 16) or ``mc_draws`` random ones, in blocks of rows."""
+    if n <= EXACT_MAX_N:
+        yield _all_sign_patterns(n)
+        return
+    gen = rng if rng is not None else np.random.default_rng(MC_SEED)
+    remaining = mc_draws
+    while remaining > 0:
+        rows = min(_MC_CHUNK, remaining)
+        yield 1.0 - 2.0 * gen.integers(0, 2, size=(rows, n)).astype(np.float64)
+        remaining -= rows
+
+
+def _check_mc_draws(mc_draws: int) -> None:
+    if int(mc_draws) != mc_draws or mc_draws < 1:
+        raise ValueError(f"mc_draws must be a positive integer, got {mc_draws!r}")
+
+
+def _method(n: int, mc_draws: int, rng: np.random.Generator | None) -> str:
+    if n <= EXACT_MAX_N:
+        return f"exact sign-flip (2^{n} = {2**n} patterns)"
+    seed = f"seed {MC_SEED}" if rng is None else "caller's generator"
+    return f"monte carlo sign-flip ({mc_draws} draws, {seed})"
+
+
+def paired_sign_flip_p(
+    diffs: ArrayLike,
+    *,
+    alternative: Alternative = "two-sided",
+    rng: np.random.Generator | None = None,
+    mc_draws: int = MC_DRAWS,
+) -> tuple[float, str]:
+    """Sign-flip permutation p-value of the mean of paired differences.
+
+    ``diffs``: shape (n,), finite, ``d_i = idea_i - baseline_i``. For n <= 16 all
+    2^n sign patterns are enumerated (exact; with no zero diffs ``p * 2^n`` is an
+    even integer). Above that, ``mc_draws`` random patterns from ``rng`` (default: a
+    fresh generator seeded with ``MC_SEED``) give ``(hits + 1) / (mc_draws + 1)``.
+    ``alternative``: "two-sided" counts ``|mean(s*d)| >= |mean(d)|``, "greater"
+    counts ``mean(s*d) >= mean(d)`` (small p: mean > 0), "less" counts
+    ``mean(s*d) <= mean(d)`` (small p: mean < 0). Floating ties within
+    ``TIE_RTOL * sum(|d|)`` count as extreme. All-zero diffs give p = 1.0.
+
+    Returns ``(p, p_method)``, e.g. ``(0.0078125, "exact sign-flip (2^8 = 256 patterns)")``.
+    """
+    d = _as_diffs(diffs)
+    _check_mc_draws(mc_draws)
+    if alternative not in ("two-sided", "less", "greater"):
+        raise ValueError(f"alternative must be two-sided, less or greater, got {alternative!r}")
+    n = d.size
+    tol = TIE_RTOL * float(np.sum(np.abs(d)))
+    observed = float(np.sum(d))
+    hits = 0
+    for signs in _sign_blocks(n, mc_draws, rng):
+        sums = signs @ d
+        if alternative == "two-sided":
+            hits += int(np.count_nonzero(np.abs(sums) >= abs(observed) - tol))
+        elif alternative == "greater":
+            hits += int(np.count_nonzero(sums >= observed - tol))
+        else:
+            hits += int(np.count_nonzero(sums <= observed + tol))
+    p = hits / 2**n if n <= EXACT_MAX_N else (hits + 1) / (mc_draws + 1)
+    return min(float(p), 1.0), _method(n, mc_draws, rng)
+
+
+def _covering_intervals(d: FloatArray, mc_draws: int) -> tuple[FloatArray, FloatArray, int, int]:
+    """For each sign pattern, the closed interval of mu where it is at least as extreme.
+
+    Returns ``(lo, hi, offset, total)``: p(d - mu) = (offset + #{lo <= mu <= hi}) / total.
+    A subset sum within ``tol / 2`` of 0 is snapped to exactly 0: that is the tie rule of
+    ``paired_sign_flip_p`` at mu = 0, so 0 is outside the interval set exactly when that
+    function's p is small, and integer-like data keep their exact ends.
+    """
+    n = d.size
+    half_tol = TIE_RTOL * float(np.sum(np.abs(d))) / 2.0
+    los: list[FloatArray] = []
+    his: list[FloatArray] = []
+    for signs in _sign_blocks(n, mc_draws, None):
+        plus = (signs > 0).astype(np.float64)
+        minus = 1.0 - plus
+        n_a = plus.sum(axis=1)
+        n_b = minus.sum(axis=1)
+        trivial = (n_a == 0) | (n_b == 0)
+        sum_a = plus @ d
+        sum_b = minus @ d
+        sum_a[np.abs(sum_a) <= half_tol] = 0.0
+        sum_b[np.abs(sum_b) <= half_tol] = 0.0
+        mean_a = sum_a / np.where(n_a == 0, 1.0, n_a)
+        mean_b = sum_b / np.where(n_b == 0, 1.0, n_b)
+        lo = np.minimum(mean_a, mean_b)
+        hi = np.maximum(mean_a, mean_b)
+        los.append(np.where(trivial, -np.inf, lo))
+        his.append(np.where(trivial, np.inf, hi))
+    exact = n <= EXACT_MAX_N
+    return (
+        np.concatenate(los),
+        np.concatenate(his),
+        0 if exact else 1,
+        2**n if exact else mc_draws + 1,
+    )
+
+
+def _min_covering(alpha: float, offset: int, total: int) -> int:
+    """Smallest count k of covering patterns with (offset + k) / total > alpha."""
+    k = max(0, math.floor(alpha * total) - offset - 1)
+    while (offset + k) / total <= alpha:
+        k += 1
+    return k
+
+
+def sign_flip_ci(
+    diffs: ArrayLike, alpha: float = 0.05, *, mc_draws: int = MC_DRAWS
+) -> tuple[float | None, float | None]:
+    """Confidence interval of the mean diff by inverting the two-sided sign-flip test.
+
+    ``diffs``: shape (n,), finite. Returns the closed interval ``[low, high]`` of all
+    mu with ``paired_sign_flip_p(d - mu) > alpha`` (level ``1 - alpha``), computed
+    exactly from subset means. Hence 0 lies outside ``[low, high]`` exactly when
+    ``paired_sign_flip_p(d)[0] <= alpha``. A side with no finite bound (n too small
+    for any p <= alpha, e.g. n <= 5 at alpha 0.05) is ``None``; all-zero diffs with
+    n >= 6 give ``(0.0, 0.0)``. Above 16 pairs the same seeded Monte Carlo patterns
+    as ``paired_sign_flip_p``'s default are used.
+    """
+    d = _as_diffs(diffs)
+    _check_mc_draws(mc_draws)
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    lo, hi, offset, total = _covering_intervals(d, mc_draws)
+    k = _min_covering(alpha, offset, total)
+    if k == 0:
+        return None, None
+    low = float(np.partition(lo, k - 1)[k - 1])
+    high = float(-np.partition(-hi, k - 1)[k - 1])
+    return (low if math.isfinite(low) else None), (high if math.isfinite(high) else None)
+
+
+def hedges_g(diffs: ArrayLike) -> float:
+    """Hedges' g of paired diffs (shape (n,), n >= 2): mean/sd * (1 - 3/(4(n-1)-1)).
+
+    sd is the sample sd (ddof=1). Zero spread gives 0.0 for a zero mean and
+    ``+-EFFECT_SIZE_CAP`` otherwise; |g| never exceeds the cap (no inf in JSON).
+    """
+    d = _as_diffs(diffs)
+    if d.size < 2:
+        raise ValueError("Hedges' g needs at least 2 diffs")
+    n = d.size
+    mean = float(np.mean(d))
+    sd = float(np.std(d, ddof=1))
+    correction = 1.0 - 3.0 / (4.0 * (n - 1) - 1.0)
+    if sd == 0.0:
+        return 0.0 if mean == 0.0 else math.copysign(EFFECT_SIZE_CAP, mean)
+    g = mean / sd * correction
+    return float(np.clip(g, -EFFECT_SIZE_CAP, EFFECT_SIZE_CAP))
+
+
+def minimum_detectable_effect(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """Smallest |delta| detectable with this power: (t_{1-alpha/2} + t_{power}) * sd / sqrt(n).
+
+    t quantiles have n - 1 degrees of freedom; about 1.15 * sd at n = 8.
+    """
+    if n < 2:
+        raise ValueError("the MDE needs at least 2 pairs")
+    df = n - 1
+    factor = float(sps.t.ppf(1.0 - alpha / 2.0, df) + sps.t.ppf(power, df))
+    return factor * sd / math.sqrt(n)
+
+
+def _as_metric(values: Sequence[float] | ArrayLike, name: str) -> FloatArray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D sequence of per-seed values")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite (score diverged runs before comparing)")
+    return arr
+
+
+def _pct(value: float, reference: float) -> float:
+    return 100.0 * value / abs(reference) if reference != 0.0 else 0.0
+
+
+def compare(
+    baseline: Sequence[float] | ArrayLike,
+    idea: Sequence[float] | ArrayLike,
+    *,
+    lower_is_better: bool = True,
+    alpha: float = 0.05,
+) -> dict[str, Any]:
+    """The report's ``comparison`` block for paired per-seed test metrics.
+
+    ``baseline``, ``idea``: shape (n,), n >= 2, paired by position (pair i shares
+    seed i). Diffs are ``idea - baseline``. Returns plain JSON-ready values (floats,
+    ints, lists, str, bool; a CI side may be None when unbounded, see
+    ``sign_flip_ci``) and never NaN or inf. Raises ValueError on unequal lengths,
+    fewer than 2 pairs or non-finite values.
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    b = _as_metric(baseline, "baseline")
+    i = _as_metric(idea, "idea")
+    if b.size != i.size:
+        raise ValueError(f"baseline has {b.size} values and idea {i.size}; they must pair up")
+    if b.size < 2:
+        raise ValueError("compare needs at least 2 pairs")
+    d = i - b
+    n = int(d.size)
+    delta = float(np.mean(d))
+    sd = float(np.std(d, ddof=1))
+    baseline_mean = float(np.mean(b))
+    p, p_method = paired_sign_flip_p(d)
+    ci_low, ci_high = sign_flip_ci(d, alpha)
+    ci90_low, ci90_high = sign_flip_ci(d, CI90_ALPHA)
+    t_half = float(sps.t.ppf(1.0 - alpha / 2.0, n - 1)) * sd / math.sqrt(n)
+    mde = minimum_detectable_effect(sd, n, alpha)
+    wins = int(np.count_nonzero(d < 0 if lower_is_better else d > 0))
+    idea_better = delta < 0 if lower_is_better else delta > 0
+    if p <= alpha:
+        verdict = VERDICT_BETTER if idea_better else VERDICT_WORSE
+    else:
+        verdict = VERDICT_NONE
+    return {
+        "delta_mean": delta,
+        "idea_wins": wins,
+        "n_pairs": n,
+        "per_seed_diffs": [float(x) for x in d],
+        "p_value": p,
+        "p_method": p_method,
+        "ci_low": ci_low,
+        "ci_high": ci_high,
+        "ci_level": 1.0 - alpha,
+        "t_ci_low": delta - t_half,
+        "t_ci_high": delta + t_half,
+        "ci90_low": ci90_low,
+        "ci90_high": ci90_high,
+        "effect_size": hedges_g(d),
+        "rel_delta_pct": _pct(delta, baseline_mean),
+        "mde": mde,
+        "mde_rel_pct": _pct(mde, baseline_mean),
+        "baseline_mean": baseline_mean,
+        "idea_mean": float(np.mean(i)),
+        "alpha": float(alpha),
+        "verdict": verdict,
+        "system_worked": verdict == VERDICT_BETTER,
+    }

@@ -1,0 +1,118 @@
+"""Engine subcommands: ``tracks``, ``track NAME``, ``run IDEA.py``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def cmd_tracks(args: argparse.Namespace) -> int:
+    """List the tracks (name@version, task, metric, baseline)."""
+    from bench.catalog import list_cards
+
+    cards = list_cards()
+    if args.json:
+        _print_json([{k: v for k, v in c.items() if k != "example_idea"} for c in cards])
+        return 0
+    for c in cards:
+        print(f"{c['id']:<22} {c['task']:<15} {c['metric']['name']:<14} baseline: {c['baseline']['name']}")
+        print(f"{'':<22} {c['title']}")
+    return 0
+
+
+def cmd_track(args: argparse.Namespace) -> int:
+    """Show one track's card and its example idea."""
+    from bench.catalog import get_card
+
+    card = get_card(args.name)
+    if args.json:
+        _print_json(card)
+        return 0
+    print(f"{card['id']}: {card['title']}\n\n{card['description']}\n")
+    print("spec:     ", json.dumps(card["spec"]))
+    print("metric:   ", json.dumps(card["metric"]))
+    print("defaults: ", json.dumps(card["defaults"]))
+    print(f"param_cap: {card['param_cap']}   baseline: {card['baseline']['description']}")
+    print("\n# example idea\n" + card["example_idea"])
+    return 0
+
+
+class _Bar:
+    """A one-line progress bar on stderr: stage, runs done/total, time left."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+        self.interactive = sys.stderr.isatty()
+
+    def __call__(self, p: Any) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.2 and p.done < p.total:
+            return
+        self.last = now
+        width = 24
+        filled = int(width * p.done / p.total) if p.total else 0
+        eta = f"{p.eta_s:5.0f}s left" if p.eta_s is not None else "  ...    "
+        line = f"[{'#' * filled}{'.' * (width - filled)}] {p.stage:<9} {p.done:>3}/{p.total:<3} {eta}"
+        end = "\r" if self.interactive else "\n"
+        print(line, end=end, file=sys.stderr, flush=True)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Judge an idea file locally; exit 0 when judged, 2 with the error code otherwise."""
+    from bench.protocol import JudgeRequest, judge
+
+    try:
+        idea = Path(args.idea).read_text()
+        baseline = Path(args.baseline).read_text() if args.baseline else None
+    except OSError as exc:
+        print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
+    request = JudgeRequest(
+        track=args.track, idea_code=idea, baseline_code=baseline, n_seeds=args.seeds,
+        timeout_s=args.timeout, memory_mb=args.memory_mb, name=Path(args.idea).stem,
+    )
+    try:
+        report = judge(request, on_progress=None if args.json else _Bar(), cancel=threading.Event())
+    except BenchError as exc:
+        if args.json:
+            _print_json({"error": exc.to_dict()})
+        print(f"\nerror [{exc.code.value}]: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+        return 2
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2))
+    if args.json:
+        _print_json(report)
+        return 0
+    br = report["bench_report"]
+    print(file=sys.stderr)
+    print(f"track {br['track_id']}  system_verdict={report['system_verdict']}  "
+          f"practical_verdict={report['practical_verdict']}  mechanism_ok={report['mechanism_ok']}")
+    for arm in ("baseline", "idea"):
+        print(f"  {arm:<8} {report['metrics'][arm]}")
+    for warning in br["warnings"]:
+        print(f"  warning: {warning}")
+    print("\n" + report["summary"])
+    if args.out:
+        print(f"\nreport written to {args.out}")
+    return 0
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run one engine subcommand."""
+    handlers = {"tracks": cmd_tracks, "track": cmd_track, "run": cmd_run}
+    try:
+        return handlers[args.command](args)
+    except BenchError as exc:
+        print(f"error [{exc.code.value}]: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+        return 2

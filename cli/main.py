@@ -1,0 +1,70 @@
+"""The ``ideabench`` command: a thin face over the engine and the service.
+
+Each subcommand imports its side lazily, so ``ideabench tracks`` never loads the
+web stack and ``ideabench serve`` never loads torch in the API process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """All subcommands and their flags."""
+    parser = argparse.ArgumentParser(prog="ideabench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("tracks", help="list the tracks")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("track", help="show one track's spec, defaults and example idea")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("run", help="judge an idea locally with the stage-2 protocol")
+    p.add_argument("idea", help="the idea's Python file")
+    p.add_argument("--track", required=True)
+    p.add_argument("--baseline", help="a matched baseline file (same contract)")
+    p.add_argument("--seeds", type=int, help="final paired seeds per arm (default: the track's)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="wall-clock limit in seconds")
+    p.add_argument("--memory-mb", type=int, default=6144, help="memory limit of the child")
+    p.add_argument("--out", help="write the report JSON here")
+    p.add_argument("--json", action="store_true", help="print the report JSON, no progress bar")
+
+    p = sub.add_parser("serve", help="run the API and one worker (embedded SQLite by default)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--no-worker", action="store_true", help="API only")
+
+    p = sub.add_parser("worker", help="run a Celery worker")
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--queues", default=None, help="comma-separated queues (default: cpu)")
+
+    p = sub.add_parser("migrate", help="upgrade the database to the latest schema")
+
+    p = sub.add_parser("keys", help="manage API keys")
+    keys = p.add_subparsers(dest="keys_command", required=True)
+    k = keys.add_parser("create", help="create a key; prints it alone on the last line")
+    k.add_argument("--role", required=True, choices=["agent", "operator", "viewer"])
+    k.add_argument("--name", default=None)
+    keys.add_parser("list", help="list keys (never the secrets)")
+    k = keys.add_parser("revoke", help="revoke a key by id")
+    k.add_argument("key_id")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``ideabench`` command."""
+    args = build_parser().parse_args(argv)
+    if args.command in {"tracks", "track", "run"}:
+        from cli import engine
+
+        return engine.dispatch(args)
+    from cli import service
+
+    return service.dispatch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Debian packages the tests need (bubblewrap for the sandbox, docker-compose to
+# parse docker-compose.yml). Installs only what is missing; needs root to install.
+set -euo pipefail
+need=()
+command -v bwrap >/dev/null || need+=(bubblewrap)
+command -v docker-compose >/dev/null || need+=(docker-compose)
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "system_deps: missing ${need[*]} (run as root to install); tests needing them will skip" >&2
+  exit 0
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+apt-get install -y -qq "${need[@]}" >/dev/null

@@ -1,0 +1,128 @@
+"""The whole protocol end to end on the smoke track, and the error taxonomy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.catalog import get_card
+from bench.errors import BenchError
+from bench.protocol import JudgeRequest, judge
+from bench.report import Report
+
+SMOKE = get_card("smoke")
+GOOD_HEADER = "import torch\nfrom torch import nn\n"
+
+
+@pytest.fixture(scope="module")
+def smoke_report() -> dict:
+    events = []
+    report = judge(JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"]), events.append)
+    report["_events"] = events
+    return report
+
+
+def test_smoke_protocol_end_to_end(smoke_report: dict) -> None:
+    events = smoke_report.pop("_events")
+    Report.model_validate(smoke_report)
+    br = smoke_report["bench_report"]
+    c = br["comparison"]
+    assert br["n_seeds"] == 8 and c["n_pairs"] == 8
+    assert (c["p_value"] * 256) == pytest.approx(round(c["p_value"] * 256))
+    assert set(br["seeds"]["sweep"]).isdisjoint(br["seeds"]["final"])
+    for arm in ("baseline", "idea"):
+        block = br[arm]
+        assert len(block["full"]["per_seed"]) == 8
+        lrs = {row["cfg"]["lr"] for row in block["sweep"]}
+        assert lrs == set(br["lr_grid"])  # both arms swept on the same union grid
+        assert block["best_cfg"] in [row["cfg"] for row in block["sweep"]]
+    diffs = [i - b for i, b in zip(br["idea"]["per_seed"], br["baseline"]["full"]["per_seed"], strict=True)]
+    assert diffs == pytest.approx(c["per_seed_diffs"])
+    assert smoke_report["worked"] == (smoke_report["system_verdict"] == "worked")
+    assert smoke_report["mechanism_ok"] in (0, 1)
+    assert len(br["mechanism_signature"]["idea_values"]) == 8
+    assert {e.stage for e in events} >= {"sweep", "final", "mechanism"}
+    assert events[-1].done == events[-1].total
+    assert br["versions"]["torch"].startswith("2.13")
+
+
+def test_reruns_give_identical_numbers() -> None:
+    request = JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2)
+    first, second = judge(request), judge(request)
+    for arm in ("baseline", "idea"):
+        assert first["bench_report"][arm]["full"]["per_seed"] == second["bench_report"][arm]["full"]["per_seed"]
+        assert first["bench_report"][arm]["sweep"] == second["bench_report"][arm]["sweep"]
+
+
+def _fails_with(code: str, source: str, **kwargs: object) -> BenchError:
+    with pytest.raises(BenchError) as info:
+        judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2, **kwargs))  # type: ignore[arg-type]
+    assert info.value.code.value == code, info.value.message
+    assert info.value.hint
+    return info.value
+
+
+BAD_IDEAS = {
+    "invalid_code": "def build_model(spec):\n    return nn.Linear(8, 1\n",
+    "missing_build_model": GOOD_HEADER + "def make(spec):\n    return nn.Linear(8, 1)\n",
+    "not_a_module": "def build_model(spec):\n    return 42\n",
+    "bad_output_shape": GOOD_HEADER + "def build_model(spec):\n    return nn.Linear(8, 3)\n",
+    "too_many_parameters": GOOD_HEADER + "def build_model(spec):\n    return nn.Sequential(nn.Linear(8, 4000), nn.Linear(4000, 1))\n",
+    "training_error": GOOD_HEADER + (
+        "class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.l = nn.Linear(8, 1)\n"
+        "    def forward(self, x):\n        if self.training:\n            raise ValueError('boom in forward')\n"
+        "        return self.l(x)\n"
+        "def build_model(spec):\n    return M()\n"
+    ),
+    "crashed": "import os\nos._exit(3)\ndef build_model(spec):\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("code", sorted(BAD_IDEAS))
+def test_bad_ideas_get_their_error_code(code: str) -> None:
+    _fails_with(code, BAD_IDEAS[code])
+
+
+def test_missing_module_is_invalid_code_naming_it() -> None:
+    error = _fails_with("invalid_code", "import not_a_real_module_xyz\ndef build_model(spec):\n    pass\n")
+    assert "not_a_real_module_xyz" in error.message
+
+
+def test_training_error_names_the_line() -> None:
+    error = _fails_with("training_error", BAD_IDEAS["training_error"])
+    assert "idea.py line" in error.message and "boom in forward" in error.message
+
+
+def test_timeout_kills_the_child() -> None:
+    source = "def build_model(spec):\n    while True:\n        pass\n"
+    _fails_with("timeout", source, timeout_s=15.0)
+
+
+def test_memory_bomb_is_out_of_memory() -> None:
+    source = "import torch\ndef build_model(spec):\n    x = torch.ones(8_000_000_000)\n    return x\n"
+    _fails_with("out_of_memory", source, memory_mb=2048)
+
+
+def test_unknown_track() -> None:
+    with pytest.raises(BenchError) as info:
+        judge(JudgeRequest(track="nope", idea_code=SMOKE["example_idea"]))
+    assert info.value.code.value == "unknown_track"
+
+
+def test_cli_track_json_and_failing_run(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "cli.main", "track", "smoke", "--json"], capture_output=True, text=True, check=True
+    )
+    card = json.loads(out.stdout)
+    assert "build_model" in card["example_idea"] and card["id"] == "smoke@1"
+    bad = tmp_path / "bad.py"
+    bad.write_text(BAD_IDEAS["bad_output_shape"])
+    run = subprocess.run(
+        [sys.executable, "-m", "cli.main", "run", str(bad), "--track", "smoke", "--seeds", "2"],
+        capture_output=True, text=True,
+    )
+    assert run.returncode == 2 and "bad_output_shape" in run.stderr

@@ -1,0 +1,142 @@
+"""bench.verdicts: mechanism expectations and the practical / system verdicts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.stats import compare
+from bench.verdicts import decide, mechanism_confirmed
+
+SEEDS = Path(__file__).resolve().parents[1] / "data" / "seeds"
+
+
+def read_seed(path: Path) -> dict[str, Any]:
+    """The JSON object after the first '{' of a seed report."""
+    text = path.read_text(encoding="utf-8")
+    report: dict[str, Any] = json.loads(text[text.index("{") :])
+    return report
+
+
+SEED_FILES = sorted(SEEDS.glob("*.txt"))
+
+
+def test_four_seeds_present() -> None:
+    assert len(SEED_FILES) == 4
+
+
+@pytest.mark.parametrize("path", SEED_FILES, ids=lambda p: p.name[:3])
+def test_seed_verdicts_reproduce(path: Path) -> None:
+    seed = read_seed(path)
+    out = decide(seed["bench_report"]["comparison"], seed["mechanism_ok"], smallest_effect=0.0)
+    assert out["system_verdict"] == seed["system_verdict"]
+    assert out["practical_verdict"] == seed["practical_verdict"]
+    assert out["worked"] is seed["worked"]
+
+
+@pytest.mark.parametrize("path", SEED_FILES, ids=lambda p: p.name[:3])
+def test_exact_recomputation_keeps_seed_verdicts(path: Path) -> None:
+    bench = read_seed(path)["bench_report"]
+
+    def per_seed(arm: dict[str, Any]) -> list[float]:
+        values: list[float] = arm.get("full", arm)["per_seed"]
+        return values
+
+    out = compare(per_seed(bench["baseline"]), per_seed(bench["idea"]))
+    assert out["verdict"] == bench["comparison"]["verdict"]
+    assert out["idea_wins"] == bench["comparison"]["idea_wins"]
+    assert out["delta_mean"] == pytest.approx(bench["comparison"]["delta_mean"], rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "mechanism_ok", "system", "practical"),
+    [
+        ("idea better (significant)", 1, "worked", "helps"),
+        ("idea better (significant)", None, "worked", "helps"),
+        ("idea better (significant)", 0, "partial", "helps"),
+        ("idea worse (significant)", 1, "partial", "harms"),
+        ("idea worse (significant)", None, "partial", "harms"),
+        ("no significant win", 1, "partial", "inconclusive"),
+        ("no significant win", None, "partial", "inconclusive"),
+        ("no significant win", 0, "failed", "inconclusive"),
+        ("idea worse (significant)", 0, "failed", "harms"),
+    ],
+)
+def test_verdict_table(verdict: str, mechanism_ok: int | None, system: str, practical: str) -> None:
+    out = decide({"verdict": verdict}, mechanism_ok, smallest_effect=0.01)
+    assert (out["system_verdict"], out["practical_verdict"]) == (system, practical)
+    assert out["worked"] is (system == "worked")
+    if practical != "inconclusive":
+        assert out["practical_detail"] is None
+
+
+def test_practical_detail() -> None:
+    none = "no significant win"
+    tight = {"verdict": none, "ci90_low": -0.004, "ci90_high": 0.005, "mde": 0.02}
+    assert decide(tight, None, 0.01)["practical_detail"] == "negligible"
+    wide = {"verdict": none, "ci90_low": -0.03, "ci90_high": 0.02, "mde": 0.02}
+    assert decide(wide, None, 0.01)["practical_detail"] == "underpowered"
+    powered = {"verdict": none, "ci90_low": -0.03, "ci90_high": 0.02, "mde": 0.005}
+    assert decide(powered, None, 0.01)["practical_detail"] == "inconclusive"
+    unbounded = {"verdict": none, "ci90_low": None, "ci90_high": None, "mde": 0.001}
+    assert decide(unbounded, None, 0.01)["practical_detail"] == "inconclusive"
+
+
+def test_decide_rejects_bad_input() -> None:
+    with pytest.raises(ValueError):
+        decide({"verdict": "maybe"}, None, 0.01)
+    with pytest.raises(ValueError):
+        decide({"verdict": "no significant win"}, 2, 0.01)
+    with pytest.raises(ValueError):
+        decide({"verdict": "no significant win"}, None, -1.0)
+
+
+# --- mechanism expectations ---------------------------------------------------------------
+
+BASE = [0.5, 0.6, 0.4, 0.55, 0.45, 0.5, 0.6, 0.52]
+
+
+def test_close_to() -> None:
+    ok, detail = mechanism_confirmed({"kind": "close_to", "target": 1.0}, [1.04, 1.02], BASE)
+    assert ok and detail["idea_mean"] == pytest.approx(1.03) and detail["p_value"] is None
+    assert detail["baseline_mean"] == pytest.approx(sum(BASE) / 8)
+    assert not mechanism_confirmed({"kind": "close_to", "target": 1.0}, [1.06, 1.06], BASE)[0]
+    assert mechanism_confirmed({"kind": "close_to", "target": 1.0, "rtol": 0.1}, [1.06], BASE)[0]
+    zero = {"kind": "close_to", "target": 0.0, "atol": 1e-5}
+    assert mechanism_confirmed(zero, [1e-8, 3e-8], BASE)[0]
+    assert not mechanism_confirmed(zero, [1e-3], BASE)[0]
+    exact_zero = {"kind": "close_to", "target": 0.0}  # rtol * |0| = 0: no tolerance at all
+    assert not mechanism_confirmed(exact_zero, [1e-12], [])[0]
+
+
+def test_less_than_and_greater_than_are_strict() -> None:
+    assert mechanism_confirmed({"kind": "less_than", "value": 0.1}, [0.05, 0.1], [])[0]
+    assert not mechanism_confirmed({"kind": "less_than", "value": 0.1}, [0.1, 0.1], [])[0]
+    assert mechanism_confirmed({"kind": "greater_than", "value": 0.1}, [0.2], [])[0]
+    assert not mechanism_confirmed({"kind": "greater_than", "value": 0.1}, [0.1], [])[0]
+
+
+def test_lower_and_higher_than_baseline() -> None:
+    lower = [b - 0.1 * (i + 1) for i, b in enumerate(BASE)]
+    ok, detail = mechanism_confirmed({"kind": "lower_than_baseline"}, lower, BASE)
+    assert ok and detail["p_value"] == 1 / 256 and "exact" in detail["p_method"]
+    assert not mechanism_confirmed({"kind": "higher_than_baseline"}, lower, BASE)[0]
+    higher = [b + 0.01 for b in BASE]
+    assert mechanism_confirmed({"kind": "higher_than_baseline"}, higher, BASE)[0]
+    mixed = [b + (0.01 if i % 2 else -0.01) for i, b in enumerate(BASE)]
+    ok, detail = mechanism_confirmed({"kind": "lower_than_baseline"}, mixed, BASE)
+    assert not ok and detail["p_value"] > 0.05
+
+
+def test_mechanism_rejects_bad_input() -> None:
+    with pytest.raises(ValueError):
+        mechanism_confirmed({"kind": "about"}, [1.0], BASE)
+    with pytest.raises(ValueError):
+        mechanism_confirmed({"kind": "close_to"}, [1.0], BASE)
+    with pytest.raises(ValueError):
+        mechanism_confirmed({"kind": "less_than", "value": 1.0}, [float("nan")], BASE)
+    with pytest.raises(ValueError):
+        mechanism_confirmed({"kind": "lower_than_baseline"}, [1.0, 2.0], BASE)

@@ -1,0 +1,1 @@
+"""Queue face: the Celery app, its tasks and the reconciler."""
