@@ -177,7 +177,7 @@ def build_report(
         "device": device,
         "warnings": warnings,
         "isolation": sandbox.isolation_layers(),
-        "execution": {"path": "sequential", "arms_in_parallel": True, "baseline_cache": False},
+        "execution": job.execution(),
         "diverged": diverged,
         "submission": {"name": request.name, "hypothesis": request.hypothesis},
         "smallest_effect": m,

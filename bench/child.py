@@ -18,6 +18,7 @@ from typing import Any
 from bench.errors import BenchError, ErrorCode
 
 LOG_NAME = "child.log"
+MAX_DATA_DIRS = 40
 
 
 def _user_frame_hint(exc: BaseException, filename: str) -> str:
@@ -109,7 +110,9 @@ class ArmRunner:
                 name: torch.from_numpy(np.load(Path(data_dir) / f"{name}.npy")).to(self.device)
                 for name in ("x_train", "y_train", "x_val", "x_test")
             }
-            self.data = {data_dir: arrays}  # one split at a time: runs come grouped by seed
+            while len(self.data) >= MAX_DATA_DIRS:  # runs come grouped by seed or by batch group
+                self.data.pop(next(iter(self.data)))
+            self.data[data_dir] = arrays
         return self.data[data_dir]
 
     def _build(self, hparams: dict[str, Any], init_seed: int) -> Any:
@@ -141,38 +144,136 @@ class ArmRunner:
             except Exception as exc:
                 raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
             counts.append(count_parameters(model))
-        return {"n_params": counts}
+        answer: dict[str, Any] = {"n_params": counts}
+        if cmd.get("probe"):
+            answer["vectorizable"], answer["why"] = self._probe(cmd)
+        return answer
+
+    def _probe(self, cmd: dict[str, Any]) -> tuple[bool, str]:
+        """Whether every config's models can train batched (bench.vectorized), and why not."""
+        from bench.vectorized import probe
+
+        arrays = self._arrays(cmd["data_dir"])
+        for hparams in cmd["configs"]:
+            try:
+                models = [self._build(hparams, init_seed=s) for s in (0, 1)]
+            except BenchError as exc:
+                return False, exc.message
+            reason = probe(models, arrays["x_train"], arrays["y_train"], cmd.get("loss", "mse"))
+            if reason is not None:
+                return False, reason
+        return True, ""
 
     def train(self, cmd: dict[str, Any], send: Any) -> dict[str, Any]:
-        """Train each run in order, sending one event per finished run."""
+        """Train the runs, sending one event per finished run.
+
+        ``path == "vectorized"``: the runs of one ``group`` train as one batched model
+        (bench.vectorized); a group that turns out not to batch falls back to one run
+        at a time, and its events say so. Otherwise each run trains on its own.
+        """
+        runs = [run for run in cmd["runs"] if "restore" not in run]
+        needed = {run["data_dir"] for run in runs}
+        for stale in [d for d in self.data if d not in needed]:  # free earlier stages' data
+            del self.data[stale]
+        for run in cmd["runs"]:
+            if "restore" in run:
+                self._restore(run)
+        if cmd.get("path") != "vectorized":
+            for run in runs:
+                self._train_one(run, send)
+            return {}
+        groups: dict[Any, list[dict[str, Any]]] = {}
+        for run in runs:
+            groups.setdefault(run.get("group", run["run_id"]), []).append(run)
+        for group in groups.values():
+            if not self._train_group(group, send):
+                for run in group:
+                    self._train_one(run, send)
+        return {}
+
+    def _restore(self, run: dict[str, Any]) -> None:
+        """Keep a model rebuilt from a stored state_dict (a cached baseline run) for ``measure``."""
+        model = self._build(run["cfg"].get("hparams", {}), run["init_seed"])
+        state = self.torch.load(run["restore"], map_location=self.device, weights_only=True)
+        model.load_state_dict(state)
+        model.eval()
+        self.kept[run["run_id"]] = model
+
+    @staticmethod
+    def _config(run: dict[str, Any]) -> Any:
+        from bench.trainer import RunConfig
+
+        cfg = run["cfg"]
+        return RunConfig(
+            lr=float(cfg["lr"]), epochs=int(cfg["epochs"]), batch_size=int(cfg["batch_size"]),
+            weight_decay=float(cfg.get("weight_decay", 0.0)), loss=run["loss"],
+        )
+
+    def _finish(self, run: dict[str, Any], result: Any, path: str, send: Any) -> None:
         import numpy as np
 
-        from bench.trainer import RunConfig, count_parameters, train
+        from bench.trainer import count_parameters
 
-        for run in cmd["runs"]:
-            arrays = self._arrays(run["data_dir"])
-            cfg = run["cfg"]
-            model = self._build(cfg.get("hparams", {}), run["init_seed"])
-            config = RunConfig(
-                lr=float(cfg["lr"]), epochs=int(cfg["epochs"]), batch_size=int(cfg["batch_size"]),
-                weight_decay=float(cfg.get("weight_decay", 0.0)), loss=run["loss"],
+        pred_path = Path(f"pred_{run['run_id']}.npy")
+        np.save(pred_path, result.predictions.numpy())
+        if run.get("keep"):
+            self.kept[run["run_id"]] = result.model
+        event = {
+            "event": "run", "run_id": run["run_id"], "pred_path": str(pred_path.resolve()),
+            "diverged": result.diverged, "seconds": result.seconds,
+            "n_params": count_parameters(result.model), "path": path,
+        }
+        if run.get("save_state"):  # for the baseline cache: measure() needs the trained model
+            state_path = Path(f"state_{run['run_id']}.pt")
+            self.torch.save(result.model.state_dict(), state_path)
+            event["state_path"] = str(state_path.resolve())
+        send(event)
+
+    def _train_one(self, run: dict[str, Any], send: Any) -> None:
+        from bench.trainer import train
+
+        arrays = self._arrays(run["data_dir"])
+        model = self._build(run["cfg"].get("hparams", {}), run["init_seed"])
+        x_eval = arrays["x_val" if run["eval"] == "val" else "x_test"]
+        try:
+            result = train(
+                model, self._config(run), arrays["x_train"], arrays["y_train"], x_eval,
+                order_seed=run["order_seed"],
             )
-            y = arrays["y_train"]
-            x_eval = arrays["x_val" if run["eval"] == "val" else "x_test"]
-            try:
-                result = train(model, config, arrays["x_train"], y, x_eval, order_seed=run["order_seed"])
-            except Exception as exc:
-                raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
-            pred_path = Path(f"pred_{run['run_id']}.npy")
-            np.save(pred_path, result.predictions.numpy())
-            if run.get("keep"):
-                self.kept[run["run_id"]] = result.model
-            send({
-                "event": "run", "run_id": run["run_id"], "pred_path": str(pred_path.resolve()),
-                "diverged": result.diverged, "seconds": result.seconds,
-                "n_params": count_parameters(result.model),
-            })
-        return {}
+        except Exception as exc:
+            raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
+        self._finish(run, result, "sequential", send)
+
+    def _train_group(self, group: list[dict[str, Any]], send: Any) -> bool:
+        """Train ``group`` batched; False (nothing sent) when it cannot be batched."""
+        from bench.vectorized import train_group
+
+        dirs: dict[tuple[str, str], int] = {}
+        datasets: list[tuple[Any, Any, Any]] = []
+        index: list[int] = []
+        for run in group:
+            key = (run["data_dir"], run["eval"])
+            if key not in dirs:
+                arrays = self._arrays(run["data_dir"])
+                dirs[key] = len(datasets)
+                x_eval = arrays["x_val" if run["eval"] == "val" else "x_test"]
+                datasets.append((arrays["x_train"], arrays["y_train"], x_eval))
+            index.append(dirs[key])
+        models = [self._build(run["cfg"].get("hparams", {}), run["init_seed"]) for run in group]
+        try:
+            results = train_group(
+                models, [self._config(run) for run in group], datasets, index,
+                [run["order_seed"] for run in group],
+            )
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the one-at-a-time path reports real errors
+            print(f"vectorized group fell back to one run at a time: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            return False
+        for run, result in zip(group, results, strict=True):
+            self._finish(run, result, "vectorized", send)
+        return True
 
     def measure(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Call the arm's ``measure(model, x)`` on kept models with the given probes."""

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench import baseline_cache
 from bench import data as data_mod
 from bench.contract import check_hparams, check_mechanism, check_source
 from bench.errors import BenchError, ErrorCode
@@ -32,6 +35,7 @@ from bench.seeding import final_seeds, run_seeds, sweep_seeds
 from bench.track import Track
 
 ARMS = ("baseline", "idea")
+MAX_GROUP = 16  # runs trained as one batched model at most (the child stacks their data)
 MIN_SEEDS, MAX_SEEDS = 2, 32
 
 
@@ -137,21 +141,42 @@ class _Job:
         self.metric = self.card["metric"]["name"]
         self.ceiling = float(self.card.get("divergence_ceiling", 1e6))
         self.seed_data: dict[int, data_mod.SeedData] = {}
+        self._prefetcher: ThreadPoolExecutor | None = None
+        self._prefetched: dict[int, Future[data_mod.SeedData]] = {}
         self.tracker = _Tracker(on_progress, 0)
         self.sessions: dict[str, ArmSession] = {}
         self.runs: list[RunRecord] = []
         self.warnings: list[str] = []
         self._counter = itertools.count()
+        self._groups = itertools.count()
+        # Execution: "vectorized" only when both arms' models batch (decided at check).
+        self.path = "sequential"
+        self.path_reason = ""
+        self.paths_used: dict[str, set[str]] = {arm: set() for arm in ARMS}
+        self.cache: baseline_cache.BaselineCache | None = None
+        self.cache_context: dict[str, Any] = {}
+        self.cache_hits = 0
+        self.cache_misses = 0
+        self._lock = threading.Lock()
 
     # -- plumbing -------------------------------------------------------------
+    def _export(self, seed: int) -> data_mod.SeedData:
+        return data_mod.export(self.track, run_seeds(seed).split, self.workdir / "data" / str(seed))
+
+    def prefetch(self, seeds: list[int]) -> None:
+        """Make the seeds' data in a background thread (it overlaps child start and training)."""
+        self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ideabench-data")
+        for seed in seeds:
+            self._prefetched[seed] = self._prefetcher.submit(self._export, seed)
+
     def data(self, seed: int) -> data_mod.SeedData:
         if seed not in self.seed_data:
-            self.seed_data[seed] = data_mod.export(
-                self.track, run_seeds(seed).split, self.workdir / "data" / str(seed)
-            )
+            future = self._prefetched.get(seed)
+            self.seed_data[seed] = future.result() if future is not None else self._export(seed)
         return self.seed_data[seed]
 
     def start_sessions(self) -> None:
+        """Start both arms' children (one after the other: the launcher is not thread-safe)."""
         limits = Limits(memory_mb=self.request.memory_mb)
         for arm in ARMS:
             self.sessions[arm] = ArmSession(
@@ -159,8 +184,14 @@ class _Job:
             )
 
     def close(self) -> None:
-        for session in self.sessions.values():
-            session.close()
+        """Close both children at once; stop making data nobody will use."""
+        if self._prefetcher is not None:
+            self._prefetcher.shutdown(wait=True, cancel_futures=True)
+        sessions = list(self.sessions.values())
+        if not sessions:
+            return
+        with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
+            list(pool.map(lambda session: session.close(), sessions))
 
     def both(self, fn: Callable[[str], Any]) -> dict[str, Any]:
         """Run ``fn(arm)`` for both arms at once (one child each); first error wins."""
@@ -185,40 +216,151 @@ class _Job:
             if session.proc.poll() is None:
                 session._kill(ErrorCode.CANCELLED)
 
+    def enable_cache(self, device: str) -> None:
+        """Reuse the canonical baseline's runs (bench.baseline_cache) when allowed."""
+        if self.request.baseline_code is not None or not baseline_cache.enabled():
+            return
+        self.cache = baseline_cache.BaselineCache()
+        self.cache_context = {
+            "kind": "baseline_run", "format": baseline_cache.FORMAT,
+            "track": f"{self.card['name']}@{self.card['version']}", "card": self.card,
+            "track_source": baseline_cache.source_hash(self.track.build_baseline),
+            "device": device, "versions": baseline_cache.versions(),
+            "code": baseline_cache.code_version(), "path": self.path, "threads": 1,
+        }
+
+    def _describe(self, record: RunRecord) -> dict[str, Any]:
+        seeds = run_seeds(record.seed)
+        return {
+            "cfg": record.cfg, "seed": record.seed, "seeds": [seeds.split, seeds.order, seeds.init],
+            "eval": record.split, "loss": self.card["metric"]["loss"],
+            "data": self.data(record.seed).checksum,
+        }
+
+    def _score(self, record: RunRecord, pred: np.ndarray, diverged: bool, seconds: float, n_params: int) -> None:
+        target = self.seed_data[record.seed]
+        y = target.y_val if record.split == "val" else target.y_test
+        record.value = score(self.metric, pred, y)
+        record.diverged = bool(diverged) or not math.isfinite(record.value)
+        if record.diverged:
+            record.value = math.nan
+        record.seconds = float(seconds)
+        record.n_params = int(n_params)
+        self.tracker.run_finished()
+
     def train(self, records: list[RunRecord]) -> None:
-        """Train ``records`` (both arms in parallel) and score them in place."""
-        by_id = {}
+        """Train ``records`` (both arms in parallel) and score them in place.
+
+        Runs of one arm with the same split, hparams and trainer settings form a batch
+        group (trained as one batched model on the vectorized path). Canonical baseline
+        groups are looked up in the baseline cache first: a group whose runs are all
+        cached is scored from the cache (final models kept for the mechanism are
+        rebuilt in the child from their cached state_dicts).
+        """
+        by_id: dict[str, RunRecord] = {}
         batches: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+        groups: dict[str, list[RunRecord]] = {}
+        seen: dict[str, int] = {}
         for record in records:
             record.run_id = f"{record.arm}{next(self._counter)}"
             by_id[record.run_id] = record
-            seeds = run_seeds(record.seed)
-            batches[record.arm].append({
-                "run_id": record.run_id, "cfg": record.cfg, "eval": record.split,
-                "data_dir": str(self.data(record.seed).data_dir), "init_seed": seeds.init,
-                "order_seed": seeds.order, "loss": self.card["metric"]["loss"],
-                "keep": record.split == "test" and self.mechanism is not None,
-            })
+            key = baseline_cache.canonical_json([
+                record.arm, record.split, record.cfg.get("hparams", {}),
+                [record.cfg[k] for k in ("epochs", "batch_size", "weight_decay")],
+            ])
+            seen[key] = seen.get(key, 0) + 1
+            # At most MAX_GROUP runs per group: the child stacks the group's data.
+            groups.setdefault(f"{key}#{(seen[key] - 1) // MAX_GROUP}", []).append(record)
+        keep = self.mechanism is not None
+        cache_keys: dict[str, str] = {}
+        for members in groups.values():
+            group_id = next(self._groups)
+            described = [self._describe(r) for r in members]
+            if self.cache is not None and members[0].arm == "baseline":
+                signature = sorted(baseline_cache.canonical_json(d) for d in described) if self.path == "vectorized" else None
+                keys = [baseline_cache.digest({**self.cache_context, "run": d, "group": signature}) for d in described]
+                hits = [self.cache.get(k) for k in keys]
+                kept = keep and members[0].split == "test"
+                if all(h is not None and (h.state_path is not None or not kept) for h in hits):
+                    for record, hit in zip(members, hits, strict=True):
+                        assert hit is not None
+                        self._score(record, hit.predictions, hit.diverged, 0.0, hit.n_params)
+                        self.cache_hits += 1
+                        if kept and hit.state_path is not None:
+                            # measure() runs on the baseline's final models: the child rebuilds
+                            # them from the cached state_dicts instead of training them again.
+                            name = f"restore_{record.run_id}.pt"
+                            shutil.copyfile(hit.state_path, self.workdir / "baseline" / name)
+                            batches["baseline"].append({
+                                "run_id": record.run_id, "cfg": record.cfg, "restore": name,
+                                "init_seed": run_seeds(record.seed).init,
+                            })
+                    continue
+                cache_keys.update({r.run_id: k for r, k in zip(members, keys, strict=True)})
+            for record in members:
+                seeds = run_seeds(record.seed)
+                batches[record.arm].append({
+                    "run_id": record.run_id, "cfg": record.cfg, "eval": record.split,
+                    "data_dir": str(self.data(record.seed).data_dir), "init_seed": seeds.init,
+                    "order_seed": seeds.order, "loss": self.card["metric"]["loss"],
+                    "keep": record.split == "test" and keep, "group": group_id,
+                    "save_state": record.run_id in cache_keys and record.split == "test" and keep,
+                })
 
         def on_event(event: dict[str, Any]) -> None:
             record = by_id[event["run_id"]]
-            target = self.seed_data[record.seed]
-            y = target.y_val if record.split == "val" else target.y_test
             pred = np.load(event["pred_path"])
-            record.value = score(self.metric, pred, y)
-            record.diverged = bool(event["diverged"]) or not math.isfinite(record.value)
-            if record.diverged:
-                record.value = math.nan
-            record.seconds = float(event["seconds"])
-            record.n_params = int(event["n_params"])
-            self.tracker.run_finished()
+            path = str(event.get("path", "sequential"))
+            with self._lock:
+                self.paths_used[record.arm].add(path)
+            self._score(record, pred, bool(event["diverged"]), float(event["seconds"]), int(event["n_params"]))
+            key = cache_keys.get(record.run_id)
+            if key is not None and self.cache is not None:
+                with self._lock:
+                    self.cache_misses += 1
+                if path == self.path:  # a group that fell back is not what its key describes
+                    try:
+                        state = event.get("state_path")
+                        self.cache.put(key, pred, diverged=bool(event["diverged"]),
+                                       seconds=float(event["seconds"]), n_params=int(event["n_params"]),
+                                       state=Path(state) if state else None)
+                    except OSError as exc:
+                        self.warnings.append(f"baseline cache not written: {exc}")
 
         def run_arm(arm: str) -> None:
             if batches[arm]:
-                self.sessions[arm].request({"op": "train", "runs": batches[arm]}, on_event)
+                self.sessions[arm].request(
+                    {"op": "train", "runs": batches[arm], "path": self.path}, on_event
+                )
 
         self.both(run_arm)
         self.runs.extend(records)
+
+    def execution(self) -> dict[str, Any]:
+        """How the runs ran, for the report's ``bench_report.execution``."""
+        used = set().union(*self.paths_used.values())
+        if not used:
+            path = self.path
+        elif len(used) == 1:
+            path = next(iter(used))
+        else:
+            path = "mixed"
+        info: dict[str, Any] = {
+            "path": path, "arms_in_parallel": True, "baseline_cache": self.cache_hits > 0,
+            "baseline_cache_hits": self.cache_hits, "baseline_cache_misses": self.cache_misses,
+        }
+        if self.path_reason:
+            info["sequential_reason"] = self.path_reason
+        return info
+
+    def choose_path(self, checked: dict[str, dict[str, Any]], wanted: bool) -> None:
+        """Vectorized when both arms' models batch, else both run one at a time."""
+        if not wanted:
+            self.path, self.path_reason = "sequential", "IDEABENCH_EXECUTION=sequential"
+            return
+        reasons = [f"{arm}: {checked[arm].get('why', '')}" for arm in ARMS if not checked[arm].get("vectorizable")]
+        self.path = "sequential" if reasons else "vectorized"
+        self.path_reason = "; ".join(reasons)
 
     # -- the protocol ---------------------------------------------------------
     mechanism: dict[str, Any] | None = None
@@ -360,6 +502,7 @@ def judge(
         job = _Job(request, track, Path(tmp), on_progress, cancel or threading.Event())
         try:
             job.tracker.emit("starting the sandboxed children")
+            job.prefetch(sweep_seeds(int(track.card["defaults"]["sweep_seeds"])) + final_seeds(n_seeds))
             job.start_sessions()
             loaded = job.both(lambda arm: job.sessions[arm].request({
                 "op": "load", "role": arm, "track": track.name, "spec": track.spec,
@@ -379,9 +522,13 @@ def judge(
                     raise BenchError(ErrorCode.INVALID_MECHANISM, "MECHANISM is declared but the idea defines no measure(model, x).")
             job.sweep_seed_list = sweep_seeds(int(track.card["defaults"]["sweep_seeds"]))
             first = job.data(job.sweep_seed_list[0])
-            job.both(lambda arm: job.sessions[arm].request(
-                {"op": "check", "data_dir": str(first.data_dir), "configs": job.grids[arm]}
-            ))
+            want_vectorized = os.environ.get("IDEABENCH_EXECUTION", "auto").strip().lower() != "sequential"
+            checked = job.both(lambda arm: job.sessions[arm].request({
+                "op": "check", "data_dir": str(first.data_dir), "configs": job.grids[arm],
+                "probe": want_vectorized, "loss": track.card["metric"]["loss"],
+            }))
+            job.choose_path(checked, want_vectorized)
+            job.enable_cache(loaded["baseline"]["device"])
             n_lrs = len(track.card["defaults"]["lr_grid"])
             per_arm_sweep = {a: n_lrs * len(job.grids[a]) * len(job.sweep_seed_list) for a in ARMS}
             job.tracker.add_total(sum(per_arm_sweep.values()) + 2 * n_seeds)

@@ -21,6 +21,11 @@ POLL_S = 0.2
 LOG_TAIL_CHARS = 600
 
 
+def _has_cgroup(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether a memory cgroup watched ``proc`` (then only its OOM counter means out of memory)."""
+    return "cgroup_memory" in sandbox.layers_of(proc)
+
+
 class ArmSession:
     """One sandboxed child that holds one arm's code for the whole job."""
 
@@ -110,19 +115,34 @@ class ArmSession:
             rc = self.proc.returncode
         tail = self.log_tail().strip()
         where = f"; its last output: {tail[-300:]!r}" if tail else ""
-        if rc == -signal.SIGXFSZ:
+        if self._killed_for == ErrorCode.CANCELLED:  # killed by us, e.g. after the other arm failed
+            return BenchError(ErrorCode.CANCELLED, "The job was cancelled; its child was killed.")
+        info = sandbox.exit_info(self.proc)
+        if info.output_capped or info.signal == signal.SIGXFSZ:
             return BenchError(
                 ErrorCode.OUTPUT_LIMIT,
-                f"The {self.role} wrote more than {self.limits.file_size_mb} MB of output.",
+                f"The {self.role} wrote more than {self.limits.file_size_mb} MB of output "
+                f"(stdout/stderr are capped){where}.",
             )
-        if rc == -signal.SIGKILL and self._killed_for is None:
+        if info.oom_killed or (
+            info.signal == signal.SIGKILL and self._killed_for is None and not _has_cgroup(self.proc)
+        ):
             return BenchError(
                 ErrorCode.OUT_OF_MEMORY,
-                f"The {self.role} process was killed (memory limit {self.limits.memory_mb} MB)"
-                + where,
+                f"The {self.role} process was killed by the memory limit "
+                f"({self.limits.memory_mb} MB){where}.",
             )
-        if rc is not None and rc < 0:
-            name = signal.Signals(-rc).name
+        if info.signal == signal.SIGXCPU:
+            return BenchError(
+                ErrorCode.TIMEOUT,
+                f"The {self.role} process used more than its CPU-time limit of "
+                f"{self.limits.cpu_s} s{where}.",
+            )
+        if info.signal is not None:
+            try:
+                name = signal.Signals(info.signal).name
+            except ValueError:
+                name = f"signal {info.signal}"
             return BenchError(
                 ErrorCode.CRASHED, f"The {self.role} process died from {name}{where}."
             )

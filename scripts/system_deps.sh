@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Debian packages the tests need (bubblewrap for the sandbox, docker-compose to
+# Debian packages the tests need (bubblewrap for the sandbox's namespaces,
+# libseccomp2 for its seccomp filter through pyseccomp, docker-compose to
 # parse docker-compose.yml). Installs only what is missing; needs root to install.
 set -euo pipefail
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
+if ! { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep 'libseccomp\.so\.2' >/dev/null; then
+  need+=(libseccomp2)
+fi
 command -v docker-compose >/dev/null || need+=(docker-compose)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ]; then

@@ -1,0 +1,324 @@
+"""Hostile submissions end with a precise error, harm nothing and leave nothing running.
+
+Each hostile idea goes through ``bench.protocol.judge`` on the smoke track. The
+job's temp dir is put under the test's ``tmp_path`` so every process of the job
+(the bootstrap's command line names its working directory) can be found
+afterwards; processes a test starts itself carry a marker in their command line.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench import sandbox
+from bench.catalog import get_card
+from bench.errors import BenchError, ErrorCode
+from bench.protocol import JudgeRequest, judge
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE = get_card("smoke")
+IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+LAYERS = sandbox.probe_layers()
+GOOD_TAIL = "\nimport torch\nfrom torch import nn\n\ndef build_model(spec):\n    return nn.Linear(8, 1)\n"
+
+needs_bwrap = pytest.mark.skipif(
+    "namespaces" not in LAYERS and not IN_CI,
+    reason="bubblewrap (bwrap) is not installed: run scripts/system_deps.sh as root "
+    "(with CI=true these tests never skip)",
+)
+needs_pids_limit = pytest.mark.skipif(
+    "cgroup_pids" not in LAYERS and not IN_CI,
+    reason="no writable pids cgroup here: a fork bomb would hit the host (CI=true never skips)",
+)
+
+
+@pytest.fixture
+def job_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Jobs' temp dirs land under ``tmp_path`` (judge uses tempfile)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def _processes_with(marker: str) -> list[tuple[int, str]]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def _assert_nothing_left(*markers: str) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        left = [p for m in markers for p in _processes_with(m)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not left, f"processes left running after the job: {left}"
+    v2, v1 = sandbox._cgroup_mounts()
+    own = sandbox._own_cgroups()
+    parents = [v1[c] / own.get(c, "/").lstrip("/") for c in v1]
+    if v2 is not None:
+        parents.append(v2 / own.get("", "/").lstrip("/"))
+    cgroups = [p for d in parents for p in d.glob(f"{sandbox.CGROUP_PREFIX}{os.getpid()}-*")]
+    assert not cgroups, f"cgroups left behind: {cgroups}"
+
+
+def _judge_fails(job_tmp: Path, code: str, source: str, *markers: str, **kwargs: object) -> BenchError:
+    kwargs.setdefault("timeout_s", 90.0)
+    with pytest.raises(BenchError) as info:
+        judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2, **kwargs))  # type: ignore[arg-type]
+    error = info.value
+    assert error.code.value == code, error.message
+    _assert_nothing_left(str(job_tmp), *markers)
+    return error
+
+
+# -- network ----------------------------------------------------------------------
+@needs_bwrap
+@pytest.mark.parametrize("address", [("127.0.0.1", 5432), ("127.0.0.1", 6379), ("1.1.1.1", 443)])
+def test_network_is_refused(job_tmp: Path, address: tuple[str, int]) -> None:
+    source = f"import socket\nsocket.create_connection({address!r}, timeout=3)\n" + GOOD_TAIL
+    error = _judge_fails(job_tmp, "sandbox_violation", source)
+    assert "network" in error.message
+
+
+# -- the worker's environment and files --------------------------------------------
+@needs_bwrap
+def test_worker_environment_is_invisible(job_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = f"hunter2-{uuid.uuid4().hex}"
+    monkeypatch.setenv("IDEABENCH_FAKE_DATABASE_URL", f"postgresql://u:{secret}@db/x")
+    source = (
+        "import os\n"
+        "p1 = open('/proc/1/environ', 'rb').read()\n"
+        "me = open('/proc/self/environ', 'rb').read()\n"
+        "raise RuntimeError(f'P1={p1!r} ENV={sorted(os.environ)!r} SELF={me!r}')\n" + GOOD_TAIL
+    )
+    error = _judge_fails(job_tmp, "invalid_code", source)
+    assert "P1=b''" in error.message  # bwrap's PID 1 runs with an empty environment
+    assert secret not in error.message
+    assert "IDEABENCH_FAKE_DATABASE_URL" not in error.message
+
+
+@needs_bwrap
+@pytest.mark.parametrize("path", [str(REPO / "pyproject.toml"), "/etc/shadow", "/etc/hostname"])
+def test_host_files_are_invisible(job_tmp: Path, path: str) -> None:
+    source = f"open({path!r}).read()\n" + GOOD_TAIL
+    error = _judge_fails(job_tmp, "sandbox_violation", source)
+    assert path in error.message
+
+
+@needs_bwrap
+def test_writing_outside_the_temp_dir_fails(job_tmp: Path) -> None:
+    name = f"evil-{uuid.uuid4().hex}.txt"
+    targets = [str(REPO / name), f"/tmp/{name}", f"/etc/{name}", str(job_tmp / name)]
+    source = (
+        "import os\n"
+        f"targets = {targets!r} + [os.path.join(os.path.dirname(os.getcwd()), 'data', {name!r})]\n"
+        "wrote = []\n"
+        "last = None\n"
+        "for t in targets:\n"
+        "    try:\n"
+        "        open(t, 'w').write('x')\n"
+        "        wrote.append(t)\n"
+        "    except OSError as exc:\n"
+        "        last = exc\n"
+        "if wrote:\n"
+        "    raise RuntimeError(f'WROTE {wrote}')\n"
+        "raise last\n" + GOOD_TAIL
+    )
+    error = _judge_fails(job_tmp, "sandbox_violation", source)
+    assert "outside the job's temp dir" in error.message
+    for target in targets:
+        assert not Path(target).exists()
+
+
+@pytest.mark.skipif(
+    "seccomp" not in LAYERS and not IN_CI,
+    reason="pyseccomp (and libseccomp2) not installed: no seccomp filter here (CI=true never skips)",
+)
+def test_namespace_and_ptrace_calls_are_refused(job_tmp: Path) -> None:
+    source = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "results = {}\n"
+        "results['unshare'] = (libc.unshare(0x10000000), ctypes.get_errno())\n"
+        "results['ptrace'] = (libc.ptrace(16, 1, 0, 0), ctypes.get_errno())\n"
+        "assert all(rc == -1 for rc, _ in results.values()), results\n"
+        "raise PermissionError(ctypes.get_errno(), 'unshare/ptrace refused')\n" + GOOD_TAIL
+    )
+    error = _judge_fails(job_tmp, "sandbox_violation", source)
+    assert "system call refused" in error.message
+
+
+# -- resource exhaustion ---------------------------------------------------------------
+@needs_pids_limit
+@pytest.mark.slow
+def test_fork_bomb(job_tmp: Path) -> None:
+    source = "import os\nwhile True:\n    os.fork()\n" + GOOD_TAIL
+    error = _judge_fails(job_tmp, "sandbox_violation", source)
+    assert "process limit" in error.message
+
+
+def test_memory_bomb(job_tmp: Path) -> None:
+    source = "hog = []\nwhile True:\n    hog.append(b'x' * (64 << 20))\n" + GOOD_TAIL
+    error = _judge_fails(job_tmp, "out_of_memory", source, memory_mb=1536)
+    assert "memory" in error.message.lower()
+
+
+@pytest.mark.slow
+def test_infinite_loop_with_a_thread_ignoring_sigterm(job_tmp: Path) -> None:
+    marker = f"ideabench-test-loop-{uuid.uuid4().hex}"
+    source = (
+        "import signal, threading\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "def spin():\n"
+        "    while True:\n"
+        "        pass\n"
+        "threading.Thread(target=spin, daemon=False).start()\n"
+        "while True:\n"
+        "    pass\n" + GOOD_TAIL
+    )
+    error = _judge_fails(job_tmp, "timeout", source, marker, timeout_s=20.0)
+    assert "limit" in error.message
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_double_forked_setsid_daemon_survives_nothing(job_tmp: Path) -> None:
+    marker = f"ideabench-test-daemon-{uuid.uuid4().hex}"
+    source = (
+        "import os, sys\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        os.execv(sys.executable, [sys.executable, '-c', "
+        f"'import time\\nwhile True: time.sleep(1)', {marker!r}])\n"
+        "    os._exit(0)\n"
+        "os.wait()\n" + GOOD_TAIL
+    )
+    seen: list[bool] = []
+    report = judge(
+        JudgeRequest(track="smoke", idea_code=source, n_seeds=2, timeout_s=120),
+        on_progress=lambda _: seen.append(bool(_processes_with(marker))),
+    )
+    assert report["bench_report"]["n_seeds"] == 2
+    assert any(seen), "the daemon never ran: the test proves nothing"
+    _assert_nothing_left(str(job_tmp), marker)
+
+
+def test_printing_gigabytes_hits_the_output_cap(job_tmp: Path) -> None:
+    source = "import sys\nchunk = 'x' * (1 << 20)\nwhile True:\n    sys.stdout.write(chunk)\n" + GOOD_TAIL
+    error = _judge_fails(job_tmp, "output_limit", source)
+    assert "output" in error.message
+
+
+# -- crashes and invalid ideas --------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("code", "source", "needle"),
+    [
+        ("crashed", "import os\nos._exit(3)\n" + GOOD_TAIL, "status 3"),
+        ("crashed", "import ctypes\nctypes.string_at(0)\n" + GOOD_TAIL, "SIGSEGV"),
+        ("invalid_code", "import no_such_module_xyz\n" + GOOD_TAIL, "no_such_module_xyz"),
+        ("not_a_module", "def build_model(spec):\n    return 42\n", "Module"),
+        (
+            "too_many_parameters",
+            "from torch import nn\ndef build_model(spec):\n"
+            "    return nn.Sequential(nn.Linear(8, 4000), nn.Linear(4000, 1))\n",
+            "param",
+        ),
+    ],
+    ids=["os_exit", "segfault", "missing_module", "not_a_module", "too_many_parameters"],
+)
+def test_crashes_and_invalid_ideas(job_tmp: Path, code: str, source: str, needle: str) -> None:
+    error = _judge_fails(job_tmp, code, source)
+    assert needle in error.message
+
+
+# -- layers and degradation ------------------------------------------------------------------
+def test_isolation_layers_name_what_ran(tmp_path: Path) -> None:
+    workdir = tmp_path / "job" / "idea"
+    proc, fd = sandbox.launch(workdir, sandbox.Limits())
+    try:
+        layers = sandbox.layers_of(proc)
+        assert layers == sandbox.isolation_layers()
+        for layer in ("empty_env", "rlimits", "output_cap", "no_new_privs"):
+            assert layer in layers
+        if "namespaces" in LAYERS or IN_CI:
+            assert {"namespaces", "no_network", "seccomp"} <= set(layers)
+    finally:
+        sandbox.kill(proc)
+        os.close(fd)
+    _assert_nothing_left(str(tmp_path))
+
+
+def test_full_isolation_required_refuses_without_bwrap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(sandbox.BWRAP_ENV, "0")
+    monkeypatch.setenv(sandbox.REQUIRE_ENV, "1")
+    with pytest.raises(BenchError) as info:
+        sandbox.launch(tmp_path / "job" / "idea", sandbox.Limits())
+    assert info.value.code == ErrorCode.INTERNAL
+    assert "namespaces" in info.value.message and sandbox.REQUIRE_ENV in info.value.message
+    with pytest.raises(BenchError):
+        sandbox.launch(tmp_path / "job" / "idea", sandbox.Limits(), require_full_isolation=True)
+    _assert_nothing_left(str(tmp_path))
+
+
+def test_degraded_launch_reports_missing_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(sandbox.BWRAP_ENV, "0")
+    proc, fd = sandbox.launch(tmp_path / "job" / "idea", sandbox.Limits(), require_full_isolation=False)
+    try:
+        layers = sandbox.layers_of(proc)
+        assert "namespaces" not in layers and "no_network" not in layers
+        assert "empty_env" in layers and "no_new_privs" in layers
+    finally:
+        sandbox.kill(proc)
+        os.close(fd)
+    _assert_nothing_left(str(tmp_path))
+
+
+def test_bwrap_failing_to_start_degrades_or_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(sandbox.BWRAP_ENV, "/bin/false")
+    proc, fd = sandbox.launch(tmp_path / "job" / "idea", sandbox.Limits(), require_full_isolation=False)
+    try:
+        assert "namespaces" not in sandbox.layers_of(proc)
+    finally:
+        sandbox.kill(proc)
+        os.close(fd)
+    with pytest.raises(BenchError) as info:
+        sandbox.launch(tmp_path / "job" / "idea", sandbox.Limits(), require_full_isolation=True)
+    assert "bwrap failed" in info.value.message
+    _assert_nothing_left(str(tmp_path))
+
+
+@needs_bwrap
+def test_full_isolation_runs_here_when_required(tmp_path: Path) -> None:
+    proc, fd = sandbox.launch(tmp_path / "job" / "idea", sandbox.Limits(), require_full_isolation=True)
+    try:
+        assert set(sandbox.FULL_ISOLATION) <= set(sandbox.layers_of(proc))
+    finally:
+        sandbox.kill(proc)
+        os.close(fd)
+    _assert_nothing_left(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_worker_stays_healthy_after_hostile_jobs(job_tmp: Path) -> None:
+    _judge_fails(job_tmp, "crashed", "import ctypes\nctypes.string_at(0)\n" + GOOD_TAIL)
+    report = judge(JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2))
+    assert report["bench_report"]["isolation"] == sandbox.isolation_layers()
+    _assert_nothing_left(str(job_tmp))

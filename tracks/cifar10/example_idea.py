@@ -1,0 +1,57 @@
+"""Example idea for the cifar10 track: a classifier that is left-right symmetric by construction.
+
+Horizontal flips preserve CIFAR-10 labels, and few thousand training images rarely
+show both orientations of a scene. Here the logits are the mean of the baseline CNN's
+logits on the image and on its mirror image, f(x) = (g(x) + g(flip x)) / 2, so the
+model is exactly flip-invariant and every gradient step learns from both orientations.
+The CNN g is the baseline's (same parameter count); the cost is one extra forward pass,
+done in the same batch.
+
+Contract: build_model(spec) -> torch.nn.Module mapping (B, *spec["input_shape"]) to
+(B, *spec["output_shape"]) logits. Optional: HPARAMS (extra sweep grid, values reach
+build_model as spec["hparams"][name]), MECHANISM + measure(model, x) -> float.
+"""
+
+import torch
+from torch import nn
+
+HPARAMS = {}
+
+MECHANISM = {
+    "quantity": "flip sensitivity: mean |logits(x) - logits(flip x)| / mean |logits(x)|",
+    "prediction": "averaging over the mirror image makes the trained classifier exactly "
+    "invariant to horizontal flips (the baseline is not)",
+    "expect": {"kind": "close_to", "target": 0.0, "atol": 1e-4},
+}
+
+
+class FlipSymmetric(nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        logits = self.net(torch.cat([x, torch.flip(x, dims=[-1])]))
+        a, b = logits.chunk(2)
+        return 0.5 * (a + b)
+
+
+def build_model(spec):
+    net = nn.Sequential(
+        nn.Conv2d(spec["n_channels"], 8, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(8, 16, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(32 * 4 * 4, spec["n_classes"]),
+    )
+    return FlipSymmetric(net)
+
+
+def measure(model, x):
+    with torch.no_grad():
+        logits = model(x)
+        flipped = model(torch.flip(x, dims=[-1]))
+    return float((logits - flipped).abs().mean() / logits.abs().mean())
