@@ -24,7 +24,7 @@ run: install
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy bench cli
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 check-migrations: install
@@ -33,7 +33,7 @@ check-migrations: install
 test: install
 	bash scripts/system_deps.sh
 	$(MAKE) lint
-
+	$(MAKE) check-migrations
 	$(BIN)/pytest -q -ra
 
 test-fast: install

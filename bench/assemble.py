@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bench import BENCH_VERSION, sandbox
+from bench import BENCH_VERSION
 from bench.report import Report
 from bench.stats import compare
 from bench.verdicts import decide, mechanism_confirmed
@@ -176,7 +176,7 @@ def build_report(
         "versions": _versions(),
         "device": device,
         "warnings": warnings,
-        "isolation": sandbox.isolation_layers(),
+        "isolation": [layer for layer in job.sessions["idea"].layers if layer in job.sessions["baseline"].layers],
         "execution": job.execution(),
         "diverged": diverged,
         "submission": {"name": request.name, "hypothesis": request.hypothesis},

@@ -7,6 +7,7 @@ sees validation or test labels: the parent scores the predictions it returns.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError, ErrorCode
+from bench.sandbox import violation
 
 LOG_NAME = "child.log"
 MAX_DATA_DIRS = 40
@@ -34,6 +36,16 @@ def classify(exc: BaseException, filename: str, code: ErrorCode) -> BenchError:
     if isinstance(exc, BenchError):
         return exc
     text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+        return BenchError(
+            ErrorCode.OUTPUT_LIMIT,
+            f"output cap reached (stdout/stderr and files are capped by size): {text[:700]}",
+        )
+    refused = violation(exc)
+    if refused is not None:
+        return BenchError(
+            ErrorCode.SANDBOX_VIOLATION, f"{refused}: {text[:700]}{_user_frame_hint(exc, filename)}"
+        )
     if isinstance(exc, MemoryError) or "can't allocate memory" in str(exc) or (
         "out of memory" in str(exc).lower()
     ):

@@ -47,6 +47,7 @@ class ArmSession:
         self.timeout_s = timeout_s
         self._buffer = b""
         self.proc, self._fd = sandbox.launch(workdir, limits)
+        self.layers = sandbox.layers_of(self.proc)
         self._killed_for: ErrorCode | None = None
         ready = self._read_message()
         if "error" in ready:

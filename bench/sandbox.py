@@ -753,27 +753,6 @@ def violation(exc: BaseException) -> str | None:
     return None
 
 
-def _patch_classify() -> None:
-    """Make the child report sandbox refusals as ``sandbox_violation``."""
-    import bench.child as child
-
-    original = child.classify
-
-    def classify(exc: BaseException, filename: str, code: ErrorCode) -> BenchError:
-        error = original(exc, filename, code)
-        if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
-            return BenchError(
-                ErrorCode.OUTPUT_LIMIT,
-                f"output cap reached (stdout/stderr and files are capped by size): {error.message}",
-            )
-        what = violation(exc)
-        if what is None or error.code == ErrorCode.SANDBOX_VIOLATION:
-            return error
-        return BenchError(ErrorCode.SANDBOX_VIOLATION, f"{what}: {error.message}")
-
-    child.classify = classify  # type: ignore[assignment]
-
-
 def _bootstrap(argv: list[str]) -> None:
     """``python -m bench.sandbox PROTO_FD STATUS_FD WORKDIR``: lock down, then run bench.child."""
     proto_fd, status_fd = argv[0], int(argv[1])
@@ -793,7 +772,6 @@ def _bootstrap(argv: list[str]) -> None:
         status["errors"].append(f"/proc/self/status: {exc}")
     os.write(status_fd, json.dumps(status).encode())
     os.close(status_fd)
-    _patch_classify()
     import bench.child as child
 
     sys.argv = ["bench.child", proto_fd]

@@ -1,1 +1,5 @@
-"""Queue face: the Celery app, its tasks and the reconciler."""
+"""ideabench's queue face: the Celery app, the job runner and the reconciler.
+
+The only place where the database and torch meet: tasks take a job id, claim
+the job, call ``bench.protocol.judge`` and persist the outcome.
+"""

@@ -1,0 +1,1 @@
+"""Paired comparison of per-seed numbers: ``bench.stats.compare`` over HTTP."""

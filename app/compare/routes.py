@@ -1,0 +1,23 @@
+"""Route: the paired comparison of two arms' per-seed numbers."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.compare.schemas import CompareRequest, Comparison
+from app.errors import ApiCode, ApiError, error_responses
+from app.keys.deps import ReaderDep
+
+router = APIRouter(tags=["compare"], responses=error_responses(401, 403, 422))
+
+
+@router.post("/v1/compare", response_model=Comparison)
+def compare(body: CompareRequest, _caller: ReaderDep) -> Comparison:
+    """Exact paired sign-flip statistics of idea - baseline: the report's comparison block."""
+    from bench.stats import compare as compare_arms  # numpy/scipy: loaded on first use
+
+    try:
+        result = compare_arms(body.baseline, body.idea, lower_is_better=body.lower_is_better, alpha=body.alpha)
+    except ValueError as exc:
+        raise ApiError(422, ApiCode.INVALID_COMPARISON, str(exc)) from None
+    return Comparison.model_validate(result)

@@ -1,0 +1,185 @@
+"""Every error the API returns: ``{"code", "message", "hint"}`` with a fitting status.
+
+Codes of failed ideas come from ``bench.errors.ErrorCode``; the codes below are
+the service's own (authentication, paging, lookups). ``install_error_handlers``
+replaces FastAPI's default handlers so no answer ever has another shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import StrEnum
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from bench.errors import BenchError
+
+log = logging.getLogger("ideabench.api")
+
+
+class ApiCode(StrEnum):
+    """The service's own error codes (stable)."""
+
+    VALIDATION_ERROR = "validation_error"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    BAD_REQUEST = "bad_request"
+    BAD_CURSOR = "bad_cursor"
+    NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    JOB_NOT_FOUND = "job_not_found"
+    JOB_FINISHED = "job_finished"
+    REPORT_NOT_FOUND = "report_not_found"
+    REPORT_NOT_READY = "report_not_ready"
+    KEY_NOT_FOUND = "key_not_found"
+    IDEMPOTENCY_CONFLICT = "idempotency_conflict"
+    INVALID_COMPARISON = "invalid_comparison"
+    MISSING_API_KEY = "missing_api_key"
+    INVALID_API_KEY = "invalid_api_key"
+    FORBIDDEN_ROLE = "forbidden_role"
+    NOT_READY = "not_ready"
+    INTERNAL = "internal"
+
+
+HINTS: dict[str, str] = {
+    ApiCode.VALIDATION_ERROR: "Fix the named field; GET /docs shows every request schema with an example.",
+    ApiCode.PAYLOAD_TOO_LARGE: "Send a smaller body: one idea file under 64 KiB.",
+    ApiCode.BAD_REQUEST: "Check the request's headers and body.",
+    ApiCode.BAD_CURSOR: "Pass back next_cursor exactly as a previous page returned it, with the same sort.",
+    ApiCode.NOT_FOUND: "See GET /docs for the API's routes (they live under /v1).",
+    ApiCode.METHOD_NOT_ALLOWED: "See GET /docs for the methods each route accepts.",
+    ApiCode.JOB_NOT_FOUND: "List your jobs with GET /v1/jobs.",
+    ApiCode.JOB_FINISHED: "The job already ended; nothing to cancel.",
+    ApiCode.REPORT_NOT_FOUND: "List reports with GET /v1/reports.",
+    ApiCode.REPORT_NOT_READY: "Poll GET /v1/jobs/{job_id} until its status is succeeded.",
+    ApiCode.KEY_NOT_FOUND: "List keys with GET /v1/keys.",
+    ApiCode.IDEMPOTENCY_CONFLICT: "Use a new Idempotency-Key for a different submission.",
+    ApiCode.INVALID_COMPARISON: "Send two equally long lists of finite numbers, at least 2 pairs.",
+    ApiCode.MISSING_API_KEY: "Send the header 'Authorization: Bearer <key>'; an operator creates keys "
+    "with `ideabench keys create --role agent`.",
+    ApiCode.INVALID_API_KEY: "The key is unknown or revoked; ask an operator for a valid one.",
+    ApiCode.FORBIDDEN_ROLE: "Use a key whose role allows this route (see docs/api.md, Roles).",
+    ApiCode.NOT_READY: "Start the database, the broker and a worker (`ideabench worker`).",
+    ApiCode.INTERNAL: "This is a bug in ideabench; retry later and report it if it persists.",
+}
+
+_STATUS_CODES = {
+    400: ApiCode.BAD_REQUEST,
+    401: ApiCode.MISSING_API_KEY,
+    403: ApiCode.FORBIDDEN_ROLE,
+    404: ApiCode.NOT_FOUND,
+    405: ApiCode.METHOD_NOT_ALLOWED,
+    413: ApiCode.PAYLOAD_TOO_LARGE,
+}
+
+
+class ErrorBody(BaseModel):
+    """The body of every error answer."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "code": "invalid_code",
+                    "message": "The idea file does not compile: invalid syntax (line 3).",
+                    "hint": "Fix the Python error shown in the message.",
+                }
+            ]
+        }
+    )
+
+    code: str
+    message: str
+    hint: str
+
+
+class ApiError(Exception):
+    """An error answer: HTTP status plus code, message and hint."""
+
+    def __init__(self, status: int, code: str, message: str, hint: str | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.status = status
+        self.code = str(code)
+        self.message = message
+        self.hint = hint if hint is not None else HINTS.get(self.code, "")
+
+    @classmethod
+    def from_bench(cls, exc: BenchError, status: int = 422) -> ApiError:
+        """Wrap an engine error (e.g. ``invalid_code``) as an API answer."""
+        return cls(status, exc.code.value, exc.message, exc.hint)
+
+    def response(self) -> JSONResponse:
+        """The JSON answer."""
+        body = {"code": self.code, "message": self.message, "hint": self.hint}
+        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+        return JSONResponse(body, status_code=self.status, headers=headers)
+
+
+def error_response(status: int, code: str, message: str, hint: str | None = None) -> JSONResponse:
+    """A JSON error answer without raising."""
+    return ApiError(status, code, message, hint).response()
+
+
+def _describe_validation(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}" if loc else str(err.get("msg")))
+    more = len(exc.errors()) - 5
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+async def _api_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return exc.response()
+
+
+async def _bench_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BenchError)
+    return ApiError.from_bench(exc).response()
+
+
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(422, ApiCode.VALIDATION_ERROR, _describe_validation(exc))
+
+
+async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _STATUS_CODES.get(exc.status_code, ApiCode.BAD_REQUEST)
+    message = str(exc.detail) if exc.detail else "Request failed."
+    if exc.status_code == 404:
+        message = "No such route."
+    return error_response(exc.status_code, code, message)
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, ApiCode.INTERNAL, "An internal error occurred.")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Replace FastAPI's default handlers with ones that answer ``ErrorBody``."""
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(BenchError, _bench_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, object]]:
+    """OpenAPI ``responses`` entries documenting ``ErrorBody`` for ``statuses``."""
+    descriptions = {
+        400: "Bad request (e.g. bad_cursor)",
+        401: "missing_api_key or invalid_api_key",
+        403: "forbidden_role",
+        404: "Not found (job_not_found, report_not_found, unknown_track, ...)",
+        409: "Conflict (job_finished, report_not_ready, idempotency_conflict)",
+        413: "payload_too_large",
+        422: "validation_error or an idea error (invalid_code, missing_build_model, unknown_track, ...)",
+        503: "not_ready",
+    }
+    return {s: {"model": ErrorBody, "description": descriptions.get(s, "Error")} for s in statuses}

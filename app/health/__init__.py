@@ -1,0 +1,1 @@
+"""Liveness and readiness: process up; database, broker and a worker reachable."""

@@ -1,0 +1,1 @@
+"""Ideas and jobs: submission, status, listing, cancellation, worker-side leases."""

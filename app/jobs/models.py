@@ -1,0 +1,77 @@
+"""The ``jobs`` table: one submitted idea and the state of its judging."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base, UTCDateTime, utcnow
+from app.types import JsonType
+
+
+class JobStatus(StrEnum):
+    """``queued -> running -> succeeded | failed | cancelled``."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+class Job(Base):
+    """A submission and its judging: what to run, who asked, where it stands."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("submitter_id", "idempotency_key", name="uq_jobs_submitter_idempotency"),
+        Index("ix_jobs_status_queue_created", "status", "queue", "created_at"),
+        Index("ix_jobs_created", "created_at", "id"),
+        Index("ix_jobs_submitter_created", "submitter_id", "created_at", "id"),
+        Index("ix_jobs_track_created", "track", "created_at", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED.value)
+    queue: Mapped[str] = mapped_column(String(16), default="cpu")
+    # The submission.
+    track: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str | None] = mapped_column(String(200))
+    hypothesis: Mapped[str | None] = mapped_column(Text)
+    idea_code: Mapped[str] = mapped_column(Text)
+    baseline_code: Mapped[str | None] = mapped_column(Text)
+    n_seeds: Mapped[int | None] = mapped_column(Integer)
+    hparams: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    mechanism: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    submitter_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id"))
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    # Progress, written by the worker while the protocol runs.
+    stage: Mapped[str | None] = mapped_column(String(32))
+    runs_done: Mapped[int] = mapped_column(Integer, default=0)
+    runs_total: Mapped[int | None] = mapped_column(Integer)
+    eta_s: Mapped[float | None] = mapped_column(Float)
+    progress_message: Mapped[str | None] = mapped_column(String(500))
+    # The lease: who runs it, until when, which attempt (the fencing token).
+    worker_id: Mapped[str | None] = mapped_column(String(200))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The end.
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    error_hint: Mapped[str | None] = mapped_column(Text)
+    report_id: Mapped[str | None] = mapped_column(String(32))
+    # Times.
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

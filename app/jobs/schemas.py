@@ -1,0 +1,160 @@
+"""Request and response bodies of the idea and job routes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from app.jobs.models import JobStatus
+
+_JOB_EXAMPLE: dict[str, Any] = {
+    "job_id": "job_4be1f0c2a9d3e8b7c6a5",
+    "status": "running",
+    "track": "smoke",
+    "name": "silu-wide",
+    "device": "cpu",
+    "submitter": "key_1a2b3c4d",
+    "created_at": "2025-05-01T12:00:00Z",
+    "started_at": "2025-05-01T12:00:01Z",
+    "finished_at": None,
+    "queue_position": None,
+    "progress": {"stage": "sweep", "runs_done": 9, "runs_total": 40, "eta_s": 6.5,
+                 "message": "sweep: idea lr=0.01 seed 1"},
+    "attempts": 1,
+    "cancel_requested": False,
+    "error": None,
+    "report_id": None,
+    "links": {"self": "/v1/jobs/job_4be1f0c2a9d3e8b7c6a5",
+              "report": "/v1/jobs/job_4be1f0c2a9d3e8b7c6a5/report",
+              "cancel": "/v1/jobs/job_4be1f0c2a9d3e8b7c6a5/cancel"},
+}
+
+
+class IdeaSubmission(BaseModel):
+    """One idea to judge: the track and the idea file, plus optional overrides.
+
+    ``hparams`` (alias ``grid``) and ``mechanism`` override the file's own
+    ``HPARAMS`` / ``MECHANISM``. The example below is the smoke track's example idea.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    track: str = Field(min_length=1, max_length=64, description="A track name from GET /v1/tracks.")
+    code: str = Field(min_length=1, description="The idea file: Python source defining build_model(spec).")
+    name: str | None = Field(default=None, max_length=200, description="A short label for the idea.")
+    hypothesis: str | None = Field(default=None, max_length=4000, description="What the idea should do, and why.")
+    baseline_code: str | None = Field(
+        default=None, description="A matched baseline file (same contract); default: the track's baseline."
+    )
+    hparams: dict[str, Any] | None = Field(
+        default=None,
+        validation_alias=AliasChoices("hparams", "grid"),
+        description="Extra sweep grid {name: [values]} (alias: grid); overrides the file's HPARAMS.",
+    )
+    n_seeds: int | None = Field(default=None, ge=2, le=32, description="Final paired seeds per arm.")
+    mechanism: dict[str, Any] | None = Field(
+        default=None, description="A mechanism expectation; overrides the file's MECHANISM."
+    )
+    device: Literal["cpu", "gpu"] | None = Field(
+        default=None, description="Which workers run it; default: the service's setting."
+    )
+
+
+class JobError(BaseModel):
+    """Why a job failed: the same shape as every API error."""
+
+    code: str
+    message: str
+    hint: str
+
+
+class JobProgress(BaseModel):
+    """Where a running protocol stands."""
+
+    stage: str | None = Field(description="sweep, final or mechanism")
+    runs_done: int
+    runs_total: int | None
+    eta_s: float | None = Field(description="Estimated seconds left.")
+    message: str | None = None
+
+
+class JobLinks(BaseModel):
+    """Where to poll, fetch the report, cancel."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    self_: str = Field(alias="self", serialization_alias="self")
+    report: str
+    cancel: str
+
+
+class JobView(BaseModel):
+    """A job's state."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_JOB_EXAMPLE]})
+
+    job_id: str
+    status: JobStatus
+    track: str
+    name: str | None
+    device: str
+    submitter: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    queue_position: int | None = Field(
+        description="Queued jobs ahead of this one (only while queued and fetched singly)."
+    )
+    progress: JobProgress
+    attempts: int
+    cancel_requested: bool
+    error: JobError | None
+    report_id: str | None
+    links: JobLinks
+
+
+class Estimate(BaseModel):
+    """A rough estimate of the run: runs to train and seconds."""
+
+    runs_total: int
+    run_s: float = Field(description="Estimated seconds of judging once started.")
+    wait_s: float = Field(description="Estimated seconds waiting in the queue.")
+    basis: Literal["history", "default"] = Field(description="From recent jobs of the track, or a default.")
+
+
+class JobAccepted(JobView):
+    """The answer to a submission (202): the job, its links, and an estimate."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    **_JOB_EXAMPLE,
+                    "status": "queued",
+                    "started_at": None,
+                    "queue_position": 0,
+                    "progress": {"stage": None, "runs_done": 0, "runs_total": None, "eta_s": None,
+                                 "message": None},
+                    "attempts": 0,
+                    "estimate": {"runs_total": 40, "run_s": 12.0, "wait_s": 0.0, "basis": "history"},
+                    "idempotent_replay": False,
+                }
+            ]
+        }
+    )
+
+    estimate: Estimate
+    idempotent_replay: bool = Field(description="True when an earlier request with this Idempotency-Key made it.")
+
+
+class JobPage(BaseModel):
+    """One page of jobs, newest first; pass ``next_cursor`` back as ``cursor``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"items": [_JOB_EXAMPLE], "next_cursor": "eyJzIjoiLWNyZWF0ZWRfYXQiLCJrIjpbXX0"}]}
+    )
+
+    items: list[JobView]
+    next_cursor: str | None

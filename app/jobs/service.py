@@ -1,0 +1,245 @@
+"""Submitting ideas, reading and cancelling jobs; the route commits."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app import pagination
+from app.db import utcnow
+from app.errors import ApiCode, ApiError
+from app.ids import new_id
+from app.jobs import repository
+from app.jobs.estimate import Estimator, count_runs, grid_size, literal_assignments
+from app.jobs.models import FINISHED, Job, JobStatus
+from app.jobs.schemas import Estimate, IdeaSubmission, JobError, JobLinks, JobProgress, JobView
+from app.keys.deps import Caller
+from app.keys.roles import Role
+from app.settings import Settings
+from bench.catalog import get_card
+from bench.contract import check_hparams, check_mechanism, check_source
+from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
+
+JOBS_SORT = "-created_at"
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A job made (or found again) by a submission."""
+
+    job: Job
+    replay: bool
+    estimate: Estimate
+    queue_position: int | None
+
+
+def request_digest(body: IdeaSubmission) -> str:
+    """sha256 of the submission's canonical JSON (tells replays from key reuse)."""
+    canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+CONTRACT_LITERALS = frozenset({"HPARAMS", "MECHANISM"})
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the static checks learned: the track card and the effective sweep grid."""
+
+    card: dict[str, Any]
+    hparams: Any
+
+
+def validate_submission(body: IdeaSubmission) -> Checked:
+    """Static checks before queuing; raises ``BenchError``."""
+    card = get_card(body.track)
+    max_configs = int(card.get("max_configs", 12))
+    info = check_source(body.code, role="idea")
+    if body.baseline_code is not None:
+        check_source(body.baseline_code, role="baseline")
+    literals = literal_assignments(body.code, CONTRACT_LITERALS)
+    hparams = body.hparams if body.hparams is not None else literals.get("HPARAMS")
+    if hparams is not None:
+        check_hparams(hparams, max_configs=max_configs)
+    mechanism = body.mechanism if body.mechanism is not None else literals.get("MECHANISM")
+    if mechanism is not None:
+        check_mechanism(mechanism)
+        if "measure" not in info.defines:
+            raise BenchError(
+                ErrorCode.INVALID_MECHANISM, "A MECHANISM is declared but the idea defines no measure(model, x)."
+            )
+    return Checked(card=card, hparams=hparams)
+
+
+def submit(
+    session: Session,
+    caller: Caller,
+    body: IdeaSubmission,
+    *,
+    idempotency_key: str | None,
+    settings: Settings,
+    estimator: Estimator,
+) -> Submitted:
+    """Validate and stage a queued job, or return the one this Idempotency-Key made."""
+    digest = request_digest(body)
+    if idempotency_key is not None:
+        existing = repository.find_by_idempotency_key(session, caller.key_id, idempotency_key)
+        if existing is not None:
+            return _replay(session, existing, digest, settings, estimator)
+    checked = validate_submission(body)
+    now = utcnow()
+    values: dict[str, Any] = {
+        "id": new_id("job"),
+        "status": JobStatus.QUEUED.value,
+        "queue": body.device or settings.default_job_device,
+        "track": body.track,
+        "name": body.name,
+        "hypothesis": body.hypothesis,
+        "idea_code": body.code,
+        "baseline_code": body.baseline_code,
+        "n_seeds": body.n_seeds,
+        "hparams": body.hparams,
+        "mechanism": body.mechanism,
+        "submitter_id": caller.key_id,
+        "idempotency_key": idempotency_key,
+        "request_sha256": digest,
+        "runs_done": 0,
+        "attempts": 0,
+        "cancel_requested": False,
+        "created_at": now,
+        "enqueued_at": now,
+    }
+    try:
+        repository.insert_job(session, values)
+    except IntegrityError:
+        # A concurrent request with the same Idempotency-Key won the insert; this
+        # transaction held nothing else, so roll it back and answer with theirs.
+        session.rollback()
+        if idempotency_key is None:
+            raise
+        existing = repository.find_by_idempotency_key(session, caller.key_id, idempotency_key)
+        if existing is None:
+            raise
+        return _replay(session, existing, digest, settings, estimator)
+    job = Job(**values)  # the view of the row just inserted (not tracked by the session)
+    runs = count_runs(checked.card, grid_size(checked.hparams), body.n_seeds)
+    return _submitted(session, job, False, runs, settings, estimator)
+
+
+def _replay(session: Session, job: Job, digest: str, settings: Settings, estimator: Estimator) -> Submitted:
+    if job.request_sha256 != digest:
+        raise ApiError(
+            409,
+            ApiCode.IDEMPOTENCY_CONFLICT,
+            f"This Idempotency-Key already made job {job.id} from a different request body.",
+        )
+    runs = job.runs_total or count_runs(get_card(job.track), grid_size(job.hparams), job.n_seeds)
+    return _submitted(session, job, True, runs, settings, estimator)
+
+
+def _submitted(
+    session: Session, job: Job, replay: bool, runs: int, settings: Settings, estimator: Estimator
+) -> Submitted:
+    per_run = estimator.seconds_per_run(session, job.track)
+    basis: Literal["history", "default"] = "history" if per_run is not None else "default"
+    run_s = runs * (per_run if per_run is not None else settings.estimate_run_s)
+    queued = job.status == JobStatus.QUEUED.value
+    ahead = None
+    if queued:
+        # A new job's position comes from a briefly cached queue depth; a replay's is exact.
+        ahead = repository.queue_position(session, job) if replay else estimator.position_of_new(session, job)
+    estimate = Estimate(runs_total=runs, run_s=round(run_s, 1), wait_s=round((ahead or 0) * run_s, 1),
+                        basis=basis)
+    return Submitted(job=job, replay=replay, estimate=estimate, queue_position=ahead)
+
+
+def get_visible_job(session: Session, job_id: str, caller: Caller) -> Job:
+    """The job, if the caller may see it (agents: their own); 404 ``job_not_found`` otherwise."""
+    job = repository.get_job(session, job_id) if len(job_id) <= 64 else None
+    if job is None or (not caller.is_operator and job.submitter_id != caller.key_id):
+        raise ApiError(404, ApiCode.JOB_NOT_FOUND, f"No job with id {job_id!r}.")
+    return job
+
+
+def get_job_for_report(session: Session, job_id: str, caller: Caller) -> Job:
+    """The job whose report is asked for: agents only their own, viewers and operators any."""
+    if caller.role is Role.AGENT:
+        return get_visible_job(session, job_id, caller)
+    job = repository.get_job(session, job_id) if len(job_id) <= 64 else None
+    if job is None:
+        raise ApiError(404, ApiCode.JOB_NOT_FOUND, f"No job with id {job_id!r}.")
+    return job
+
+
+def list_visible(
+    session: Session, caller: Caller, *, status: JobStatus | None, track: str | None, limit: int,
+    cursor: str | None,
+) -> tuple[list[Job], str | None]:
+    """A page of jobs the caller may see, newest first, and the next cursor."""
+    after = None
+    if cursor is not None:
+        value, row_id = pagination.decode_cursor(cursor, JOBS_SORT)
+        after = (pagination.cursor_datetime(value), row_id)
+    jobs = repository.list_jobs(
+        session,
+        limit=limit + 1,
+        after=after,
+        status=status.value if status else None,
+        track=track,
+        submitter_id=None if caller.is_operator else caller.key_id,
+    )
+    more = len(jobs) > limit
+    jobs = jobs[:limit]
+    next_cursor = pagination.encode_cursor(JOBS_SORT, jobs[-1].created_at, jobs[-1].id) if more else None
+    return jobs, next_cursor
+
+
+def cancel(session: Session, job_id: str, caller: Caller, now: datetime | None = None) -> Job:
+    """Cancel a queued job at once, or ask the worker to stop a running one."""
+    job = get_visible_job(session, job_id, caller)
+    if JobStatus(job.status) in FINISHED:
+        raise ApiError(409, ApiCode.JOB_FINISHED, f"Job {job_id} already ended as {job.status}.")
+    error = {
+        "error_code": ErrorCode.CANCELLED.value,
+        "error_message": f"Cancelled by {caller.key_id}.",
+        "error_hint": DEFAULT_HINTS[ErrorCode.CANCELLED],
+    }
+    if not repository.cancel_queued(session, job_id, now or utcnow(), error):
+        repository.request_cancel_running(session, job_id)
+    session.refresh(job)
+    return job
+
+
+def job_view(job: Job, queue_position: int | None = None) -> JobView:
+    """The API's view of a job row."""
+    base = f"/v1/jobs/{job.id}"
+    error = None
+    if job.error_code is not None:
+        error = JobError(code=job.error_code, message=job.error_message or "", hint=job.error_hint or "")
+    return JobView(
+        job_id=job.id,
+        status=JobStatus(job.status),
+        track=job.track,
+        name=job.name,
+        device=job.queue,
+        submitter=job.submitter_id,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        queue_position=queue_position,
+        progress=JobProgress(
+            stage=job.stage, runs_done=job.runs_done, runs_total=job.runs_total, eta_s=job.eta_s,
+            message=job.progress_message,
+        ),
+        attempts=job.attempts,
+        cancel_requested=job.cancel_requested,
+        error=error,
+        report_id=job.report_id,
+        links=JobLinks(self=base, report=f"{base}/report", cancel=f"{base}/cancel"),
+    )

@@ -1,0 +1,1 @@
+"""API keys and roles: hashed storage, authentication dependencies, operator routes."""

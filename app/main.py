@@ -1,0 +1,56 @@
+"""The FastAPI application factory."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.body_limit import BodySizeLimit
+from app.compare.routes import router as compare_router
+from app.db import make_engine, make_sessionmaker
+from app.errors import install_error_handlers
+from app.health.routes import router as health_router
+from app.jobs.estimate import Estimator
+from app.jobs.routes import router as jobs_router
+from app.keys.routes import router as keys_router
+from app.keys.service import KeyCache
+from app.openapi import install_openapi
+from app.queue import JobQueue
+from app.reports.routes import router as reports_router
+from app.settings import Settings
+from app.tracks.routes import router as tracks_router
+
+DESCRIPTION = """\
+ideabench judges ML ideas: POST an idea file for a track, poll the job, read the
+report with its verdicts. Every error is `{"code", "message", "hint"}`.
+Authenticate with `Authorization: Bearer <key>`. See docs/api.md for the flow.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """A new app bound to ``settings`` (default: from the environment)."""
+    settings = settings or Settings()
+    engine = make_engine(settings.database_url)
+    queue = JobQueue(settings.broker_url)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        queue.close()
+        engine.dispose()
+
+    app = FastAPI(title="ideabench", version="1", description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.sessionmaker = make_sessionmaker(engine)
+    app.state.queue = queue
+    app.state.estimator = Estimator(settings.estimate_run_s)
+    app.state.key_cache = KeyCache(settings.key_cache_s)
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    for router in (jobs_router, reports_router, tracks_router, compare_router, keys_router, health_router):
+        app.include_router(router)
+    install_openapi(app)
+    return app

@@ -1,0 +1,13 @@
+"""Every table, imported in one place so the metadata is complete (Alembic, tests)."""
+
+from __future__ import annotations
+
+from app.db import Base
+from app.health.models import WorkerBeat
+from app.jobs.models import Job, JobStatus
+from app.keys.models import ApiKey
+from app.reports.models import Report, VerdictCount
+
+metadata = Base.metadata
+
+__all__ = ["ApiKey", "Base", "Job", "JobStatus", "Report", "VerdictCount", "WorkerBeat", "metadata"]

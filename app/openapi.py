@@ -1,0 +1,73 @@
+"""OpenAPI extras that need the track catalog (read when the schema is first built).
+
+The example for POST /v1/ideas is the smoke track's real example idea, and the
+track examples are the real smoke card, so they never drift from the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from bench.catalog import get_card
+
+EXAMPLE_TRACK = "smoke"
+
+
+def _example_submission(card: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "track": card["name"],
+        "code": card["example_idea"],
+        "name": "silu-wide",
+        "hypothesis": "A smooth activation fits the smooth target better than ReLU at equal width.",
+    }
+
+
+def _set_examples(schema: dict[str, Any], name: str, examples: list[Any]) -> None:
+    for key, component in schema.get("components", {}).get("schemas", {}).items():
+        if key == name or key.startswith(f"{name}-"):
+            component["examples"] = examples
+
+
+def _errors_are_error_bodies(schema: dict[str, Any]) -> None:
+    """FastAPI documents 422 as its own HTTPValidationError; ours is ErrorBody."""
+    ref = {"$ref": "#/components/schemas/ErrorBody"}
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            response = operation.get("responses", {}).get("422")
+            if response is not None:
+                response["description"] = "validation_error or an idea error (invalid_code, ...)"
+                response["content"] = {"application/json": {"schema": ref}}
+    components = schema.get("components", {}).get("schemas", {})
+    components.pop("HTTPValidationError", None)
+    components.pop("ValidationError", None)
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Build the schema lazily, adding catalog-based examples."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        _errors_are_error_bodies(schema)
+        try:
+            card = get_card(EXAMPLE_TRACK)
+        except Exception:  # a build without the smoke track still serves its schema
+            card = None
+        if card is not None:
+            _set_examples(schema, "IdeaSubmission", [_example_submission(card)])
+            _set_examples(schema, "TrackCard", [card])
+            _set_examples(schema, "TrackList", [{"items": [card]}])
+            body = (
+                schema["paths"]["/v1/ideas"]["post"]["requestBody"]["content"]["application/json"]
+            )
+            body["example"] = _example_submission(card)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,1 @@
+"""Reports: the stored verdicts, their listing with filters, and dashboard summaries."""

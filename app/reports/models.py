@@ -1,0 +1,62 @@
+"""The ``reports`` table: the whole report JSON plus indexed columns for filters."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any
+
+from sqlalchemy import Boolean, Date, Float, ForeignKey, Index, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base, UTCDateTime, utcnow
+from app.types import JsonType
+
+
+class Report(Base):
+    """One judged job's report; at most one per job (``job_id`` is unique)."""
+
+    __tablename__ = "reports"
+    # Each listing filter leads an index that ends in the keyset order
+    # (created_at, id), so a filtered page is one index range scan.
+    __table_args__ = (
+        Index("ix_reports_created", "created_at", "id"),
+        Index("ix_reports_track_created", "track", "created_at", "id"),
+        Index("ix_reports_system_created", "system_verdict", "created_at", "id"),
+        Index("ix_reports_practical_created", "practical_verdict", "created_at", "id"),
+        Index("ix_reports_submitter_created", "submitter_id", "created_at", "id"),
+        Index("ix_reports_p_value", "p_value", "id"),
+        Index("ix_reports_delta", "delta_mean", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), unique=True)
+    track: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str | None] = mapped_column(String(200))
+    submitter_id: Mapped[str] = mapped_column(String(32))
+    system_verdict: Mapped[str] = mapped_column(String(16))
+    practical_verdict: Mapped[str] = mapped_column(String(16))
+    practical_detail: Mapped[str | None] = mapped_column(String(16))
+    mechanism_ok: Mapped[bool | None] = mapped_column(Boolean)
+    worked: Mapped[bool] = mapped_column(Boolean)
+    p_value: Mapped[float | None] = mapped_column(Float)
+    delta_mean: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    body: Mapped[dict[str, Any]] = mapped_column(JsonType)
+
+
+class VerdictCount(Base):
+    """How many reports of a track got a verdict pair on a UTC day: the summary's rollup.
+
+    Incremented in the transaction that stores the report (which a job does
+    exactly once), so dashboards read a few thousand rows instead of scanning
+    every report. ``week`` is the Monday of ``day``.
+    """
+
+    __tablename__ = "verdict_counts"
+
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    track: Mapped[str] = mapped_column(String(64), primary_key=True)
+    system_verdict: Mapped[str] = mapped_column(String(16), primary_key=True)
+    practical_verdict: Mapped[str] = mapped_column(String(16), primary_key=True)
+    week: Mapped[date] = mapped_column(Date)
+    n: Mapped[int] = mapped_column(Integer)

@@ -1,0 +1,127 @@
+"""Queries on ``reports``; never commits."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, func, select
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import InstrumentedAttribute, Session, defer
+
+from app import pagination
+from app.reports.models import Report, VerdictCount
+
+
+@dataclass(frozen=True)
+class ReportFilters:
+    """What a listing keeps; None means any."""
+
+    track: str | None = None
+    system_verdict: str | None = None
+    practical_verdict: str | None = None
+    mechanism_ok: bool | None = None
+    mechanism_none: bool = False
+    created_after: dt.datetime | None = None
+    created_before: dt.datetime | None = None
+    submitter_id: str | None = None
+
+    def clauses(self) -> list[ColumnElement[bool]]:
+        """WHERE clauses for these filters."""
+        out: list[ColumnElement[bool]] = []
+        if self.track is not None:
+            out.append(Report.track == self.track)
+        if self.system_verdict is not None:
+            out.append(Report.system_verdict == self.system_verdict)
+        if self.practical_verdict is not None:
+            out.append(Report.practical_verdict == self.practical_verdict)
+        if self.mechanism_none:
+            out.append(Report.mechanism_ok.is_(None))
+        elif self.mechanism_ok is not None:
+            out.append(Report.mechanism_ok.is_(self.mechanism_ok))
+        if self.created_after is not None:
+            out.append(Report.created_at >= self.created_after)
+        if self.created_before is not None:
+            out.append(Report.created_at < self.created_before)
+        if self.submitter_id is not None:
+            out.append(Report.submitter_id == self.submitter_id)
+        return out
+
+
+@dataclass(frozen=True)
+class SortKey:
+    """A keyset order: the column, its direction, whether it may be null."""
+
+    column: InstrumentedAttribute[Any]
+    descending: bool
+    nullable: bool
+
+
+def add_report(session: Session, report: Report) -> Report:
+    """Stage a report."""
+    session.add(report)
+    return report
+
+
+def get_report(session: Session, report_id: str) -> Report | None:
+    """A report by id, with its JSON body."""
+    return session.get(Report, report_id)
+
+
+def get_report_of_job(session: Session, job_id: str) -> Report | None:
+    """The report a job wrote, if any."""
+    return session.scalars(select(Report).where(Report.job_id == job_id)).first()
+
+
+def list_reports(
+    session: Session, filters: ReportFilters, sort: SortKey, limit: int, after: tuple[Any, str] | None
+) -> list[Report]:
+    """Report rows (without the JSON body) in ``sort`` order after the keyset position."""
+    stmt = select(Report).options(defer(Report.body)).where(*filters.clauses())
+    if after is not None:
+        stmt = stmt.where(
+            pagination.after(sort.column, Report.id, after[0], after[1], sort.descending, sort.nullable)
+        )
+    stmt = stmt.order_by(*pagination.order_by(sort.column, Report.id, sort.descending, sort.nullable))
+    return list(session.scalars(stmt.limit(limit)))
+
+
+def week_of(day: dt.date) -> dt.date:
+    """The Monday of ``day``'s ISO week."""
+    return day - dt.timedelta(days=day.weekday())
+
+
+def count_verdict(session: Session, report: Report) -> None:
+    """Add ``report`` to the day's verdict counts (an upsert; Postgres and SQLite)."""
+    day = report.created_at.astimezone(dt.UTC).date()
+    values = {
+        "day": day, "week": week_of(day), "track": report.track, "system_verdict": report.system_verdict,
+        "practical_verdict": report.practical_verdict, "n": 1,
+    }
+    dialect = session.get_bind().dialect.name
+    insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+    stmt = insert(VerdictCount).values(**values)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["day", "track", "system_verdict", "practical_verdict"],
+        set_={"n": VerdictCount.n + 1},
+    )
+    session.execute(stmt)
+
+
+def count_verdicts(
+    session: Session, bucket: str, track: str | None, since: dt.date, until: dt.date
+) -> list[tuple[dt.date, str, str, str, int]]:
+    """``(period, track, system_verdict, practical_verdict, n)`` over ``[since, until]``."""
+    period = VerdictCount.week if bucket == "week" else VerdictCount.day
+    n = func.sum(VerdictCount.n)
+    stmt = (
+        select(period, VerdictCount.track, VerdictCount.system_verdict, VerdictCount.practical_verdict, n)
+        .where(VerdictCount.day >= since, VerdictCount.day <= until)
+        .group_by(period, VerdictCount.track, VerdictCount.system_verdict, VerdictCount.practical_verdict)
+        .order_by(period, VerdictCount.track)
+    )
+    if track is not None:
+        stmt = stmt.where(VerdictCount.track == track)
+    return [(p, t, s, v, int(c)) for p, t, s, v, c in session.execute(stmt)]

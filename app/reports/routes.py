@@ -1,0 +1,94 @@
+"""Routes: reports by id or job, the filtered listing, and the verdict summary."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from app.db import SessionDep
+from app.errors import ApiCode, ApiError, error_responses
+from app.jobs import service as jobs_service
+from app.keys.deps import ReaderDep
+from app.reports import service
+from app.reports.repository import ReportFilters
+from app.reports.schemas import (
+    MechanismFilter,
+    PracticalVerdict,
+    ReportPage,
+    ReportSort,
+    ReportView,
+    SystemVerdict,
+    VerdictSummary,
+)
+
+router = APIRouter(tags=["reports"], responses=error_responses(401, 403))
+
+
+def _utc(value: dt.datetime | None) -> dt.datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+
+
+@router.get("/v1/jobs/{job_id}/report", response_model=ReportView, responses=error_responses(404, 409))
+def get_job_report(job_id: str, session: SessionDep, caller: ReaderDep) -> ReportView:
+    """The full report of a succeeded job (409 report_not_ready before that)."""
+    job = jobs_service.get_job_for_report(session, job_id, caller)
+    return service.view_of(service.report_of_job(session, job))
+
+
+@router.get("/v1/reports/{report_id}", response_model=ReportView, responses=error_responses(404))
+def get_report(report_id: str, session: SessionDep, _caller: ReaderDep) -> ReportView:
+    """The full report (PROTOCOL.md) with its verdicts and headline numbers."""
+    return service.view_of(service.get_report(session, report_id))
+
+
+@router.get("/v1/reports", response_model=ReportPage, responses=error_responses(400, 422))
+def list_reports(
+    session: SessionDep,
+    _caller: ReaderDep,
+    track: Annotated[str | None, Query(max_length=64)] = None,
+    system_verdict: SystemVerdict | None = None,
+    practical_verdict: PracticalVerdict | None = None,
+    mechanism_ok: Annotated[
+        MechanismFilter | None, Query(description="true, false, or none (no mechanism declared)")
+    ] = None,
+    created_after: Annotated[dt.datetime | None, Query(description="inclusive, ISO 8601 (UTC if naive)")] = None,
+    created_before: Annotated[dt.datetime | None, Query(description="exclusive, ISO 8601")] = None,
+    submitter: Annotated[str | None, Query(max_length=32, description="a key id")] = None,
+    sort: ReportSort = ReportSort.CREATED_DESC,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+) -> ReportPage:
+    """Report rows filtered by track, verdicts, mechanism, time and submitter; cursor-paged."""
+    filters = ReportFilters(
+        track=track,
+        system_verdict=system_verdict.value if system_verdict else None,
+        practical_verdict=practical_verdict.value if practical_verdict else None,
+        mechanism_ok=None if mechanism_ok in (None, MechanismFilter.NONE) else mechanism_ok is MechanismFilter.TRUE,
+        mechanism_none=mechanism_ok is MechanismFilter.NONE,
+        created_after=_utc(created_after),
+        created_before=_utc(created_before),
+        submitter_id=submitter,
+    )
+    rows, next_cursor = service.list_page(session, filters, sort, limit, cursor)
+    return ReportPage(items=[service.summary_of(r) for r in rows], next_cursor=next_cursor)
+
+
+@router.get("/v1/verdicts/summary", response_model=VerdictSummary, responses=error_responses(422))
+def verdict_summary(
+    session: SessionDep,
+    _caller: ReaderDep,
+    bucket: Literal["day", "week"] = "day",
+    track: Annotated[str | None, Query(max_length=64)] = None,
+    since: Annotated[
+        dt.date | None, Query(description="first day, inclusive (UTC); default: 30 days / 26 weeks back")
+    ] = None,
+    until: Annotated[dt.date | None, Query(description="last day, inclusive (UTC); default: today")] = None,
+) -> VerdictSummary:
+    """Counts of each (system, practical) verdict pair by track and day or week, for dashboards."""
+    if since is not None and until is not None and since > until:
+        raise ApiError(422, ApiCode.VALIDATION_ERROR, "query.since: must not be after query.until")
+    return service.verdict_summary(session, bucket, track, since, until)

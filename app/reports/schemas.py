@@ -1,0 +1,173 @@
+"""Response bodies of the report and verdict routes."""
+
+from __future__ import annotations
+
+import datetime as dt
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SystemVerdict(StrEnum):
+    """PROTOCOL.md section 5."""
+
+    WORKED = "worked"
+    PARTIAL = "partial"
+    FAILED = "failed"
+
+
+class PracticalVerdict(StrEnum):
+    """PROTOCOL.md section 5."""
+
+    HELPS = "helps"
+    HARMS = "harms"
+    INCONCLUSIVE = "inconclusive"
+
+
+class MechanismFilter(StrEnum):
+    """``mechanism_ok`` as a query value: confirmed, not confirmed, none declared."""
+
+    TRUE = "true"
+    FALSE = "false"
+    NONE = "none"
+
+
+class ReportSort(StrEnum):
+    """Sort orders of the report listing (``-`` = descending)."""
+
+    CREATED_DESC = "-created_at"
+    CREATED = "created_at"
+    P_VALUE = "p_value"
+    P_VALUE_DESC = "-p_value"
+    DELTA = "delta"
+    DELTA_DESC = "-delta"
+
+
+_SUMMARY_EXAMPLE: dict[str, Any] = {
+    "report_id": "rep_0d9c8b7a6f5e4d3c2b1a",
+    "job_id": "job_4be1f0c2a9d3e8b7c6a5",
+    "track": "smoke",
+    "name": "silu-wide",
+    "system_verdict": "worked",
+    "practical_verdict": "helps",
+    "practical_detail": None,
+    "mechanism_ok": True,
+    "worked": True,
+    "p_value": 0.0078125,
+    "delta_mean": -0.0123,
+    "submitter": "key_1a2b3c4d",
+    "created_at": "2025-05-01T12:00:14Z",
+    "links": {"self": "/v1/reports/rep_0d9c8b7a6f5e4d3c2b1a", "job": "/v1/jobs/job_4be1f0c2a9d3e8b7c6a5"},
+}
+
+
+class ReportLinks(BaseModel):
+    """The report itself and the job that made it."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    self_: str = Field(alias="self", serialization_alias="self")
+    job: str
+
+
+class ReportSummary(BaseModel):
+    """A light row per report: verdicts and headline statistics."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_SUMMARY_EXAMPLE]})
+
+    report_id: str
+    job_id: str
+    track: str
+    name: str | None
+    system_verdict: str
+    practical_verdict: str
+    practical_detail: str | None
+    mechanism_ok: bool | None
+    worked: bool
+    p_value: float | None
+    delta_mean: float | None
+    submitter: str
+    created_at: dt.datetime
+    links: ReportLinks
+
+
+class ReportView(ReportSummary):
+    """A whole report: the summary row plus the full report JSON of PROTOCOL.md."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    **_SUMMARY_EXAMPLE,
+                    "report": {
+                        "worked": True,
+                        "summary": "The SiLU idea lowers test MSE on all 8 paired seeds (p = 0.0078) ...",
+                        "metrics": {"baseline_mse": 0.3141, "idea_mse": 0.3018},
+                        "system_verdict": "worked",
+                        "practical_verdict": "helps",
+                        "practical_detail": None,
+                        "mechanism_ok": 1,
+                        "system_judged": True,
+                        "bench_report": {
+                            "bench_version": 1,
+                            "track": "smoke",
+                            "n_seeds": 8,
+                            "comparison": {"delta_mean": -0.0123, "p_value": 0.0078125, "idea_wins": 8,
+                                           "n_pairs": 8, "verdict": "idea better (significant)"},
+                        },
+                    },
+                }
+            ]
+        }
+    )
+
+    report: dict[str, Any]
+
+
+class ReportPage(BaseModel):
+    """One page of report rows; pass ``next_cursor`` back as ``cursor``."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"items": [_SUMMARY_EXAMPLE], "next_cursor": None}]})
+
+    items: list[ReportSummary]
+    next_cursor: str | None
+
+
+class VerdictCounts(BaseModel):
+    """How many reports of one track got each verdict pair in one period (or in the whole range).
+
+    ``counts`` is keyed ``"<system_verdict>/<practical_verdict>"``; pairs with no
+    report are left out.
+    """
+
+    period: dt.date | None = Field(description="First day of the day or ISO week; null in totals.")
+    track: str
+    counts: dict[str, int]
+    total: int
+
+
+class VerdictSummary(BaseModel):
+    """Verdict-pair counts by track and period over ``[since, until]`` (UTC days, inclusive)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "bucket": "day",
+                    "since": "2025-04-02",
+                    "until": "2025-05-01",
+                    "rows": [{"period": "2025-05-01", "track": "smoke", "total": 15,
+                              "counts": {"worked/helps": 12, "failed/inconclusive": 3}}],
+                    "totals": [{"period": None, "track": "smoke", "total": 15,
+                                "counts": {"worked/helps": 12, "failed/inconclusive": 3}}],
+                }
+            ]
+        }
+    )
+
+    bucket: Literal["day", "week"]
+    since: dt.date
+    until: dt.date
+    rows: list[VerdictCounts]
+    totals: list[VerdictCounts]

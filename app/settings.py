@@ -1,0 +1,83 @@
+"""The one settings object, read from environment variables.
+
+Defaults are the embedded mode: a SQLite database and a SQLite Celery broker
+under ``./var`` of the working directory. Production sets ``DATABASE_URL``
+(Postgres) and ``BROKER_URL`` (Redis). Every other field reads
+``IDEABENCH_<FIELD>`` (e.g. ``IDEABENCH_DEVICE=cuda:0``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+JobDevice = Literal["cpu", "gpu"]
+
+
+class Settings(BaseSettings):
+    """Service configuration; construct it at run time, never at import time."""
+
+    model_config = SettingsConfigDict(env_prefix="IDEABENCH_", extra="ignore", populate_by_name=True)
+
+    data_dir: Path = Field(default=Path("var"), description="Where embedded-mode files live.")
+    database_url: str = Field(
+        default="",
+        validation_alias=AliasChoices("DATABASE_URL", "IDEABENCH_DATABASE_URL", "database_url"),
+        description="SQLAlchemy URL; empty means sqlite:///<data_dir>/ideabench.db.",
+    )
+    broker_url: str = Field(
+        default="",
+        validation_alias=AliasChoices("BROKER_URL", "IDEABENCH_BROKER_URL", "broker_url"),
+        description="Celery broker URL; empty means sqla+sqlite:///<data_dir>/broker.db.",
+    )
+
+    # HTTP
+    max_body_bytes: int = 256 * 1024
+    key_cache_s: float = Field(default=5.0, description="How long an API process trusts a checked key.")
+
+    # Jobs (API side)
+    default_job_device: JobDevice = "cpu"
+    estimate_run_s: float = 1.0
+
+    # Workers
+    device: str = Field(default="cpu", description="The worker's device: cpu, cuda or cuda:N.")
+    job_timeout_s: float = 1800.0
+    job_memory_mb: int = 6144
+    lease_s: float = 60.0
+    heartbeat_s: float = 2.0
+    progress_min_interval_s: float = 0.5
+    requeue_after_s: float = 120.0
+    max_attempts: int = 3
+    reconcile_every_s: float = 15.0
+    worker_seen_s: float = 120.0
+    worker_pool: Literal["solo", "prefork", "threads"] = "solo"
+    broker_poll_s: float = 0.1
+
+    @model_validator(mode="after")
+    def _embedded_defaults(self) -> Settings:
+        # Resolved once, against the working directory of the process that builds
+        # the settings, so the API and its worker agree on the same files.
+        self.data_dir = self.data_dir.expanduser().resolve()
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.data_dir / 'ideabench.db'}"
+        if not self.broker_url:
+            self.broker_url = f"sqla+sqlite:///{self.data_dir / 'broker.db'}"
+        return self
+
+    @property
+    def embedded(self) -> bool:
+        """True when the database is a SQLite file (the one-command mode)."""
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def worker_queue(self) -> str:
+        """The queue this worker consumes: ``gpu`` for a CUDA device, else ``cpu``."""
+        return "gpu" if self.device.startswith("cuda") else "cpu"
+
+
+def get_settings() -> Settings:
+    """A fresh settings object from the environment."""
+    return Settings()

@@ -1,0 +1,185 @@
+"""Bad input never gives a 500: each case is a 4xx with its code, and the service stays healthy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench.catalog import get_card
+from tests.conftest import bearer
+
+EXAMPLE = get_card("smoke")["example_idea"]
+
+
+def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"code", "message", "hint"}, body
+    assert body["code"] == code, body
+    assert body["message"]
+    return body
+
+
+@pytest.fixture(autouse=True)
+def still_healthy(client: Any, keys: dict[str, str]) -> Any:
+    """After every bad request the service still answers normally."""
+    yield
+    assert client.get("/healthz").json() == {"status": "ok", "checks": {}}
+    assert client.get("/v1/tracks", headers=bearer(keys["viewer"])).status_code == 200
+
+
+def post_idea(client: Any, token: str, **body: Any) -> Any:
+    return client.post("/v1/ideas", json=body, headers=bearer(token))
+
+
+def test_unknown_track(client: Any, keys: dict[str, str]) -> None:
+    body = assert_error(post_idea(client, keys["agent"], track="nope", code=EXAMPLE), 422, "unknown_track")
+    assert "smoke" in body["message"]
+    assert_error(client.get("/v1/tracks/nope", headers=bearer(keys["agent"])), 404, "unknown_track")
+
+
+def test_code_that_does_not_compile(client: Any, keys: dict[str, str]) -> None:
+    body = assert_error(post_idea(client, keys["agent"], track="smoke", code="def build_model(:\n"),
+                        422, "invalid_code")
+    assert "line 1" in body["message"]
+
+
+def test_code_without_build_model(client: Any, keys: dict[str, str]) -> None:
+    assert_error(post_idea(client, keys["agent"], track="smoke", code="x = 1\n"), 422, "missing_build_model")
+
+
+def test_missing_code(client: Any, keys: dict[str, str]) -> None:
+    body = assert_error(post_idea(client, keys["agent"], track="smoke"), 422, "validation_error")
+    assert "body.code" in body["message"]
+
+
+def test_bad_field_values(client: Any, keys: dict[str, str]) -> None:
+    body = assert_error(post_idea(client, keys["agent"], track="smoke", code=EXAMPLE, n_seeds=1000),
+                        422, "validation_error")
+    assert "body.n_seeds" in body["message"]
+    assert_error(post_idea(client, keys["agent"], track="smoke", code=EXAMPLE, colour="red"),
+                 422, "validation_error")
+    assert_error(post_idea(client, keys["agent"], track="smoke", code=EXAMPLE, hparams={"lr": [0.1]}),
+                 422, "invalid_hparams")
+    assert_error(post_idea(client, keys["agent"], track="smoke", code=EXAMPLE, mechanism={"quantity": "x"}),
+                 422, "invalid_mechanism")
+
+
+def test_invalid_json(client: Any, keys: dict[str, str]) -> None:
+    response = client.post("/v1/ideas", content=b"{not json", headers={
+        **bearer(keys["agent"]), "Content-Type": "application/json"})
+    assert_error(response, 422, "validation_error")
+
+
+def test_oversized_body(client: Any, keys: dict[str, str]) -> None:
+    huge = "# pad\n" * 60_000  # ~360 KB, over the 256 KiB body limit
+    assert_error(post_idea(client, keys["agent"], track="smoke", code=huge), 413, "payload_too_large")
+
+
+def test_oversized_streamed_body_without_length(client: Any, keys: dict[str, str]) -> None:
+    def chunks() -> Any:
+        for _ in range(40):
+            yield b"x" * 10_000
+
+    response = client.post("/v1/ideas", content=chunks(), headers={
+        **bearer(keys["agent"]), "Content-Type": "application/json"})
+    assert_error(response, 413, "payload_too_large")
+
+
+def test_idea_file_over_its_own_limit(client: Any, keys: dict[str, str]) -> None:
+    code = "def build_model(spec):\n    pass\n" + "# pad\n" * 12_000  # ~72 KB < body limit, > 64 KiB
+    assert_error(post_idea(client, keys["agent"], track="smoke", code=code), 422, "invalid_code")
+
+
+def test_bad_cursor(client: Any, keys: dict[str, str]) -> None:
+    for cursor in ("garbage!", "eyJzIjoicCJ9", "e30"):
+        assert_error(client.get("/v1/jobs", params={"cursor": cursor}, headers=bearer(keys["agent"])),
+                     400, "bad_cursor")
+        assert_error(client.get("/v1/reports", params={"cursor": cursor}, headers=bearer(keys["viewer"])),
+                     400, "bad_cursor")
+
+
+def test_cursor_of_another_sort(client: Any, keys: dict[str, str]) -> None:
+    from app.pagination import encode_cursor
+
+    cursor = encode_cursor("p_value", 0.5, "rep_x")
+    assert_error(client.get("/v1/reports", params={"cursor": cursor}, headers=bearer(keys["viewer"])),
+                 400, "bad_cursor")
+    bad_time = encode_cursor("-created_at", "yesterday", "rep_x")
+    assert_error(client.get("/v1/reports", params={"cursor": bad_time}, headers=bearer(keys["viewer"])),
+                 400, "bad_cursor")
+
+
+def test_unknown_job_and_report(client: Any, keys: dict[str, str]) -> None:
+    assert_error(client.get("/v1/jobs/job_nope", headers=bearer(keys["agent"])), 404, "job_not_found")
+    assert_error(client.post("/v1/jobs/job_nope/cancel", headers=bearer(keys["operator"])), 404, "job_not_found")
+    assert_error(client.get("/v1/jobs/job_nope/report", headers=bearer(keys["viewer"])), 404, "job_not_found")
+    assert_error(client.get("/v1/reports/rep_nope", headers=bearer(keys["viewer"])), 404, "report_not_found")
+    assert_error(client.get("/v1/jobs/" + "x" * 500, headers=bearer(keys["agent"])), 404, "job_not_found")
+
+
+def test_no_key(client: Any, keys: dict[str, str]) -> None:
+    response = client.get("/v1/jobs")
+    assert_error(response, 401, "missing_api_key")
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert_error(client.post("/v1/ideas", json={"track": "smoke", "code": EXAMPLE}), 401, "missing_api_key")
+    assert_error(client.get("/v1/reports", headers={"Authorization": "Basic abc"}), 401, "missing_api_key")
+
+
+def test_wrong_key(client: Any, keys: dict[str, str]) -> None:
+    for token in ("ib_nope_nope", "not-even-a-key", keys["agent"] + "x"):
+        assert_error(client.get("/v1/jobs", headers=bearer(token)), 401, "invalid_api_key")
+
+
+def test_wrong_role(client: Any, keys: dict[str, str]) -> None:
+    body = assert_error(post_idea(client, keys["viewer"], track="smoke", code=EXAMPLE), 403, "forbidden_role")
+    assert "viewer" in body["message"]
+    assert_error(client.get("/v1/jobs", headers=bearer(keys["viewer"])), 403, "forbidden_role")
+    assert_error(client.get("/v1/keys", headers=bearer(keys["agent"])), 403, "forbidden_role")
+    assert_error(client.post("/v1/keys", json={"role": "agent"}, headers=bearer(keys["agent"])),
+                 403, "forbidden_role")
+
+
+def test_unknown_route_and_method(client: Any, keys: dict[str, str]) -> None:
+    assert_error(client.get("/v1/nothing-here"), 404, "not_found")
+    assert_error(client.get("/"), 404, "not_found")
+    assert_error(client.delete("/v1/ideas", headers=bearer(keys["agent"])), 405, "method_not_allowed")
+
+
+def test_bad_query_values(client: Any, keys: dict[str, str]) -> None:
+    for params in ({"system_verdict": "great"}, {"limit": 0}, {"limit": 10_000}, {"sort": "name"},
+                   {"created_after": "not-a-date"}, {"mechanism_ok": "maybe"}):
+        body = assert_error(client.get("/v1/reports", params=params, headers=bearer(keys["viewer"])),
+                            422, "validation_error")
+        assert body["message"].startswith("query.")
+    assert_error(client.get("/v1/jobs", params={"status": "done"}, headers=bearer(keys["agent"])),
+                 422, "validation_error")
+
+
+def test_compare_bad_input(client: Any, keys: dict[str, str]) -> None:
+    headers = bearer(keys["viewer"])
+    assert_error(client.post("/v1/compare", json={"baseline": [1, 2, 3], "idea": [1, 2]}, headers=headers),
+                 422, "invalid_comparison")
+    assert_error(client.post("/v1/compare", json={"baseline": [1], "idea": [1]}, headers=headers),
+                 422, "validation_error")
+    response = client.post("/v1/compare", content=b'{"baseline": [NaN, 1], "idea": [1, 2]}',
+                           headers={**headers, "Content-Type": "application/json"})
+    assert_error(response, 422, "validation_error")
+
+
+def test_internal_error_has_no_stack_trace(app: Any, client: Any, keys: dict[str, str]) -> None:
+    from app.jobs import service
+
+    def boom(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("secret detail")
+
+    original = service.list_visible
+    service.list_visible = boom  # type: ignore[assignment]
+    try:
+        response = client.get("/v1/jobs", headers=bearer(keys["agent"]))
+    finally:
+        service.list_visible = original  # type: ignore[assignment]
+    body = assert_error(response, 500, "internal")
+    assert "secret" not in response.text and "Traceback" not in response.text
+    assert body["hint"]

@@ -1,0 +1,148 @@
+"""Submitting ideas, idempotency, job views, listing with filters and cursors, cancelling."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from app.db import utcnow
+from app.jobs.models import Job, JobStatus
+from bench.catalog import get_card
+from tests.app.factories import insert_job, key_id
+from tests.conftest import bearer
+
+EXAMPLE = get_card("smoke")["example_idea"]
+
+
+def submit(client: Any, token: str, headers: dict[str, str] | None = None, **overrides: Any) -> Any:
+    body = {"track": "smoke", "code": EXAMPLE, "name": "silu", **overrides}
+    return client.post("/v1/ideas", json=body, headers={**bearer(token), **(headers or {})})
+
+
+def test_submit_queues_a_job_and_enqueues_after_commit(app: Any, client: Any, keys: dict[str, str]) -> None:
+    response = submit(client, keys["agent"])
+    assert response.status_code == 202, response.text
+    body = response.json()
+    job_id = body["job_id"]
+    assert body["status"] == "queued"
+    assert body["links"] == {"self": f"/v1/jobs/{job_id}", "report": f"/v1/jobs/{job_id}/report",
+                             "cancel": f"/v1/jobs/{job_id}/cancel"}
+    assert response.headers["location"] == f"/v1/jobs/{job_id}"
+    assert body["queue_position"] == 0
+    assert body["estimate"]["runs_total"] > 0 and body["estimate"]["basis"] == "default"
+    assert body["idempotent_replay"] is False
+    assert app.state.queue.sent == [(job_id, "cpu")]
+    with app.state.sessionmaker() as session:  # committed before the message went out
+        assert session.get(Job, job_id).status == "queued"
+
+
+def test_device_routes_to_the_gpu_queue(app: Any, client: Any, keys: dict[str, str]) -> None:
+    body = submit(client, keys["agent"], device="gpu").json()
+    assert body["device"] == "gpu"
+    assert app.state.queue.sent[-1] == (body["job_id"], "gpu")
+
+
+def test_grid_alias_and_queue_position(app: Any, client: Any, keys: dict[str, str]) -> None:
+    first = submit(client, keys["agent"], grid={"width": [16, 32]}).json()
+    second = submit(client, keys["agent"]).json()
+    assert second["queue_position"] == 1
+    with app.state.sessionmaker() as session:
+        assert session.get(Job, first["job_id"]).hparams == {"width": [16, 32]}
+    assert first["estimate"]["runs_total"] > second["estimate"]["runs_total"]
+    view = client.get(f"/v1/jobs/{second['job_id']}", headers=bearer(keys["agent"])).json()
+    assert view["queue_position"] == 1
+
+
+def test_idempotency_key_returns_the_same_job(app: Any, client: Any, keys: dict[str, str]) -> None:
+    headers = {"Idempotency-Key": "idea-42"}
+    first = submit(client, keys["agent"], headers)
+    second = submit(client, keys["agent"], headers)
+    assert first.status_code == second.status_code == 202
+    assert first.json()["job_id"] == second.json()["job_id"]
+    assert second.json()["idempotent_replay"] is True
+    assert len(app.state.queue.sent) == 1  # the replay sends nothing
+    # Another key's namespace is separate.
+    other = submit(client, keys["agent2"], headers)
+    assert other.json()["job_id"] != first.json()["job_id"]
+    # The same key with a different body is a conflict.
+    conflict = submit(client, keys["agent"], headers, name="something else")
+    assert conflict.status_code == 409 and conflict.json()["code"] == "idempotency_conflict"
+
+
+def test_agents_see_only_their_own_jobs(client: Any, keys: dict[str, str]) -> None:
+    mine = submit(client, keys["agent"]).json()["job_id"]
+    theirs = submit(client, keys["agent2"]).json()["job_id"]
+    assert client.get(f"/v1/jobs/{theirs}", headers=bearer(keys["agent"])).status_code == 404
+    listed = client.get("/v1/jobs", headers=bearer(keys["agent"])).json()["items"]
+    assert [j["job_id"] for j in listed] == [mine]
+    every = client.get("/v1/jobs", headers=bearer(keys["operator"])).json()["items"]
+    assert {j["job_id"] for j in every} == {mine, theirs}
+    assert client.get(f"/v1/jobs/{theirs}", headers=bearer(keys["operator"])).status_code == 200
+
+
+def test_job_listing_filters_and_cursor_pagination(app: Any, client: Any, keys: dict[str, str]) -> None:
+    agent = key_id(keys["agent"])
+    start = utcnow() - dt.timedelta(hours=1)
+    with app.state.sessionmaker() as session:
+        made = []
+        for i in range(25):
+            status = JobStatus.FAILED.value if i % 5 == 0 else JobStatus.QUEUED.value
+            # Two jobs share each timestamp: the id breaks the tie in the keyset.
+            made.append(insert_job(session, agent, status=status, created_at=start + dt.timedelta(seconds=i // 2),
+                                   track="smoke" if i % 2 else "tabular").id)
+        session.commit()
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 7}
+        if cursor:
+            params["cursor"] = cursor
+        page = client.get("/v1/jobs", params=params, headers=bearer(keys["agent"])).json()
+        seen += [j["job_id"] for j in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(made) and len(seen) == len(set(seen)) == 25
+    times = [client.get(f"/v1/jobs/{j}", headers=bearer(keys["agent"])).json()["created_at"] for j in seen]
+    assert times == sorted(times, reverse=True)
+    failed = client.get("/v1/jobs", params={"status": "failed"}, headers=bearer(keys["agent"])).json()["items"]
+    assert len(failed) == 5 and all(j["status"] == "failed" for j in failed)
+    tabular = client.get("/v1/jobs", params={"track": "tabular", "status": "queued"},
+                         headers=bearer(keys["agent"])).json()["items"]
+    assert len(tabular) == 10 and all(j["track"] == "tabular" for j in tabular)
+
+
+def test_cancel_a_queued_job(app: Any, client: Any, keys: dict[str, str]) -> None:
+    job_id = submit(client, keys["agent"]).json()["job_id"]
+    response = client.post(f"/v1/jobs/{job_id}/cancel", headers=bearer(keys["agent"]))
+    assert response.status_code == 202
+    body = response.json()
+    assert body["status"] == "cancelled" and body["error"]["code"] == "cancelled"
+    again = client.post(f"/v1/jobs/{job_id}/cancel", headers=bearer(keys["agent"]))
+    assert again.status_code == 409 and again.json()["code"] == "job_finished"
+    report = client.get(f"/v1/jobs/{job_id}/report", headers=bearer(keys["agent"]))
+    assert report.status_code == 409 and report.json()["code"] == "report_not_ready"
+
+
+def test_cancel_a_running_job_flags_it_for_its_worker(app: Any, client: Any, keys: dict[str, str]) -> None:
+    with app.state.sessionmaker() as session:
+        job = insert_job(session, key_id(keys["agent"]), status=JobStatus.RUNNING.value, worker_id="w:1",
+                         attempts=1)
+        session.commit()
+    assert client.post(f"/v1/jobs/{job.id}/cancel", headers=bearer(keys["agent2"])).status_code == 404
+    body = client.post(f"/v1/jobs/{job.id}/cancel", headers=bearer(keys["operator"])).json()
+    assert body["status"] == "running" and body["cancel_requested"] is True
+
+
+def test_job_view_shows_progress_and_error(app: Any, client: Any, keys: dict[str, str]) -> None:
+    with app.state.sessionmaker() as session:
+        job = insert_job(session, key_id(keys["agent"]), status=JobStatus.FAILED.value, stage="sweep",
+                         runs_done=3, runs_total=40, eta_s=12.5, error_code="bad_output_shape",
+                         error_message="The model returned (B, 2).", error_hint="Read the spec.")
+        session.commit()
+    body = client.get(f"/v1/jobs/{job.id}", headers=bearer(keys["agent"])).json()
+    assert body["progress"] == {"stage": "sweep", "runs_done": 3, "runs_total": 40, "eta_s": 12.5,
+                                "message": None}
+    assert body["error"] == {"code": "bad_output_shape", "message": "The model returned (B, 2).",
+                             "hint": "Read the spec."}
+    assert body["queue_position"] is None

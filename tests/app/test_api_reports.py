@@ -1,0 +1,154 @@
+"""Reports: by job and id, filters, keyset pagination in every sort, the verdict summary.
+
+Runs on SQLite and on Postgres (the latter skips unless reachable or CI=true).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.keys.service import create_key
+from tests.app.factories import PAIRS, insert_report, key_id, report_body
+from tests.conftest import bearer
+
+T0 = dt.datetime(2025, 5, 5, 10, 0, tzinfo=dt.UTC)  # a Monday
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def env(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any, dict[str, str]]]:
+    """(app, client, tokens) on each database backend."""
+    app = request.getfixturevalue("app" if request.param == "sqlite" else "pg_app")
+    with app.state.sessionmaker() as session:
+        tokens = {r: create_key(session, r, r).token for r in ("agent", "viewer", "operator")}
+        session.commit()
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield app, client, tokens
+
+
+def seed(app: Any, submitter: str, n: int = 60) -> list[Any]:
+    """n reports over 10 days and two tracks, all verdict pairs, some ties in time."""
+    rng = random.Random(7)
+    pairs = list(PAIRS)
+    rows = []
+    with app.state.sessionmaker() as session:
+        for i in range(n):
+            system, practical = pairs[i % len(pairs)]
+            body = report_body(system, practical, mechanism_ok=None if i % 7 == 0 else PAIRS[(system, practical)],
+                               p_value=rng.choice([0.0078125, 0.02, 0.3, 0.5, 1.0]),
+                               delta=round(rng.uniform(-0.05, 0.05), 4))
+            created = T0 + dt.timedelta(hours=8 * (i // 2))  # pairs of rows share a timestamp
+            rows.append(insert_report(session, submitter, body, created, track="smoke" if i % 3 else "tabular"))
+        session.commit()
+    return rows
+
+
+def all_pages(client: Any, token: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        query = dict(params, limit=9, **({"cursor": cursor} if cursor else {}))
+        response = client.get("/v1/reports", params=query, headers=bearer(token))
+        assert response.status_code == 200, response.text
+        page = response.json()
+        items += page["items"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return items
+
+
+def test_report_of_a_job_and_by_id(env: Any) -> None:
+    app, client, tokens = env
+    [report] = seed(app, key_id(tokens["agent"]), n=1)
+    by_job = client.get(f"/v1/jobs/{report.job_id}/report", headers=bearer(tokens["viewer"]))
+    assert by_job.status_code == 200, by_job.text
+    body = by_job.json()
+    assert body["report_id"] == report.id and body["report"]["system_verdict"] == "worked"
+    assert body["report"]["bench_report"]["comparison"]["p_value"] == body["p_value"]
+    assert client.get(f"/v1/reports/{report.id}", headers=bearer(tokens["agent"])).json() == body
+
+
+def test_filters(env: Any) -> None:
+    app, client, tokens = env
+    rows = seed(app, key_id(tokens["agent"]))
+    viewer = tokens["viewer"]
+    for params, keep in [
+        ({"system_verdict": "worked"}, lambda r: r.system_verdict == "worked"),
+        ({"practical_verdict": "inconclusive", "track": "smoke"},
+         lambda r: r.practical_verdict == "inconclusive" and r.track == "smoke"),
+        ({"system_verdict": "partial", "practical_verdict": "helps"},
+         lambda r: (r.system_verdict, r.practical_verdict) == ("partial", "helps")),
+        ({"mechanism_ok": "true"}, lambda r: r.mechanism_ok is True),
+        ({"mechanism_ok": "false"}, lambda r: r.mechanism_ok is False),
+        ({"mechanism_ok": "none"}, lambda r: r.mechanism_ok is None),
+        ({"created_after": (T0 + dt.timedelta(days=3)).isoformat(),
+          "created_before": (T0 + dt.timedelta(days=5)).isoformat()},
+         lambda r: T0 + dt.timedelta(days=3) <= r.created_at < T0 + dt.timedelta(days=5)),
+        ({"submitter": key_id(tokens["agent"])}, lambda r: True),
+        ({"submitter": "key_other"}, lambda r: False),
+    ]:
+        got = {i["report_id"] for i in all_pages(client, viewer, params)}
+        assert got == {r.id for r in rows if keep(r)}, params
+
+
+@pytest.mark.parametrize("sort", ["-created_at", "created_at", "p_value", "-p_value", "delta", "-delta"])
+def test_cursor_pagination_in_every_sort(env: Any, sort: str) -> None:
+    app, client, tokens = env
+    rows = seed(app, key_id(tokens["agent"]))
+    items = all_pages(client, tokens["viewer"], {"sort": sort, "track": "smoke"})
+    expected = [r for r in rows if r.track == "smoke"]
+    assert len(items) == len(expected) and {i["report_id"] for i in items} == {r.id for r in expected}
+    field = {"created_at": "created_at", "p_value": "p_value", "delta": "delta_mean"}[sort.lstrip("-")]
+    keys = [(i[field], i["report_id"]) for i in items]
+    if field == "created_at":
+        keys = [(dt.datetime.fromisoformat(v.replace("Z", "+00:00")), rid) for v, rid in keys]
+    assert keys == sorted(keys, reverse=sort.startswith("-"))
+
+
+def test_nullable_sort_puts_nulls_last_across_pages(env: Any) -> None:
+    app, client, tokens = env
+    agent = key_id(tokens["agent"])
+    with app.state.sessionmaker() as session:
+        for i in range(12):
+            body = report_body(p_value=0.1 * (i % 4))
+            if i % 3 == 0:
+                body["bench_report"]["comparison"]["p_value"] = float("nan")  # stored as null
+            insert_report(session, agent, body, T0 + dt.timedelta(minutes=i))
+        session.commit()
+    for sort in ("p_value", "-p_value"):
+        items = all_pages(client, tokens["viewer"], {"sort": sort})
+        values = [i["p_value"] for i in items]
+        assert len(items) == 12 and values[-4:] == [None] * 4 and None not in values[:-4]
+
+
+def test_verdict_summary_by_day_and_week(env: Any) -> None:
+    app, client, tokens = env
+    rows = seed(app, key_id(tokens["agent"]))
+    window = {"since": "2025-05-01", "until": "2025-05-31"}
+    by_day = client.get("/v1/verdicts/summary", params=window, headers=bearer(tokens["viewer"])).json()
+    assert by_day["bucket"] == "day" and by_day["since"] == "2025-05-01"
+    assert sum(r["total"] for r in by_day["rows"]) == len(rows) == sum(t["total"] for t in by_day["totals"])
+    expect: dict[tuple[str, str, str], int] = {}
+    for r in rows:
+        k = (r.created_at.date().isoformat(), r.track, f"{r.system_verdict}/{r.practical_verdict}")
+        expect[k] = expect.get(k, 0) + 1
+    got = {(r["period"], r["track"], pair): n for r in by_day["rows"] for pair, n in r["counts"].items()}
+    assert got == expect
+    weekly = client.get("/v1/verdicts/summary", params={**window, "bucket": "week", "track": "smoke"},
+                        headers=bearer(tokens["viewer"])).json()
+    assert {r["period"] for r in weekly["rows"]} == {"2025-05-05", "2025-05-12"}  # Mondays
+    assert sum(r["total"] for r in weekly["rows"]) == sum(1 for r in rows if r.track == "smoke")
+    one_day = client.get("/v1/verdicts/summary", params={"since": "2025-05-06", "until": "2025-05-06"},
+                         headers=bearer(tokens["viewer"])).json()
+    assert {r["period"] for r in one_day["rows"]} == {"2025-05-06"}
+    # Default window: the last 30 days, which hold none of these 2025 reports.
+    default = client.get("/v1/verdicts/summary", headers=bearer(tokens["viewer"])).json()
+    assert default["rows"] == [] and default["until"] > default["since"]
+    bad = client.get("/v1/verdicts/summary", params={"since": "2025-06-01", "until": "2025-05-01"},
+                     headers=bearer(tokens["viewer"]))
+    assert bad.status_code == 422 and bad.json()["code"] == "validation_error"

@@ -1,0 +1,198 @@
+"""Shared fixtures: the API on a fresh SQLite file per test, real Postgres and Redis.
+
+Postgres and Redis tests skip with a message saying how to enable them, unless
+``CI=true``, where an unreachable server is a failure (the README's promise).
+URLs: ``IDEABENCH_TEST_POSTGRES_URL`` (an admin URL used to create a scratch
+database; default postgresql://postgres@127.0.0.1:5432/postgres) and
+``IDEABENCH_TEST_REDIS_URL`` (default redis://127.0.0.1:6379/15).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+CI = os.environ.get("CI") == "true"
+POSTGRES_ADMIN_URL = os.environ.get(
+    "IDEABENCH_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+REDIS_URL = os.environ.get("IDEABENCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def service_missing(what: str, detail: str, how: str) -> NoReturn:
+    """Skip (or, with CI=true, fail) a test whose server is not reachable."""
+    message = f"{what} not reachable ({' '.join(detail.split())}); {how}"
+    if CI:
+        pytest.fail(f"{message} -- required when CI=true", pytrace=False)
+    pytest.skip(message)
+
+
+class RecordingQueue:
+    """A JobQueue stand-in that records what the API enqueued."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+        self.reachable = True
+
+    def enqueue(self, job_id: str, queue: str) -> bool:
+        self.sent.append((job_id, queue))
+        return True
+
+    def ping(self) -> bool:
+        return self.reachable
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def sqlite_settings(tmp_path: Path) -> Any:
+    """Settings on a fresh SQLite database (and SQLite broker) under ``tmp_path``."""
+    from app.settings import Settings
+
+    return Settings(data_dir=tmp_path / "var")
+
+
+def _build_app(settings: Any, create_tables: bool) -> Any:
+    from app.main import create_app
+    from app.models import metadata
+
+    app = create_app(settings)
+    if create_tables:
+        metadata.create_all(app.state.engine)
+    app.state.queue = RecordingQueue()
+    return app
+
+
+@pytest.fixture
+def app(sqlite_settings: Any) -> Iterator[Any]:
+    """The API on a fresh per-test SQLite database, with a recording queue."""
+    application = _build_app(sqlite_settings, create_tables=True)
+    yield application
+    application.state.engine.dispose()
+
+
+@pytest.fixture
+def client(app: Any) -> Iterator[Any]:
+    """A TestClient of ``app`` (server errors become 500 answers, as in production)."""
+    from fastapi.testclient import TestClient
+
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def keys(app: Any) -> dict[str, str]:
+    """Tokens by role: agent, agent2, operator, viewer."""
+    from app.keys.service import create_key
+
+    tokens = {}
+    with app.state.sessionmaker() as session:
+        for label, role in (("agent", "agent"), ("agent2", "agent"), ("operator", "operator"),
+                            ("viewer", "viewer")):
+            tokens[label] = create_key(session, role, label).token
+        session.commit()
+    return tokens
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The Authorization header of ``token``."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+# --- Postgres ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh, migrated Postgres database for this test session (dropped after)."""
+    try:
+        import psycopg2
+    except ImportError as exc:  # pragma: no cover
+        service_missing("Postgres", str(exc), "pip install psycopg2-binary")
+    try:
+        admin = psycopg2.connect(POSTGRES_ADMIN_URL, connect_timeout=3)
+    except psycopg2.OperationalError as exc:
+        service_missing(
+            "Postgres", f"{POSTGRES_ADMIN_URL}: {str(exc).strip()}",
+            "start PostgreSQL or set IDEABENCH_TEST_POSTGRES_URL to an admin URL",
+        )
+    admin.autocommit = True
+    name = f"ideabench_test_{uuid.uuid4().hex[:10]}"
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    try:
+        from app.migrate import upgrade_head
+        from app.settings import Settings
+
+        upgrade_head(Settings(database_url=url, broker_url="memory://"))
+        yield url
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+def truncate_all(database_url: str) -> None:
+    """Empty every table (per-test cleanup on the shared session database)."""
+    from sqlalchemy import text
+
+    from app.db import make_engine
+    from app.models import metadata
+
+    engine = make_engine(database_url)
+    names = ", ".join(t.name for t in metadata.sorted_tables)
+    with engine.begin() as conn:
+        conn.execute(text(f"TRUNCATE {names} CASCADE"))
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_settings(postgres_url: str, tmp_path: Path) -> Iterator[Any]:
+    """Settings on the session's Postgres database, emptied before and after the test."""
+    from app.settings import Settings
+
+    truncate_all(postgres_url)
+    yield Settings(data_dir=tmp_path / "var", database_url=postgres_url)
+    truncate_all(postgres_url)
+
+
+@pytest.fixture
+def pg_app(pg_settings: Any) -> Iterator[Any]:
+    """The API on Postgres, with a recording queue."""
+    application = _build_app(pg_settings, create_tables=False)
+    yield application
+    application.state.engine.dispose()
+
+
+# --- Redis ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> str:
+    """A reachable Redis URL (a database reserved for tests)."""
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:
+        service_missing("Redis", f"{REDIS_URL}: {exc}", "start redis-server or set IDEABENCH_TEST_REDIS_URL")
+    return REDIS_URL
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> Iterator[str]:
+    """The test Redis database, flushed before and after the test."""
+    import redis
+
+    client = redis.Redis.from_url(redis_server)
+    client.flushdb()
+    yield redis_server
+    client.flushdb()
+    client.close()

@@ -1,0 +1,160 @@
+"""End to end with a real Celery worker process: embedded SQLite (database and broker),
+and Postgres + Redis. Submit the smoke track's example idea, poll to succeeded, fetch
+the report, find it by its verdict filter and not under another; cancel a running job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from app.health.models import WorkerBeat
+from app.keys.service import create_key
+from app.main import create_app
+from app.migrate import upgrade_head
+from app.reports.models import Report
+from bench.catalog import get_card
+from tests.conftest import bearer
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = get_card("smoke")["example_idea"]
+SLOW_IDEA = '''
+import time
+from torch import nn
+
+def build_model(spec):
+    time.sleep(2.0)  # slow on purpose: the test cancels it mid-run
+    return nn.Sequential(nn.Linear(spec["input_shape"][0], 16), nn.ReLU(),
+                         nn.Linear(16, spec["output_shape"][0]))
+'''
+VERDICTS = {"system_verdict": ("worked", "partial", "failed"),
+            "practical_verdict": ("helps", "harms", "inconclusive")}
+
+
+def start_worker(settings: Any, cwd: Path) -> subprocess.Popen[bytes]:
+    """A real ``ideabench worker`` process on the settings' database and broker."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IDEABENCH_")}
+    env.update(
+        DATABASE_URL=settings.database_url,
+        BROKER_URL=settings.broker_url,
+        IDEABENCH_DATA_DIR=str(settings.data_dir),
+        IDEABENCH_HEARTBEAT_S="0.5",
+        PYTHONPATH=str(ROOT),
+    )
+    log = open(cwd / "worker.log", "wb")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen([sys.executable, "-m", "cli.main", "worker"], cwd=cwd, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+
+
+def stop_worker(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGQUIT)  # cold shutdown: do not wait for a running job
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, log: Path | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    tail = log.read_text(errors="replace")[-4000:] if log and log.exists() else ""
+    pytest.fail(f"timed out waiting for {what}\n--- worker log ---\n{tail}")
+
+
+@pytest.fixture
+def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, TestClient, str, Path]]:
+    """(app, client, agent token, worker log) on the backend named by the test's parameter."""
+    if request.param == "embedded":
+        settings = request.getfixturevalue("sqlite_settings")
+        upgrade_head(settings)
+    else:
+        settings = request.getfixturevalue("pg_settings").model_copy(
+            update={"broker_url": request.getfixturevalue("redis_url")})
+    app = create_app(settings)
+    with app.state.sessionmaker() as session:
+        token = create_key(session, "agent", "e2e").token
+        session.commit()
+    worker = start_worker(settings, tmp_path)
+    log = tmp_path / "worker.log"
+    try:
+        with TestClient(app) as client:
+            def worker_seen() -> bool:
+                with app.state.sessionmaker() as session:
+                    return bool(session.scalar(select(func.count()).select_from(WorkerBeat)))
+
+            wait_for(worker_seen, 60, "the worker to start", log)
+            yield app, client, token, log
+    finally:
+        stop_worker(worker)
+        app.state.engine.dispose()
+
+
+def poll_job(client: TestClient, token: str, job_id: str, until: set[str], timeout: float, log: Path) -> Any:
+    def status() -> Any:
+        body = client.get(f"/v1/jobs/{job_id}", headers=bearer(token)).json()
+        return body if body["status"] in until else None
+
+    return wait_for(status, timeout, f"job {job_id} to reach {until}", log)
+
+
+@pytest.mark.slow
+@pytest.mark.services
+@pytest.mark.parametrize("stack", ["embedded", "postgres_redis"], indirect=True)
+def test_smoke_example_end_to_end(stack: Any) -> None:
+    app, client, token, log = stack
+    response = client.post("/v1/ideas", json={"track": "smoke", "code": EXAMPLE, "name": "e2e"},
+                           headers=bearer(token))
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job_id"]
+    job = poll_job(client, token, job_id, {"succeeded", "failed", "cancelled"}, 240, log)
+    assert job["status"] == "succeeded", job
+    assert job["progress"]["runs_total"] and job["progress"]["runs_done"] == job["progress"]["runs_total"]
+    report = client.get(f"/v1/jobs/{job_id}/report", headers=bearer(token)).json()
+    body = report["report"]
+    assert body["system_judged"] is True and body["bench_report"]["comparison"]["n_pairs"] == 8
+    assert report["report_id"] == job["report_id"]
+    for field, values in VERDICTS.items():
+        mine = body[field]
+        found = client.get("/v1/reports", params={field: mine, "track": "smoke"}, headers=bearer(token)).json()
+        assert job_id in {r["job_id"] for r in found["items"]}, (field, mine)
+        for other in values:
+            if other != mine:
+                listed = client.get("/v1/reports", params={field: other}, headers=bearer(token)).json()
+                assert job_id not in {r["job_id"] for r in listed["items"]}, (field, other)
+    summary = client.get("/v1/verdicts/summary", headers=bearer(token)).json()
+    pair = f"{body['system_verdict']}/{body['practical_verdict']}"
+    assert [(t["track"], t["counts"], t["total"]) for t in summary["totals"]] == [("smoke", {pair: 1}, 1)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stack", ["embedded"], indirect=True)
+def test_cancel_a_running_job(stack: Any) -> None:
+    app, client, token, log = stack
+    job_id = client.post("/v1/ideas", json={"track": "smoke", "code": SLOW_IDEA}, headers=bearer(token)).json()["job_id"]
+    poll_job(client, token, job_id, {"running"}, 60, log)
+    time.sleep(2)  # let the sandboxed children start
+    response = client.post(f"/v1/jobs/{job_id}/cancel", headers=bearer(token))
+    assert response.status_code == 202, response.text
+    started = time.monotonic()
+    job = poll_job(client, token, job_id, {"cancelled", "failed", "succeeded"}, 60, log)
+    assert job["status"] == "cancelled", job
+    assert job["error"]["code"] == "cancelled"
+    assert time.monotonic() - started < 30
+    with app.state.sessionmaker() as session:
+        assert session.scalar(select(func.count()).select_from(Report)) == 0

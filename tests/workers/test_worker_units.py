@@ -1,0 +1,210 @@
+"""Claims, leases, heartbeats, the exactly-once finish and the reconciler (with a stand-in judge)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from app.db import make_engine, make_sessionmaker, utcnow
+from app.jobs import leases
+from app.jobs.models import Job, JobStatus
+from app.keys.service import create_key
+from app.models import metadata
+from app.reports.models import Report, VerdictCount
+from app.reports.service import build_report_row
+from bench.errors import BenchError, ErrorCode
+from bench.protocol import Progress
+from tests.app.factories import insert_job, report_body
+from tests.conftest import RecordingQueue
+from workers import runner
+from workers.context import WorkerContext
+from workers.reconciler import reconcile_once
+
+
+@pytest.fixture
+def ctx(sqlite_settings: Any) -> Iterator[WorkerContext]:
+    settings = sqlite_settings.model_copy(update={"heartbeat_s": 0.05, "lease_s": 30.0, "max_attempts": 2,
+                                                  "requeue_after_s": 60.0, "progress_min_interval_s": 0.0})
+    engine = make_engine(settings.database_url)
+    metadata.create_all(engine)
+    context = WorkerContext(settings=settings, engine=engine, sessions=make_sessionmaker(engine),
+                            worker_id="host:1", queue=RecordingQueue())  # type: ignore[arg-type]
+    yield context
+    engine.dispose()
+
+
+@pytest.fixture
+def job_id(ctx: WorkerContext) -> str:
+    with ctx.sessions() as session:
+        key = create_key(session, "agent").key
+        session.flush()
+        job = insert_job(session, key.id)
+        session.commit()
+        return job.id
+
+
+def load(ctx: WorkerContext, job_id: str) -> Job:
+    with ctx.sessions() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        return job
+
+
+def test_a_job_is_claimed_once(ctx: WorkerContext, job_id: str) -> None:
+    with ctx.sessions() as session:
+        first = leases.claim_job(session, job_id, "w:1", utcnow(), 30)
+        second = leases.claim_job(session, job_id, "w:2", utcnow(), 30)
+        session.commit()
+    assert first is not None and first.attempt == 1 and second is None
+    job = load(ctx, job_id)
+    assert job.status == "running" and job.worker_id == "w:1" and job.lease_until is not None
+
+
+def test_finish_is_fenced_and_exactly_once(ctx: WorkerContext, job_id: str) -> None:
+    with ctx.sessions() as session:
+        claim = leases.claim_job(session, job_id, "w:1", utcnow(), 30)
+        session.commit()
+    assert claim is not None
+    stale = leases.Claim(job_id, "w:1", claim.attempt - 1)
+    job = load(ctx, job_id)
+    with ctx.sessions() as session:
+        assert not leases.finish_succeeded(session, stale, build_report_row(job, report_body(), utcnow()), utcnow())
+        session.rollback()
+    with ctx.sessions() as session:
+        assert leases.finish_succeeded(session, claim, build_report_row(job, report_body(), utcnow()), utcnow())
+        session.commit()
+    with ctx.sessions() as session:  # a second finish by the same claim does nothing
+        assert not leases.finish_succeeded(session, claim, build_report_row(job, report_body(), utcnow()), utcnow())
+        session.rollback()
+        assert session.scalar(select(func.count()).select_from(Report)) == 1
+    assert load(ctx, job_id).status == "succeeded"
+
+
+def test_execute_job_success_writes_progress_and_one_report(ctx: WorkerContext, job_id: str,
+                                                            monkeypatch: Any) -> None:
+    seen: list[int | None] = []
+
+    def fake_judge(request: Any, on_progress: Any, cancel: threading.Event) -> dict[str, Any]:
+        assert request.track == "smoke" and request.device == "cpu"
+        on_progress(Progress("sweep", 3, 10, 5.0, "sweeping"))
+        seen.append(load(ctx, job_id).runs_done)
+        return report_body("partial", "helps", mechanism_ok=0)
+
+    monkeypatch.setattr(runner, "judge", fake_judge)
+    assert runner.execute_job(ctx, job_id) is runner.Outcome.SUCCEEDED
+    assert seen == [3]
+    job = load(ctx, job_id)
+    assert job.status == "succeeded" and job.report_id and job.finished_at
+    with ctx.sessions() as session:
+        report = session.scalars(select(Report)).one()
+    assert (report.system_verdict, report.practical_verdict, report.mechanism_ok) == ("partial", "helps", False)
+    # A redelivered message finds the job finished: a no-op, still one report, counted once.
+    assert runner.execute_job(ctx, job_id) is runner.Outcome.NOT_CLAIMED
+    with ctx.sessions() as session:
+        assert session.scalar(select(func.count()).select_from(Report)) == 1
+        assert session.scalars(select(VerdictCount.n)).all() == [1]
+
+
+def test_bench_error_fails_the_job_with_its_code(ctx: WorkerContext, job_id: str, monkeypatch: Any) -> None:
+    def fake_judge(*_args: Any, **_kwargs: Any) -> dict[str, Any]:
+        raise BenchError(ErrorCode.BAD_OUTPUT_SHAPE, "The model returned (B, 2); expected (B, 1).")
+
+    monkeypatch.setattr(runner, "judge", fake_judge)
+    assert runner.execute_job(ctx, job_id) is runner.Outcome.FAILED
+    job = load(ctx, job_id)
+    assert (job.status, job.error_code) == ("failed", "bad_output_shape")
+    assert job.error_message and job.error_hint
+
+
+def test_unexpected_error_fails_with_internal(ctx: WorkerContext, job_id: str, monkeypatch: Any) -> None:
+    monkeypatch.setattr(runner, "judge", lambda *a, **k: 1 / 0)
+    assert runner.execute_job(ctx, job_id) is runner.Outcome.FAILED
+    assert load(ctx, job_id).error_code == "internal"
+
+
+def test_cancel_request_reaches_the_running_judge(ctx: WorkerContext, job_id: str, monkeypatch: Any) -> None:
+    def fake_judge(request: Any, on_progress: Any, cancel: threading.Event) -> dict[str, Any]:
+        with ctx.sessions() as session:  # what POST /cancel does
+            session.execute(Job.__table__.update().where(Job.id == job_id).values(cancel_requested=True))
+            session.commit()
+        assert cancel.wait(5), "the heartbeat never set the cancel event"
+        raise BenchError(ErrorCode.CANCELLED, "stopped")
+
+    monkeypatch.setattr(runner, "judge", fake_judge)
+    assert runner.execute_job(ctx, job_id) is runner.Outcome.CANCELLED
+    job = load(ctx, job_id)
+    assert (job.status, job.error_code) == ("cancelled", "cancelled")
+
+
+def test_a_lost_lease_stops_the_run_and_discards_its_result(ctx: WorkerContext, job_id: str,
+                                                            monkeypatch: Any) -> None:
+    def fake_judge(request: Any, on_progress: Any, cancel: threading.Event) -> dict[str, Any]:
+        with ctx.sessions() as session:  # the reconciler presumed us dead and re-queued the job
+            session.execute(Job.__table__.update().where(Job.id == job_id).values(status="queued", worker_id=None))
+            session.commit()
+        assert cancel.wait(5)
+        return report_body()
+
+    monkeypatch.setattr(runner, "judge", fake_judge)
+    assert runner.execute_job(ctx, job_id) is runner.Outcome.LOST
+    assert load(ctx, job_id).status == "queued"
+    with ctx.sessions() as session:
+        assert session.scalar(select(func.count()).select_from(Report)) == 0
+
+
+def test_reconciler_requeues_expired_leases_then_gives_up(ctx: WorkerContext, job_id: str) -> None:
+    now = utcnow()
+    with ctx.sessions() as session:
+        assert leases.claim_job(session, job_id, "dead:1", now - dt.timedelta(minutes=5), 30)
+        session.commit()
+    done = reconcile_once(ctx, now)
+    assert done.requeued == [job_id]
+    assert ctx.queue.sent == [(job_id, "cpu")]  # type: ignore[attr-defined]
+    job = load(ctx, job_id)
+    assert job.status == "queued" and job.worker_id is None and job.attempts == 1
+    with ctx.sessions() as session:  # second attempt dies too: attempts reach max_attempts=2
+        assert leases.claim_job(session, job_id, "dead:2", now - dt.timedelta(minutes=4), 30)
+        session.commit()
+    assert reconcile_once(ctx, now).failed == [job_id]
+    job = load(ctx, job_id)
+    assert (job.status, job.error_code) == ("failed", "internal")
+
+
+def test_reconciler_resends_lost_messages_once(ctx: WorkerContext, job_id: str) -> None:
+    with ctx.sessions() as session:
+        session.execute(Job.__table__.update().values(enqueued_at=utcnow() - dt.timedelta(minutes=10)))
+        session.commit()
+    assert reconcile_once(ctx).resent == [job_id]
+    assert reconcile_once(ctx).resent == []  # just re-sent: not again until requeue_after_s
+    assert ctx.queue.sent == [(job_id, "cpu")]  # type: ignore[attr-defined]
+
+
+def test_reconciler_ends_a_cancelled_job_whose_worker_died(ctx: WorkerContext, job_id: str) -> None:
+    with ctx.sessions() as session:
+        assert leases.claim_job(session, job_id, "dead:1", utcnow() - dt.timedelta(minutes=5), 30)
+        session.execute(Job.__table__.update().values(cancel_requested=True))
+        session.commit()
+    assert reconcile_once(ctx).cancelled == [job_id]
+    assert load(ctx, job_id).status == JobStatus.CANCELLED.value
+
+
+def test_heartbeat_extends_the_lease(ctx: WorkerContext, job_id: str) -> None:
+    from workers.heartbeat import Heartbeat
+
+    with ctx.sessions() as session:
+        claim = leases.claim_job(session, job_id, "w:1", utcnow(), 1)
+        session.commit()
+    assert claim is not None
+    before = load(ctx, job_id).lease_until
+    beat = Heartbeat(ctx, claim, threading.Event())
+    beat.start()
+    time.sleep(0.3)
+    beat.stop()
+    after = load(ctx, job_id).lease_until
+    assert before is not None and after is not None and after > before + dt.timedelta(seconds=20)

@@ -1,0 +1,53 @@
+"""The workers' Celery app: built from the settings, with the one task registered.
+
+acks_late + prefetch 1: a message is acknowledged only after its job ended, and
+a worker process holds one message at a time. The database claim (not the
+broker) guarantees a job runs once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from app.queue import RUN_JOB_TASK, celery_base_config, is_sql_broker
+from app.settings import Settings
+from workers.context import ContextHolder
+
+
+def worker_config(settings: Settings) -> dict[str, Any]:
+    """Celery settings of a worker process."""
+    config = celery_base_config(settings.broker_url)
+    config.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_concurrency=1,
+        # Enforced by the prefork pool; the judge enforces job_timeout_s itself.
+        task_soft_time_limit=settings.job_timeout_s + 300,
+        task_time_limit=settings.job_timeout_s + 600,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+        task_default_queue=settings.worker_queue,
+    )
+    if is_sql_broker(settings.broker_url):
+        # kombu's SQL transport has no fanout exchange, which remote control needs.
+        config["worker_enable_remote_control"] = False
+    return config
+
+
+def make_celery(settings: Settings) -> tuple[Celery, ContextHolder]:
+    """A Celery app with ``ideabench.run_job`` registered, and its context holder."""
+    celery = Celery("ideabench")
+    celery.conf.update(worker_config(settings))
+    holder = ContextHolder(settings)
+
+    @celery.task(name=RUN_JOB_TASK, ignore_result=True)
+    def run_job(job_id: str) -> str:
+        """Claim and judge one job (a no-op when someone else holds it)."""
+        from workers.runner import execute_job  # torch loads here, in the worker only
+
+        return execute_job(holder.get(), job_id).value
+
+    return celery, holder

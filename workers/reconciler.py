@@ -1,0 +1,110 @@
+"""The reconciler: the database is the truth, the broker only a wake-up call.
+
+Periodically (a thread in every worker process):
+- running jobs whose lease expired (their worker died) go back to ``queued`` and
+  are sent again, or fail with ``internal`` after ``max_attempts`` (or end
+  ``cancelled`` when a cancel was asked);
+- queued jobs sent long ago and never claimed (the message was lost) are sent again.
+Every change is a compare-and-set, so several reconcilers may run at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from app.db import utcnow
+from app.health import repository as health_repository
+from app.jobs import leases
+from app.jobs.models import JobStatus
+from bench.errors import DEFAULT_HINTS, ErrorCode
+from workers.context import WorkerContext
+
+log = logging.getLogger("ideabench.reconciler")
+
+
+@dataclass
+class Reconciled:
+    """What one pass did (job ids)."""
+
+    requeued: list[str] = field(default_factory=list)
+    resent: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+
+
+def _error(code: ErrorCode, message: str) -> dict[str, str]:
+    return {"code": code.value, "message": message, "hint": DEFAULT_HINTS[code]}
+
+
+def reconcile_once(ctx: WorkerContext, now: datetime | None = None) -> Reconciled:
+    """One pass; commits, then sends the jobs it put back in the queue."""
+    now = now or utcnow()
+    settings = ctx.settings
+    done = Reconciled()
+    to_send: list[tuple[str, str]] = []
+    with ctx.sessions() as session:
+        for job in leases.expired_leases(session, now):
+            if job.cancel_requested:
+                error = _error(ErrorCode.CANCELLED, "The job was cancelled; its worker stopped responding.")
+                if leases.release_expired(session, job, now, JobStatus.CANCELLED, error):
+                    done.cancelled.append(job.id)
+            elif job.attempts >= settings.max_attempts:
+                error = _error(
+                    ErrorCode.INTERNAL,
+                    f"The worker running this job stopped responding {job.attempts} times; giving up.",
+                )
+                if leases.release_expired(session, job, now, JobStatus.FAILED, error):
+                    done.failed.append(job.id)
+            elif leases.release_expired(session, job, now, JobStatus.QUEUED):
+                done.requeued.append(job.id)
+                to_send.append((job.id, job.queue))
+        cutoff = now - timedelta(seconds=settings.requeue_after_s)
+        for job in leases.stale_queued(session, cutoff):
+            if leases.mark_reenqueued(session, job, now):
+                done.resent.append(job.id)
+                to_send.append((job.id, job.queue))
+        session.commit()
+    for job_id, queue in to_send:
+        ctx.queue.enqueue(job_id, queue)
+    if to_send or done.failed or done.cancelled:
+        log.info("reconciled: %s", done)
+    return done
+
+
+class WorkerLoop(threading.Thread):
+    """Background thread of a worker: says it is alive and reconciles periodically."""
+
+    def __init__(self, ctx: WorkerContext, beat_every_s: float = 5.0) -> None:
+        super().__init__(name="ideabench-reconciler", daemon=True)
+        self.ctx = ctx
+        self.beat_every_s = beat_every_s
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        next_reconcile = time.monotonic()
+        while True:
+            try:
+                self.beat()
+                if time.monotonic() >= next_reconcile:
+                    next_reconcile = time.monotonic() + self.ctx.settings.reconcile_every_s
+                    reconcile_once(self.ctx)
+            except Exception:  # the DB may be briefly away; keep the loop alive
+                log.warning("worker loop pass failed", exc_info=True)
+            if self._stop_event.wait(self.beat_every_s):
+                return
+
+    def beat(self) -> None:
+        """Record that this worker is alive (GET /readyz looks for it)."""
+        settings = self.ctx.settings
+        with self.ctx.sessions() as session:
+            health_repository.record_beat(session, self.ctx.worker_id, settings.worker_queue, settings.device,
+                                          utcnow())
+            session.commit()
+
+    def stop(self) -> None:
+        """End the loop."""
+        self._stop_event.set()

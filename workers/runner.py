@@ -1,0 +1,124 @@
+"""Run one job: claim it, judge it with heartbeat and progress, persist the outcome once."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from enum import StrEnum
+from typing import Any
+
+from app.db import utcnow
+from app.jobs import leases
+from app.jobs.leases import Claim
+from app.jobs.models import Job, JobStatus
+from app.reports.service import InvalidReport, build_report_row
+from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
+from bench.protocol import JudgeRequest, judge
+from workers.context import WorkerContext
+from workers.heartbeat import Heartbeat, ProgressWriter
+
+log = logging.getLogger("ideabench.worker")
+
+
+class Outcome(StrEnum):
+    """What ``execute_job`` did."""
+
+    NOT_CLAIMED = "not_claimed"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+
+
+def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
+    """The engine's request for a job row."""
+    return JudgeRequest(
+        track=job.track,
+        idea_code=job.idea_code,
+        baseline_code=job.baseline_code,
+        n_seeds=job.n_seeds,
+        hparams=job.hparams,
+        mechanism=job.mechanism,
+        name=job.name,
+        hypothesis=job.hypothesis,
+        timeout_s=ctx.settings.job_timeout_s,
+        memory_mb=ctx.settings.job_memory_mb,
+        device=ctx.settings.device,
+    )
+
+
+def _claim(ctx: WorkerContext, job_id: str) -> tuple[Claim, Job] | None:
+    with ctx.sessions() as session:
+        claim = leases.claim_job(session, job_id, ctx.worker_id, utcnow(), ctx.settings.lease_s)
+        if claim is None:
+            session.rollback()
+            return None
+        job = session.get(Job, job_id)
+        session.commit()
+    assert job is not None
+    return claim, job
+
+
+def execute_job(ctx: WorkerContext, job_id: str) -> Outcome:
+    """Claim ``job_id`` and run it to its end; a delivery of a job someone else holds is a no-op."""
+    claimed = _claim(ctx, job_id)
+    if claimed is None:
+        log.info("job %s not claimable (taken, ended or cancelled); skipping", job_id)
+        return Outcome.NOT_CLAIMED
+    claim, job = claimed
+    log.info("running job %s (attempt %d)", job_id, claim.attempt)
+    cancel = threading.Event()
+    beat = Heartbeat(ctx, claim, cancel)
+    beat.start()
+    try:
+        report = judge(judge_request(job, ctx), on_progress=ProgressWriter(ctx, claim), cancel=cancel)
+    except BenchError as exc:
+        cancelled = exc.code is ErrorCode.CANCELLED or beat.cancel_requested
+        status = JobStatus.CANCELLED if cancelled else JobStatus.FAILED
+        return _finish_unsuccessful(ctx, claim, status, exc.to_dict(), beat)
+    except Exception as exc:
+        log.exception("job %s crashed the worker's runner", job_id)
+        if beat.cancel_requested:
+            return _finish_unsuccessful(ctx, claim, JobStatus.CANCELLED, _cancelled(), beat)
+        error = BenchError(ErrorCode.INTERNAL, f"The judge failed unexpectedly ({type(exc).__name__}).")
+        return _finish_unsuccessful(ctx, claim, JobStatus.FAILED, error.to_dict(), beat)
+    finally:
+        beat.stop()
+    return _finish_succeeded(ctx, claim, job, report)
+
+
+def _cancelled() -> dict[str, str]:
+    return {"code": ErrorCode.CANCELLED.value, "message": "The job was cancelled while it ran.",
+            "hint": DEFAULT_HINTS[ErrorCode.CANCELLED]}
+
+
+def _finish_succeeded(ctx: WorkerContext, claim: Claim, job: Job, report: dict[str, Any]) -> Outcome:
+    now = utcnow()
+    try:
+        row = build_report_row(job, report, now)
+    except InvalidReport as exc:
+        error = BenchError(ErrorCode.INTERNAL, f"The engine returned an unusable report: {exc}.")
+        return _finish_unsuccessful(ctx, claim, JobStatus.FAILED, error.to_dict(), None)
+    with ctx.sessions() as session:
+        if not leases.finish_succeeded(session, claim, row, now):
+            session.rollback()
+            log.warning("job %s: lease lost before the report was stored; discarding it", claim.job_id)
+            return Outcome.LOST
+        session.commit()
+    log.info("job %s succeeded: report %s", claim.job_id, row.id)
+    return Outcome.SUCCEEDED
+
+
+def _finish_unsuccessful(
+    ctx: WorkerContext, claim: Claim, status: JobStatus, error: dict[str, str], beat: Heartbeat | None
+) -> Outcome:
+    if status is JobStatus.CANCELLED and error.get("code") != ErrorCode.CANCELLED.value:
+        error = _cancelled()
+    with ctx.sessions() as session:
+        if not leases.finish_unsuccessful(session, claim, status, error, utcnow()):
+            session.rollback()
+            log.warning("job %s: lease lost before its end was stored", claim.job_id)
+            return Outcome.LOST
+        session.commit()
+    log.info("job %s %s: %s", claim.job_id, status.value, error.get("code"))
+    return Outcome.CANCELLED if status is JobStatus.CANCELLED else Outcome.FAILED
