@@ -126,3 +126,19 @@ def test_cli_track_json_and_failing_run(tmp_path: Path) -> None:
         capture_output=True, text=True,
     )
     assert run.returncode == 2 and "bad_output_shape" in run.stderr
+
+
+def test_cli_run_reports_a_sandbox_violation(tmp_path: Path) -> None:
+    idea = tmp_path / "net.py"
+    idea.write_text(
+        "import socket\nfrom torch import nn\n"
+        "def build_model(spec):\n"
+        "    socket.create_connection(('127.0.0.1', 6379), timeout=2)\n"
+        "    return nn.Linear(8, 1)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "cli.main", "run", str(idea), "--track", "smoke", "--seeds", "2",
+         "--timeout", "120"],
+        capture_output=True, text=True,
+    )
+    assert run.returncode == 2 and "sandbox_violation" in run.stderr, run.stderr

@@ -158,3 +158,42 @@ def test_cancel_a_running_job(stack: Any) -> None:
     assert time.monotonic() - started < 30
     with app.state.sessionmaker() as session:
         assert session.scalar(select(func.count()).select_from(Report)) == 0
+
+
+NETWORK_IDEA = '''
+import socket
+from torch import nn
+
+def build_model(spec):
+    socket.create_connection(("127.0.0.1", 5432), timeout=2)  # the database port
+    return nn.Linear(spec["input_shape"][0], spec["output_shape"][0])
+'''
+ENVIRON_IDEA = '''
+from torch import nn
+
+def build_model(spec):
+    leaked = open("/proc/1/environ", "rb").read() + repr(__import__("os").environ).encode()
+    raise RuntimeError(b"LEAK:" + leaked)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stack", ["embedded"], indirect=True)
+def test_hostile_ideas_through_the_api_fail_cleanly_and_the_worker_goes_on(stack: Any) -> None:
+    app, client, token, log = stack
+    net = client.post("/v1/ideas", json={"track": "smoke", "code": NETWORK_IDEA, "n_seeds": 2},
+                      headers=bearer(token)).json()["job_id"]
+    job = poll_job(client, token, net, {"succeeded", "failed", "cancelled"}, 120, log)
+    assert job["status"] == "failed" and job["error"]["code"] == "sandbox_violation", job
+    assert "network" in job["error"]["message"]
+    env = client.post("/v1/ideas", json={"track": "smoke", "code": ENVIRON_IDEA, "n_seeds": 2},
+                      headers=bearer(token)).json()["job_id"]
+    job = poll_job(client, token, env, {"succeeded", "failed", "cancelled"}, 120, log)
+    assert job["status"] == "failed", job
+    # Nothing of the worker's environment (database or broker URLs) reaches the idea.
+    assert "DATABASE_URL" not in job["error"]["message"] and "BROKER_URL" not in job["error"]["message"]
+    assert "sqlite" not in job["error"]["message"]
+    good = client.post("/v1/ideas", json={"track": "smoke", "code": EXAMPLE, "n_seeds": 2},
+                       headers=bearer(token)).json()["job_id"]
+    job = poll_job(client, token, good, {"succeeded", "failed", "cancelled"}, 120, log)
+    assert job["status"] == "succeeded", job
