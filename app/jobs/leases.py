@@ -109,7 +109,7 @@ def finish_succeeded(session: Session, claim: Claim, report: Report, now: dateti
         update(Job)
         .where(_owned(claim))
         .values(status=JobStatus.SUCCEEDED.value, report_id=report.id, finished_at=now, stage="done",
-                lease_until=None, eta_s=0.0)
+                lease_until=None, eta_s=0.0, progress_message="report stored")
     )
     if _rowcount(result) != 1:
         return False
