@@ -61,6 +61,20 @@ def _plain(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
     return proc, read_fd
 
 
+def _launch(mode: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """``sandbox.launch`` with bubblewrap switched off for mode ``no_bwrap``."""
+    previous = os.environ.get(sandbox.BWRAP_ENV)
+    if mode == "no_bwrap":
+        os.environ[sandbox.BWRAP_ENV] = "0"
+    try:
+        return sandbox.launch(workdir, sandbox.Limits())
+    finally:
+        if previous is None:
+            os.environ.pop(sandbox.BWRAP_ENV, None)
+        else:
+            os.environ[sandbox.BWRAP_ENV] = previous
+
+
 def _one(mode: str, root: Path) -> tuple[float, float]:
     """(launch -> ready seconds, teardown seconds) of one child."""
     workdir = root / mode / "idea"
@@ -69,16 +83,7 @@ def _one(mode: str, root: Path) -> tuple[float, float]:
     if mode == "plain":
         proc, fd = _plain(workdir)
     else:
-        previous = os.environ.get(sandbox.BWRAP_ENV)
-        if mode == "no_bwrap":
-            os.environ[sandbox.BWRAP_ENV] = "0"
-        try:
-            proc, fd = sandbox.launch(workdir, sandbox.Limits())
-        finally:
-            if previous is None:
-                os.environ.pop(sandbox.BWRAP_ENV, None)
-            else:
-                os.environ[sandbox.BWRAP_ENV] = previous
+        proc, fd = _launch(mode, workdir)
     _wait_ready(fd)
     ready = time.perf_counter() - started
     started = time.perf_counter()
@@ -105,16 +110,7 @@ def _startup(mode: str, root: Path) -> float:
         subprocess.run([sys.executable, "-c", "import bench.sandbox"], check=True, env=env)
         return time.perf_counter() - started
     workdir = root / f"startup-{mode}" / "idea"
-    previous = os.environ.get(sandbox.BWRAP_ENV)
-    if mode == "no_bwrap":
-        os.environ[sandbox.BWRAP_ENV] = "0"
-    try:
-        proc, fd = sandbox.launch(workdir, sandbox.Limits())
-    finally:
-        if previous is None:
-            os.environ.pop(sandbox.BWRAP_ENV, None)
-        else:
-            os.environ[sandbox.BWRAP_ENV] = previous
+    proc, fd = _launch(mode, workdir)
     elapsed = time.perf_counter() - started
     sandbox.kill(proc)
     os.close(fd)
