@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from bench.errors import BenchError
+from bench.errors import BenchError, ErrorCode
 
 log = logging.getLogger("ideabench.api")
 
@@ -40,6 +40,7 @@ class ApiCode(StrEnum):
     MISSING_API_KEY = "missing_api_key"
     INVALID_API_KEY = "invalid_api_key"
     FORBIDDEN_ROLE = "forbidden_role"
+    NOT_OWNER = "not_owner"
     NOT_READY = "not_ready"
     INTERNAL = "internal"
 
@@ -62,8 +63,16 @@ HINTS: dict[str, str] = {
     "with `ideabench keys create --role agent`.",
     ApiCode.INVALID_API_KEY: "The key is unknown or revoked; ask an operator for a valid one.",
     ApiCode.FORBIDDEN_ROLE: "Use a key whose role allows this route (see docs/api.md, Roles).",
+    ApiCode.NOT_OWNER: "Only the author of a resource (or an operator) may change it.",
     ApiCode.NOT_READY: "Start the database, the broker and a worker (`ideabench worker`).",
     ApiCode.INTERNAL: "This is a bug in ideabench; retry later and report it if it persists.",
+}
+
+# Engine codes that are not about the request body: the state of a track.
+BENCH_STATUS = {
+    ErrorCode.TRACK_NOT_READY: 409,
+    ErrorCode.TRACK_DEPRECATED: 409,
+    ErrorCode.TRACK_NAME_TAKEN: 409,
 }
 
 _STATUS_CODES = {
@@ -107,8 +116,9 @@ class ApiError(Exception):
         self.hint = hint if hint is not None else HINTS.get(self.code, "")
 
     @classmethod
-    def from_bench(cls, exc: BenchError, status: int = 422) -> ApiError:
-        """Wrap an engine error (e.g. ``invalid_code``) as an API answer."""
+    def from_bench(cls, exc: BenchError, status: int | None = None) -> ApiError:
+        """The answer for an engine error: 422 unless ``status`` (or the code's own status) says otherwise."""
+        status = status if status is not None else BENCH_STATUS.get(exc.code, 422)
         return cls(status, exc.code.value, exc.message, exc.hint)
 
     def response(self) -> JSONResponse:

@@ -7,7 +7,8 @@ from app.health.models import WorkerBeat
 from app.jobs.models import Job, JobStatus
 from app.keys.models import ApiKey
 from app.reports.models import Report, VerdictCount
+from app.tracks.models import CustomTrackRow
 
 metadata = Base.metadata
 
-__all__ = ["ApiKey", "Base", "Job", "JobStatus", "Report", "VerdictCount", "WorkerBeat", "metadata"]
+__all__ = ["ApiKey", "Base", "CustomTrackRow", "Job", "JobStatus", "Report", "VerdictCount", "WorkerBeat", "metadata"]

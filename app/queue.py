@@ -15,6 +15,7 @@ from celery import Celery
 log = logging.getLogger("ideabench.queue")
 
 RUN_JOB_TASK = "ideabench.run_job"
+VALIDATE_TRACK_TASK = "ideabench.validate_track"
 QUEUES = ("cpu", "gpu")
 
 
@@ -84,7 +85,7 @@ def prepare_broker(broker_url: str, attempts: int = 3) -> None:
 
 
 class JobQueue:
-    """Send ``ideabench.run_job(job_id)`` to a queue; check the broker is reachable."""
+    """Send ``ideabench.run_job(job_id)`` (and track validations) to a queue; check the broker."""
 
     def __init__(self, broker_url: str) -> None:
         self.broker_url = broker_url
@@ -93,10 +94,17 @@ class JobQueue:
 
     def enqueue(self, job_id: str, queue: str) -> bool:
         """Send the job; False (logged) when the broker refused, leaving it to the reconciler."""
+        return self._send(RUN_JOB_TASK, job_id, queue)
+
+    def enqueue_track(self, track_id: str, queue: str) -> bool:
+        """Send a custom track's validation; False (logged) when the broker refused."""
+        return self._send(VALIDATE_TRACK_TASK, track_id, queue)
+
+    def _send(self, task: str, arg: str, queue: str) -> bool:
         try:
-            self._celery.send_task(RUN_JOB_TASK, args=[job_id], queue=queue)
-        except Exception:  # any broker failure: the job stays queued in the DB
-            log.warning("could not enqueue %s on %s; the reconciler will retry", job_id, queue,
+            self._celery.send_task(task, args=[arg], queue=queue)
+        except Exception:  # any broker failure: the row stays pending in the DB
+            log.warning("could not send %s(%s) on %s; the reconciler will retry", task, arg, queue,
                         exc_info=True)
             return False
         return True

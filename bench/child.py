@@ -53,6 +53,63 @@ def classify(exc: BaseException, filename: str, code: ErrorCode) -> BenchError:
     return BenchError(code, text[:800] + _user_frame_hint(exc, filename))
 
 
+TRACK_FILE = "track.py"
+SPLIT_NAMES = ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test")
+
+
+def track_module(source: str) -> types.ModuleType:
+    """Execute a custom track file; it must define ``make_splits`` and ``build_baseline``."""
+    module = types.ModuleType("submitted_track")
+    module.__file__ = TRACK_FILE
+    try:
+        exec(compile(source, TRACK_FILE, "exec"), module.__dict__)
+    except Exception as exc:
+        raise classify(exc, TRACK_FILE, ErrorCode.INVALID_TRACK) from None
+    for name in ("make_splits", "build_baseline"):
+        if not callable(getattr(module, name, None)):
+            raise BenchError(ErrorCode.INVALID_TRACK, f"The track file defines no callable {name}.")
+    return module
+
+
+def make_data(cmd: dict[str, Any]) -> dict[str, Any]:
+    """Run a custom track's ``make_splits(seed)`` for each item; save the six arrays as .npy.
+
+    Runs in its own short-lived sandboxed child: it writes labels of every split,
+    which no arm's child may read. The parent checks shapes, types and sizes.
+    """
+    import time
+
+    import numpy as np
+    import torch
+
+    module = track_module(cmd["track_source"])
+    seconds = []
+    for item in cmd["items"]:
+        started = time.perf_counter()
+        try:
+            splits = module.make_splits(int(item["seed"]))
+            if isinstance(splits, dict):
+                arrays = [splits[name] for name in SPLIT_NAMES]
+            elif isinstance(splits, tuple | list):
+                arrays = list(splits)
+            else:
+                arrays = [getattr(splits, name) for name in SPLIT_NAMES]
+            if len(arrays) != len(SPLIT_NAMES):
+                raise ValueError(f"make_splits returned {len(arrays)} arrays, not 6")
+            out = Path(item["dir"])
+            out.mkdir(parents=True, exist_ok=True)
+            for name, value in zip(SPLIT_NAMES, arrays, strict=True):
+                if isinstance(value, torch.Tensor):
+                    value = value.detach().cpu().numpy()
+                np.save(out / f"{name}.npy", np.ascontiguousarray(np.asarray(value)), allow_pickle=False)
+        except BenchError:
+            raise
+        except Exception as exc:
+            raise classify(exc, TRACK_FILE, ErrorCode.INVALID_TRACK) from None
+        seconds.append(time.perf_counter() - started)
+    return {"seconds": seconds}
+
+
 class ArmRunner:
     """State of the child: the arm's builder, its data and its kept models."""
 
@@ -81,9 +138,13 @@ class ArmRunner:
         self.device = torch.device(wanted)
         answer: dict[str, Any] = {"device": str(self.device), "hparams": {}, "mechanism": None}
         if cmd.get("code") is None:
-            from bench.registry import load_track
+            if cmd.get("track_source") is not None:  # a custom track's canonical baseline
+                self.filename = TRACK_FILE
+                self.build = track_module(cmd["track_source"]).build_baseline
+            else:
+                from bench.registry import load_track
 
-            self.build = load_track(cmd["track"]).build_baseline
+                self.build = load_track(cmd["track"]).build_baseline
             answer["has_measure"] = False
             return answer
         self.filename = f"{self.role}.py"
@@ -352,6 +413,8 @@ def main() -> None:
                 reply = runner.train(cmd, send)
             elif op == "measure":
                 reply = runner.measure(cmd)
+            elif op == "make_data":
+                reply = make_data(cmd)
             else:
                 raise BenchError(ErrorCode.INTERNAL, f"unknown child op {op!r}")
             send({"ok": True, **reply})

@@ -25,26 +25,27 @@ EXPECT_KINDS = {
 
 @dataclass(frozen=True)
 class SourceInfo:
-    """What the static check learned: top-level names the file defines."""
+    """What the static check learned: top-level names the file defines, and the
+    values of its top-level ``NAME = <literal>`` assignments."""
 
     defines: frozenset[str] = field(default_factory=frozenset)
+    literals: dict[str, Any] = field(default_factory=dict)
 
     @property
     def has_mechanism(self) -> bool:
         return "MECHANISM" in self.defines and "measure" in self.defines
 
 
-def check_source(source: str, *, role: str = "idea") -> SourceInfo:
-    """Check that ``source`` is within size, compiles, and defines ``build_model``.
+def parse_source(source: str, *, role: str = "idea", max_bytes: int = MAX_SOURCE_BYTES) -> SourceInfo:
+    """Check that ``source`` is within size and compiles; return its top-level names.
 
-    Raises ``BenchError`` (``invalid_code`` / ``missing_build_model``) with a
-    message that names the line, for ``role`` "idea" or "baseline".
+    Raises ``BenchError`` (``invalid_code``) with a message that names the line.
     """
     size = len(source.encode())
-    if size > MAX_SOURCE_BYTES:
+    if size > max_bytes:
         raise BenchError(
             ErrorCode.INVALID_CODE,
-            f"The {role} file is {size} bytes; the limit is {MAX_SOURCE_BYTES}.",
+            f"The {role} file is {size} bytes; the limit is {max_bytes}.",
             "Send one Python file under the size limit; data must come from the track.",
         )
     try:
@@ -58,21 +59,38 @@ def check_source(source: str, *, role: str = "idea") -> SourceInfo:
     except ValueError as exc:  # e.g. null bytes
         raise BenchError(ErrorCode.INVALID_CODE, f"The {role} file is not valid source: {exc}.") from None
     defines: set[str] = set()
+    literals: dict[str, Any] = {}
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             defines.add(node.name)
         elif isinstance(node, ast.Assign):
-            defines.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            defines.update(names)
+            for name in names:
+                try:
+                    literals[name] = ast.literal_eval(node.value)
+                except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                    literals.pop(name, None)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             defines.add(node.target.id)
         elif isinstance(node, ast.ImportFrom | ast.Import):
             defines.update((a.asname or a.name).split(".")[0] for a in node.names)
-    if "build_model" not in defines:
+    return SourceInfo(frozenset(defines), literals)
+
+
+def check_source(source: str, *, role: str = "idea") -> SourceInfo:
+    """Check that ``source`` is within size, compiles, and defines ``build_model``.
+
+    Raises ``BenchError`` (``invalid_code`` / ``missing_build_model``) with a
+    message that names the line, for ``role`` "idea" or "baseline".
+    """
+    info = parse_source(source, role=role)
+    if "build_model" not in info.defines:
         raise BenchError(
             ErrorCode.MISSING_BUILD_MODEL,
             f"The {role} file defines no top-level `build_model`.",
         )
-    return SourceInfo(frozenset(defines))
+    return info
 
 
 def check_hparams(hparams: Any, *, max_configs: int) -> dict[str, list[Any]]:

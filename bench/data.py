@@ -23,7 +23,8 @@ _cache_lock = Lock()
 
 def splits_for(track: Track, split_seed: int) -> tuple[Splits, str]:
     """The track's splits for ``split_seed`` and their checksum, cached per process."""
-    key = (f"{track.name}@{track.version}", split_seed)
+    # A custom track's content hash keeps two files of one name@version apart.
+    key = (f"{track.name}@{track.version}#{track.extras.get('source_sha256', '')}", split_seed)
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)

@@ -23,6 +23,10 @@ class ErrorCode(StrEnum):
     OUTPUT_LIMIT = "output_limit"
     SANDBOX_VIOLATION = "sandbox_violation"
     UNKNOWN_TRACK = "unknown_track"
+    INVALID_TRACK = "invalid_track"
+    TRACK_NOT_READY = "track_not_ready"
+    TRACK_DEPRECATED = "track_deprecated"
+    TRACK_NAME_TAKEN = "track_name_taken"
     CANCELLED = "cancelled"
     INTERNAL = "internal"
 
@@ -56,6 +60,14 @@ DEFAULT_HINTS: dict[ErrorCode, str] = {
     ErrorCode.SANDBOX_VIOLATION: "Ideas may not use the network, spawn processes or touch files "
     "outside their temp dir.",
     ErrorCode.UNKNOWN_TRACK: "List the tracks with GET /v1/tracks (or `ideabench tracks`).",
+    ErrorCode.INVALID_TRACK: "Fix the track file as the message says: it must define a literal "
+    "CARD dict, make_splits(seed) and build_baseline(spec); see docs/custom-tracks.md or "
+    "examples/tracks/so3_spectral.py.",
+    ErrorCode.TRACK_NOT_READY: "The track is still being validated (or was rejected); poll "
+    "GET /v1/tracks/{name@version} until its status is active.",
+    ErrorCode.TRACK_DEPRECATED: "Submit to the track's newest version; GET /v1/tracks lists it.",
+    ErrorCode.TRACK_NAME_TAKEN: "Choose another name: built-in track names and names registered by "
+    "another author are taken.",
     ErrorCode.CANCELLED: "The job was cancelled; submit it again if that was a mistake.",
     ErrorCode.INTERNAL: "This is a bug in ideabench, not in the idea; retry later.",
 }

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from bench import baseline_cache
+from bench import custom_track as custom_mod
 from bench import data as data_mod
 from bench.contract import check_hparams, check_mechanism, check_source
 from bench.errors import BenchError, ErrorCode
@@ -55,6 +56,8 @@ class JudgeRequest:
     memory_mb: int = 6144
     device: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # A registered (or local) custom track; ``track`` then names its name@version.
+    custom_track: custom_mod.CustomTrack | None = None
 
 
 @dataclass(frozen=True)
@@ -224,7 +227,8 @@ class _Job:
         self.cache_context = {
             "kind": "baseline_run", "format": baseline_cache.FORMAT,
             "track": f"{self.card['name']}@{self.card['version']}", "card": self.card,
-            "track_source": baseline_cache.source_hash(self.track.build_baseline),
+            "track_source": self.track.extras.get("source_sha256")
+            or baseline_cache.source_hash(self.track.build_baseline),
             "device": device, "versions": baseline_cache.versions(),
             "code": baseline_cache.code_version(), "path": self.path, "threads": 1,
         }
@@ -496,18 +500,27 @@ def judge(
     from bench.assemble import build_report
 
     started = time.monotonic()
-    track = load_track(request.track)
+    custom = request.custom_track
+    track = custom_mod.as_track(custom) if custom is not None else load_track(request.track)
     n_seeds = _check_request(request, track)
     with tempfile.TemporaryDirectory(prefix="ideabench-job-") as tmp:
         job = _Job(request, track, Path(tmp), on_progress, cancel or threading.Event())
         try:
+            all_seeds = sweep_seeds(int(track.card["defaults"]["sweep_seeds"])) + final_seeds(n_seeds)
+            if custom is not None:
+                job.tracker.emit("generating the custom track's data in the sandbox")
+                custom_mod.ensure_data(
+                    custom, [run_seeds(s).split for s in all_seeds], memory_mb=request.memory_mb,
+                    deadline=job.deadline, cancel=job.cancel, timeout_s=request.timeout_s,
+                )
             job.tracker.emit("starting the sandboxed children")
-            job.prefetch(sweep_seeds(int(track.card["defaults"]["sweep_seeds"])) + final_seeds(n_seeds))
+            job.prefetch(all_seeds)
             job.start_sessions()
             loaded = job.both(lambda arm: job.sessions[arm].request({
                 "op": "load", "role": arm, "track": track.name, "spec": track.spec,
                 "param_cap": track.card["param_cap"], "device": request.device,
                 "code": request.idea_code if arm == "idea" else request.baseline_code,
+                "track_source": custom.source if custom is not None and arm == "baseline" else None,
             }))
             max_configs = int(track.card.get("max_configs", 12))
             idea_hp = request.hparams if request.hparams is not None else loaded["idea"]["hparams"]

@@ -123,6 +123,10 @@ class CustomTrack(_Model):
     name: str | None = None
     file: str | None = None
     domain: str | None = None
+    # Filled by ideabench for a registered track (absent from the hand-run seeds).
+    version: int | None = None
+    author: str | None = None
+    hash: str | None = None
 
 
 class Seeds(_Model):

@@ -35,7 +35,10 @@ def cmd_track(args: argparse.Namespace) -> int:
     """Show one track's card and its example idea."""
     from bench.catalog import get_card
 
-    card = get_card(args.name)
+    if len(args.words) != 1:
+        print("usage: ideabench track NAME | register FILE | deprecate NAME@VERSION", file=sys.stderr)
+        return 2
+    card = get_card(args.words[0])
     if args.json:
         _print_json(card)
         return 0
@@ -70,16 +73,21 @@ class _Bar:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Judge an idea file locally; exit 0 when judged, 2 with the error code otherwise."""
+    from bench.custom_track import CustomTrack
     from bench.protocol import JudgeRequest, judge
 
     try:
         idea = Path(args.idea).read_text()
         baseline = Path(args.baseline).read_text() if args.baseline else None
+        track_source = Path(args.track_file).read_text() if args.track_file else None
     except OSError as exc:
         print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
+    custom = None
+    if track_source is not None:
+        custom = CustomTrack.from_source(track_source, file=Path(args.track_file).name, author="local")
     request = JudgeRequest(
-        track=args.track, idea_code=idea, baseline_code=baseline, n_seeds=args.seeds,
+        track=custom.id if custom else args.track, custom_track=custom, idea_code=idea, baseline_code=baseline, n_seeds=args.seeds,
         timeout_s=args.timeout, memory_mb=args.memory_mb, name=Path(args.idea).stem,
     )
     try:

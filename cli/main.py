@@ -18,13 +18,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tracks", help="list the tracks")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p = sub.add_parser("track", help="show one track's spec, defaults and example idea")
-    p.add_argument("name")
+    p = sub.add_parser(
+        "track", help="show one track; or register / deprecate a custom track file",
+        description="ideabench track NAME | ideabench track register FILE | "
+        "ideabench track deprecate NAME@VERSION",
+    )
+    p.add_argument("words", nargs="+", metavar="NAME | register FILE | deprecate NAME@VERSION")
+    p.add_argument("--author", help="register: the author recorded on the track (default: cli:$USER)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("run", help="judge an idea locally with the stage-2 protocol")
     p.add_argument("idea", help="the idea's Python file")
-    p.add_argument("--track", required=True)
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--track", help="a built-in track name")
+    where.add_argument("--track-file", help="a custom track file, judged without registering it")
     p.add_argument("--baseline", help="a matched baseline file (same contract)")
     p.add_argument("--seeds", type=int, help="final paired seeds per arm (default: the track's)")
     p.add_argument("--timeout", type=float, default=1800.0, help="wall-clock limit in seconds")
@@ -57,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ideabench`` command."""
     args = build_parser().parse_args(argv)
-    if args.command in {"tracks", "track", "run"}:
+    custom_track_command = args.command == "track" and args.words[0] in {"register", "deprecate"}
+    if args.command in {"tracks", "track", "run"} and not custom_track_command:
         from cli import engine
 
         return engine.dispatch(args)

@@ -1,4 +1,4 @@
-"""Service subcommands: ``serve``, ``worker``, ``migrate``, ``keys``.
+"""Service subcommands: ``serve``, ``worker``, ``migrate``, ``keys``, ``track register|deprecate``.
 
 Imports the web stack and the worker lazily, so the API process never loads
 torch: ``serve`` runs the worker as its own process.
@@ -73,6 +73,66 @@ def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
         session.commit()
         print(f"revoked {revoked.id}")
         return 0
+
+
+def cmd_track(args: argparse.Namespace, settings: Settings) -> int:
+    """Register a custom track file (validated here, in the sandbox) or deprecate a version.
+
+    Works on the configured database directly, like ``keys``: run it where the
+    worker's sandbox is available. Exit 0 when the track is active, 2 when rejected.
+    """
+    import getpass
+
+    from app.keys.deps import Caller
+    from app.keys.roles import Role
+    from app.tracks import service
+    from app.tracks.models import TrackStatus
+    from bench.errors import BenchError
+
+    if len(args.words) != 2:
+        print(f"usage: ideabench track {args.words[0]} {'FILE' if args.words[0] == 'register' else 'NAME@VERSION'}",
+              file=sys.stderr)
+        return 2
+    if settings.embedded:
+        from app.migrate import upgrade_head
+
+        upgrade_head(settings)
+    with _session(settings) as session:
+        try:
+            if args.words[0] == "deprecate":
+                row = service.deprecate(session, args.words[1], Caller("cli", Role.OPERATOR))
+                session.commit()
+                print(json.dumps(service.custom_view(row).model_dump(mode="json", exclude_none=True), indent=2))
+                return 0
+            path = Path(args.words[1])
+            try:
+                source = path.read_text()
+            except OSError as exc:
+                print(f"error: cannot read {path}: {exc.strerror}", file=sys.stderr)
+                return 2
+            author = args.author or f"cli:{getpass.getuser()}"
+            registered = service.register(session, source, author, path.name, may_take_over=True).row
+            session.commit()
+            track_id, status = registered.id, registered.status
+        except BenchError as exc:
+            print(f"error [{exc.code.value}]: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+            return 2
+    if status == TrackStatus.VALIDATING.value:
+        from workers.context import WorkerContext
+        from workers.tracks import execute_validation
+
+        print(f"validating {track_id} in the sandbox ...", file=sys.stderr)
+        ctx = WorkerContext.create(settings)
+        try:
+            execute_validation(ctx, track_id)
+        finally:
+            ctx.close()
+    with _session(settings) as session:
+        stored = service.get(session, track_id)
+        assert stored is not None
+        view = service.custom_view(stored)
+    print(json.dumps(view.model_dump(mode="json", exclude_none=True), indent=2))
+    return 0 if view.status == TrackStatus.ACTIVE else 2
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -185,4 +245,6 @@ def dispatch(args: argparse.Namespace) -> int:
         return cmd_migrate(settings)
     if args.command == "keys":
         return cmd_keys(args, settings)
+    if args.command == "track":
+        return cmd_track(args, settings)
     raise SystemExit(f"unknown command {args.command!r}")

@@ -37,10 +37,15 @@ class RecordingQueue:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []
+        self.tracks_sent: list[tuple[str, str]] = []
         self.reachable = True
 
     def enqueue(self, job_id: str, queue: str) -> bool:
         self.sent.append((job_id, queue))
+        return True
+
+    def enqueue_track(self, track_id: str, queue: str) -> bool:
+        self.tracks_sent.append((track_id, queue))
         return True
 
     def ping(self) -> bool:

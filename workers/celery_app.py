@@ -1,4 +1,4 @@
-"""The workers' Celery app: built from the settings, with the one task registered.
+"""The workers' Celery app: built from the settings, with its two tasks registered.
 
 acks_late + prefetch 1: a message is acknowledged only after its job ended, and
 a worker process holds one message at a time. The database claim (not the
@@ -11,7 +11,7 @@ from typing import Any
 
 from celery import Celery
 
-from app.queue import RUN_JOB_TASK, celery_base_config, is_sql_broker
+from app.queue import RUN_JOB_TASK, VALIDATE_TRACK_TASK, celery_base_config, is_sql_broker
 from app.settings import Settings
 from workers.context import ContextHolder
 
@@ -38,7 +38,7 @@ def worker_config(settings: Settings) -> dict[str, Any]:
 
 
 def make_celery(settings: Settings) -> tuple[Celery, ContextHolder]:
-    """A Celery app with ``ideabench.run_job`` registered, and its context holder."""
+    """A Celery app with ``ideabench.run_job`` and ``ideabench.validate_track``, and its context holder."""
     celery = Celery("ideabench")
     celery.conf.update(worker_config(settings))
     holder = ContextHolder(settings)
@@ -49,5 +49,12 @@ def make_celery(settings: Settings) -> tuple[Celery, ContextHolder]:
         from workers.runner import execute_job  # torch loads here, in the worker only
 
         return execute_job(holder.get(), job_id).value
+
+    @celery.task(name=VALIDATE_TRACK_TASK, ignore_result=True)
+    def validate_track(track_id: str) -> str:
+        """Validate one registered custom track in the sandbox (a no-op once validated)."""
+        from workers.tracks import execute_validation
+
+        return execute_validation(holder.get(), track_id)
 
     return celery, holder

@@ -4,7 +4,9 @@ Periodically (a thread in every worker process):
 - running jobs whose lease expired (their worker died) go back to ``queued`` and
   are sent again, or fail with ``internal`` after ``max_attempts`` (or end
   ``cancelled`` when a cancel was asked);
-- queued jobs sent long ago and never claimed (the message was lost) are sent again.
+- queued jobs sent long ago and never claimed (the message was lost) are sent again;
+- custom tracks still validating whose message never left, or left so long ago
+  that it must be lost, are sent again.
 Every change is a compare-and-set, so several reconcilers may run at once.
 """
 
@@ -20,8 +22,10 @@ from app.db import utcnow
 from app.health import repository as health_repository
 from app.jobs import leases
 from app.jobs.models import JobStatus
+from app.tracks import service as tracks_service
 from bench.errors import DEFAULT_HINTS, ErrorCode
 from workers.context import WorkerContext
+from workers.tracks import VALIDATION_TIMEOUT_S
 
 log = logging.getLogger("ideabench.reconciler")
 
@@ -34,6 +38,7 @@ class Reconciled:
     resent: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
+    tracks_resent: list[str] = field(default_factory=list)
 
 
 def _error(code: ErrorCode, message: str) -> dict[str, str]:
@@ -67,10 +72,16 @@ def reconcile_once(ctx: WorkerContext, now: datetime | None = None) -> Reconcile
             if leases.mark_reenqueued(session, job, now):
                 done.resent.append(job.id)
                 to_send.append((job.id, job.queue))
+        lost_after = timedelta(seconds=VALIDATION_TIMEOUT_S + settings.requeue_after_s)
+        done.tracks_resent = tracks_service.stale_validations(session, cutoff, now - lost_after)
+        for track_id in done.tracks_resent:
+            tracks_service.mark_sent(session, track_id, now)
         session.commit()
     for job_id, queue in to_send:
         ctx.queue.enqueue(job_id, queue)
-    if to_send or done.failed or done.cancelled:
+    for track_id in done.tracks_resent:
+        ctx.queue.enqueue_track(track_id, settings.default_job_device)
+    if to_send or done.failed or done.cancelled or done.tracks_resent:
         log.info("reconciled: %s", done)
     return done
 

@@ -12,10 +12,13 @@ from app.jobs import leases
 from app.jobs.leases import Claim
 from app.jobs.models import Job, JobStatus
 from app.reports.service import InvalidReport, build_report_row
+from app.tracks import service as tracks_service
+from app.tracks.models import CustomTrackRow
 from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
 from bench.protocol import JudgeRequest, judge
 from workers.context import WorkerContext
 from workers.heartbeat import Heartbeat, ProgressWriter
+from workers.tracks import custom_track_of
 
 log = logging.getLogger("ideabench.worker")
 
@@ -31,7 +34,14 @@ class Outcome(StrEnum):
 
 
 def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
-    """The engine's request for a job row."""
+    """The engine's request for a job row (with the custom track's stored version, if any)."""
+    custom = None
+    if not tracks_service.is_builtin(job.track):
+        with ctx.sessions() as session:
+            row = session.get(CustomTrackRow, job.track)
+        if row is None:
+            raise BenchError(ErrorCode.UNKNOWN_TRACK, f"Track {job.track} is not registered here.")
+        custom = custom_track_of(row)
     return JudgeRequest(
         track=job.track,
         idea_code=job.idea_code,
@@ -44,6 +54,7 @@ def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
         timeout_s=ctx.settings.job_timeout_s,
         memory_mb=ctx.settings.job_memory_mb,
         device=ctx.settings.device,
+        custom_track=custom,
     )
 
 

@@ -8,7 +8,6 @@ cached briefly: an estimate need not cost a query per submission.
 
 from __future__ import annotations
 
-import ast
 import math
 import threading
 import time
@@ -18,25 +17,6 @@ from sqlalchemy.orm import Session
 
 from app.jobs import repository
 from app.jobs.models import Job
-
-
-def literal_assignments(source: str, names: frozenset[str]) -> dict[str, Any]:
-    """Top-level ``NAME = <literal>`` values in ``source`` for ``names`` (one parse)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return {}
-    found: dict[str, Any] = {}
-    for node in tree.body:
-        if not isinstance(node, ast.Assign):
-            continue
-        for target in node.targets:
-            if isinstance(target, ast.Name) and target.id in names:
-                try:
-                    found[target.id] = ast.literal_eval(node.value)
-                except (ValueError, SyntaxError, TypeError):
-                    pass
-    return found
 
 
 def grid_size(hparams: Any) -> int:

@@ -16,13 +16,13 @@ from app.db import utcnow
 from app.errors import ApiCode, ApiError
 from app.ids import new_id
 from app.jobs import repository
-from app.jobs.estimate import Estimator, count_runs, grid_size, literal_assignments
+from app.jobs.estimate import Estimator, count_runs, grid_size
 from app.jobs.models import FINISHED, Job, JobStatus
 from app.jobs.schemas import Estimate, IdeaSubmission, JobError, JobLinks, JobProgress, JobView
 from app.keys.deps import Caller
 from app.keys.roles import Role
 from app.settings import Settings
-from bench.catalog import get_card
+from app.tracks import service as tracks_service
 from bench.contract import check_hparams, check_mechanism, check_source
 from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
 
@@ -45,25 +45,23 @@ def request_digest(body: IdeaSubmission) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-CONTRACT_LITERALS = frozenset({"HPARAMS", "MECHANISM"})
-
-
 @dataclass(frozen=True)
 class Checked:
-    """What the static checks learned: the track card and the effective sweep grid."""
+    """What the static checks learned: the track (id to store, card) and the effective sweep grid."""
 
+    track: str
     card: dict[str, Any]
     hparams: Any
 
 
-def validate_submission(body: IdeaSubmission) -> Checked:
+def validate_submission(session: Session, body: IdeaSubmission) -> Checked:
     """Static checks before queuing; raises ``BenchError``."""
-    card = get_card(body.track)
+    track, card = tracks_service.resolve_for_job(session, body.track)
     max_configs = int(card.get("max_configs", 12))
     info = check_source(body.code, role="idea")
     if body.baseline_code is not None:
         check_source(body.baseline_code, role="baseline")
-    literals = literal_assignments(body.code, CONTRACT_LITERALS)
+    literals = info.literals
     hparams = body.hparams if body.hparams is not None else literals.get("HPARAMS")
     if hparams is not None:
         check_hparams(hparams, max_configs=max_configs)
@@ -74,7 +72,7 @@ def validate_submission(body: IdeaSubmission) -> Checked:
             raise BenchError(
                 ErrorCode.INVALID_MECHANISM, "A MECHANISM is declared but the idea defines no measure(model, x)."
             )
-    return Checked(card=card, hparams=hparams)
+    return Checked(track=track, card=card, hparams=hparams)
 
 
 def submit(
@@ -92,13 +90,13 @@ def submit(
         existing = repository.find_by_idempotency_key(session, caller.key_id, idempotency_key)
         if existing is not None:
             return _replay(session, existing, digest, settings, estimator)
-    checked = validate_submission(body)
+    checked = validate_submission(session, body)
     now = utcnow()
     values: dict[str, Any] = {
         "id": new_id("job"),
         "status": JobStatus.QUEUED.value,
         "queue": body.device or settings.default_job_device,
-        "track": body.track,
+        "track": checked.track,
         "name": body.name,
         "hypothesis": body.hypothesis,
         "idea_code": body.code,
@@ -139,7 +137,8 @@ def _replay(session: Session, job: Job, digest: str, settings: Settings, estimat
             ApiCode.IDEMPOTENCY_CONFLICT,
             f"This Idempotency-Key already made job {job.id} from a different request body.",
         )
-    runs = job.runs_total or count_runs(get_card(job.track), grid_size(job.hparams), job.n_seeds)
+    runs = job.runs_total or count_runs(tracks_service.card_of_job_track(session, job.track),
+                                        grid_size(job.hparams), job.n_seeds)
     return _submitted(session, job, True, runs, settings, estimator)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Boolean, Date, Float, ForeignKey, Index, Integer, String
+from sqlalchemy import Boolean, Date, Float, ForeignKey, Index, Integer, String, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, UTCDateTime, utcnow
@@ -24,6 +24,7 @@ class Report(Base):
         Index("ix_reports_system_created", "system_verdict", "created_at", "id"),
         Index("ix_reports_practical_created", "practical_verdict", "created_at", "id"),
         Index("ix_reports_submitter_created", "submitter_id", "created_at", "id"),
+        Index("ix_reports_custom_created", "custom_track", "created_at", "id"),
         Index("ix_reports_p_value", "p_value", "id"),
         Index("ix_reports_delta", "delta_mean", "id"),
     )
@@ -31,6 +32,7 @@ class Report(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), unique=True)
     track: Mapped[str] = mapped_column(String(64))
+    custom_track: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     name: Mapped[str | None] = mapped_column(String(200))
     submitter_id: Mapped[str] = mapped_column(String(32))
     system_verdict: Mapped[str] = mapped_column(String(16))

@@ -20,6 +20,7 @@ class ReportFilters:
     """What a listing keeps; None means any."""
 
     track: str | None = None
+    custom_track: bool | None = None
     system_verdict: str | None = None
     practical_verdict: str | None = None
     mechanism_ok: bool | None = None
@@ -33,6 +34,8 @@ class ReportFilters:
         out: list[ColumnElement[bool]] = []
         if self.track is not None:
             out.append(Report.track == self.track)
+        if self.custom_track is not None:
+            out.append(Report.custom_track.is_(self.custom_track))
         if self.system_verdict is not None:
             out.append(Report.system_verdict == self.system_verdict)
         if self.practical_verdict is not None:

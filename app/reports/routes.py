@@ -49,7 +49,10 @@ def get_report(report_id: str, session: SessionDep, _caller: ReaderDep) -> Repor
 def list_reports(
     session: SessionDep,
     _caller: ReaderDep,
-    track: Annotated[str | None, Query(max_length=64)] = None,
+    track: Annotated[str | None, Query(max_length=80)] = None,
+    track_kind: Annotated[
+        Literal["builtin", "custom"] | None, Query(description="reports on built-in or on custom tracks")
+    ] = None,
     system_verdict: SystemVerdict | None = None,
     practical_verdict: PracticalVerdict | None = None,
     mechanism_ok: Annotated[
@@ -62,9 +65,10 @@ def list_reports(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
 ) -> ReportPage:
-    """Report rows filtered by track, verdicts, mechanism, time and submitter; cursor-paged."""
+    """Report rows filtered by track (or built-in vs custom), verdicts, mechanism, time and submitter; cursor-paged."""
     filters = ReportFilters(
         track=track,
+        custom_track=None if track_kind is None else track_kind == "custom",
         system_verdict=system_verdict.value if system_verdict else None,
         practical_verdict=practical_verdict.value if practical_verdict else None,
         mechanism_ok=None if mechanism_ok in (None, MechanismFilter.NONE) else mechanism_ok is MechanismFilter.TRUE,

@@ -79,6 +79,7 @@ class ReportSummary(BaseModel):
     report_id: str
     job_id: str
     track: str
+    custom_track: bool = Field(default=False, description="Judged on a registered custom track.")
     name: str | None
     system_verdict: str
     practical_verdict: str

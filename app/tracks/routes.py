@@ -1,30 +1,89 @@
-"""Routes: the track catalog (read from plain data; never imports torch)."""
+"""Routes: the track catalog (built-in cards as plain data, never torch) and custom tracks."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated, Literal
 
+from fastapi import APIRouter, Query, Response
+
+from app.db import SessionDep
+from app.deps import QueueDep, SettingsDep
 from app.errors import ApiError, error_responses
-from app.keys.deps import ReaderDep
-from app.tracks.schemas import TrackCard, TrackList
+from app.keys.deps import ReaderDep, SubmitterDep
+from app.tracks import service
+from app.tracks.models import TrackStatus
+from app.tracks.schemas import TrackCard, TrackList, TrackRegistration
 from bench.catalog import get_card, list_cards
 from bench.errors import BenchError
 
-# Async: the catalog is small plain data cached in memory after the first read.
 router = APIRouter(prefix="/v1/tracks", tags=["tracks"], responses=error_responses(401, 403))
 
 
 @router.get("", response_model=TrackList)
-async def list_tracks(_caller: ReaderDep) -> TrackList:
-    """Every track's spec, defaults and example idea."""
-    return TrackList(items=[TrackCard.model_validate(card) for card in list_cards()])
+def list_tracks(
+    session: SessionDep,
+    _caller: ReaderDep,
+    kind: Literal["builtin", "custom"] | None = None,
+    status: Annotated[TrackStatus | None, Query(description="custom tracks of this status only")] = None,
+) -> TrackList:
+    """Built-in tracks (spec, defaults, example idea) and custom track versions, with report counts."""
+    counts = service.report_counts(session)
+    items: list[TrackCard] = []
+    if kind in (None, "builtin") and status is None:
+        items += [TrackCard.model_validate({**card, "n_reports": counts.get(card["name"], 0)})
+                  for card in list_cards()]
+    if kind in (None, "custom"):
+        items += [service.custom_view(row, counts.get(row.id, 0)) for row in service.list_custom(session, status)]
+    return TrackList(items=items)
 
 
-@router.get("/{name}", response_model=TrackCard, responses=error_responses(404))
-async def get_track(name: str, _caller: ReaderDep) -> TrackCard:
-    """One track's spec, metric, defaults, limits and a complete example idea."""
+@router.post("", status_code=202, response_model=TrackCard, responses=error_responses(409, 413, 422))
+def register_track(
+    body: TrackRegistration, session: SessionDep, caller: SubmitterDep, queue: QueueDep,
+    settings: SettingsDep, response: Response,
+) -> TrackCard:
+    """Register a custom track file; 202 with status ``validating`` (200 for an identical re-upload).
+
+    A worker validates it in the sandbox (determinism, shapes, sizes, a baseline
+    smoke run, protocol time); poll GET /v1/tracks/{name@version} until
+    ``status`` is ``active`` (or ``rejected``, with an error code and hint), then
+    submit ideas with ``track: "name@version"``.
+    """
+    registered = service.register(session, body.source, caller.key_id, body.file_name,
+                                  may_take_over=caller.is_operator)
+    row = registered.row
+    session.commit()
+    if registered.created and queue.enqueue_track(row.id, settings.default_job_device):
+        service.mark_sent(session, row.id)
+        session.commit()
+    if not registered.created:
+        response.status_code = 200
+    response.headers["Location"] = f"/v1/tracks/{row.id}"
+    return service.custom_view(row, with_source=False)
+
+
+@router.get("/{ident}", response_model=TrackCard, responses=error_responses(404))
+def get_track(ident: str, session: SessionDep, _caller: ReaderDep) -> TrackCard:
+    """One track: a built-in card with its example idea, or a custom version with its source."""
+    counts = service.report_counts(session)
+    if service.is_builtin(ident):
+        try:
+            card = get_card(ident)
+        except BenchError as exc:
+            raise ApiError.from_bench(exc, status=404) from None
+        return TrackCard.model_validate({**card, "n_reports": counts.get(card["name"], 0)})
+    row = service.get(session, ident)
+    if row is None:
+        raise ApiError.from_bench(BenchError("unknown_track", f"No track named {ident!r}."), status=404)
+    return service.custom_view(row, counts.get(row.id, 0), with_source=True)
+
+
+@router.post("/{ident}/deprecate", response_model=TrackCard, responses=error_responses(404))
+def deprecate_track(ident: str, session: SessionDep, caller: SubmitterDep) -> TrackCard:
+    """Deprecate one custom version (its author or an operator): it takes no new jobs; nothing is deleted."""
     try:
-        card = get_card(name)
+        row = service.deprecate(session, ident, caller)
     except BenchError as exc:
         raise ApiError.from_bench(exc, status=404) from None
-    return TrackCard.model_validate(card)
+    session.commit()
+    return service.custom_view(row)

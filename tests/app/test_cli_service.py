@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import create_engine, inspect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,3 +76,23 @@ def test_serve_creates_a_first_operator_key_only_once(tmp_path: Path, monkeypatc
     assert _first_operator_key(settings) is None
     body = _example_body(settings)
     assert body is not None and body.exists() and '"track": "smoke"' in body.read_text()
+
+
+@pytest.mark.slow
+def test_track_register_validates_in_the_sandbox_then_deprecate(tmp_path: Path) -> None:
+    import json
+
+    track_file = ROOT / "tests" / "data" / "tracks" / "tiny_quadratic.py"
+    registered = ideabench("track", "register", str(track_file), "--author", "lab-7", cwd=tmp_path)
+    assert registered.returncode == 0, registered.stderr
+    view = json.loads(registered.stdout)
+    assert view["id"] == "tiny_quadratic@1" and view["status"] == "active" and view["author"] == "lab-7"
+    assert view["validation"]["sizes"] == {"train": 256, "val": 64, "test": 64}
+    deprecated = ideabench("track", "deprecate", "tiny_quadratic@1", cwd=tmp_path)
+    assert deprecated.returncode == 0, deprecated.stderr
+    assert json.loads(deprecated.stdout)["deprecated"] is True
+    bad = tmp_path / "bad.py"
+    bad.write_text(track_file.read_text().replace("default_rng(seed)", "default_rng()"))
+    rejected = ideabench("track", "register", str(bad), cwd=tmp_path)
+    assert rejected.returncode == 2
+    assert json.loads(rejected.stdout)["error"]["code"] == "invalid_track"

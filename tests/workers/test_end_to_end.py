@@ -197,3 +197,37 @@ def test_hostile_ideas_through_the_api_fail_cleanly_and_the_worker_goes_on(stack
                        headers=bearer(token)).json()["job_id"]
     job = poll_job(client, token, good, {"succeeded", "failed", "cancelled"}, 120, log)
     assert job["status"] == "succeeded", job
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stack", ["embedded"], indirect=True)
+def test_custom_track_registered_validated_and_judged(stack: Any) -> None:
+    """The OpenAPI example track: POST, the worker validates it in the sandbox, an idea is judged."""
+    from app.tracks.schemas import TrackRegistration
+
+    app, client, token, log = stack
+    source = TrackRegistration.model_json_schema()["examples"][0]["source"]
+    response = client.post("/v1/tracks", json={"source": source, "file_name": "sum_of_squares.py"},
+                           headers=bearer(token))
+    assert response.status_code == 202, response.text
+    track_id = response.json()["id"]
+
+    def validated() -> Any:
+        body = client.get(f"/v1/tracks/{track_id}", headers=bearer(token)).json()
+        return body if body["status"] != "validating" else None
+
+    track = wait_for(validated, 180, f"track {track_id} to be validated", log)
+    assert track["status"] == "active", track
+    assert track["validation"]["deterministic"] is True and track["validation"]["sizes"]["train"] == 512
+    idea = "from torch import nn\n\ndef build_model(spec):\n    return nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Linear(32, 1))\n"
+    job_id = client.post("/v1/ideas", json={"track": "sum_of_squares", "code": idea, "n_seeds": 4},
+                         headers=bearer(token)).json()["job_id"]
+    job = poll_job(client, token, job_id, {"succeeded", "failed", "cancelled"}, 240, log)
+    assert job["status"] == "succeeded", job
+    assert job["track"] == track_id
+    report = client.get(f"/v1/jobs/{job_id}/report", headers=bearer(token)).json()["report"]
+    assert report["bench_report"]["custom_track"]["hash"] == track["sha256"]
+    assert report["bench_report"]["track_justification"] == track["justification"]
+    listed = client.get("/v1/reports", params={"track_kind": "custom"}, headers=bearer(token)).json()
+    assert [r["job_id"] for r in listed["items"]] == [job_id]
+    assert client.get(f"/v1/tracks/{track_id}", headers=bearer(token)).json()["n_reports"] == 1

@@ -1,0 +1,224 @@
+"""Tracks: the built-in catalog plus registered custom tracks; the callers commit.
+
+A custom track is registered with status ``validating`` and checked by a worker
+in the sandbox (``bench.custom_track.validate``); it takes jobs once ``active``.
+Versions are immutable: a new upload of a name is a new version, an identical
+upload returns the version it already made, and a track is never deleted, only
+deprecated (no new jobs; its reports and source stay).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.db import utcnow
+from app.errors import ApiCode, ApiError
+from app.keys.deps import Caller
+from app.reports.models import VerdictCount
+from app.tracks.models import CustomTrackRow, TrackStatus
+from app.tracks.schemas import TrackCard
+from bench.catalog import get_card, track_names
+from bench.errors import BenchError, ErrorCode
+from bench.track_source import parse_track_source, source_sha256
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A registration's row and whether this call made it (False: an identical earlier upload)."""
+
+    row: CustomTrackRow
+    created: bool
+
+
+def is_builtin(name: str) -> bool:
+    """Whether ``name`` (or ``name@version``) names a built-in track."""
+    return name.split("@", 1)[0] in track_names()
+
+
+def _versions(session: Session, name: str) -> list[CustomTrackRow]:
+    stmt = select(CustomTrackRow).where(CustomTrackRow.name == name).order_by(CustomTrackRow.version)
+    return list(session.scalars(stmt))
+
+
+def register(session: Session, source: str, author: str, file_name: str | None, *,
+             may_take_over: bool = False) -> Registered:
+    """Stage a new version of a track file (status ``validating``); raises ``BenchError``.
+
+    ``author`` owns the name from its first version on; only it (or an operator,
+    ``may_take_over``) adds versions.
+    """
+    card = parse_track_source(source)
+    name = card["name"]
+    if is_builtin(name):
+        raise BenchError(ErrorCode.TRACK_NAME_TAKEN, f"{name!r} is a built-in track's name.")
+    sha = source_sha256(source)
+    for attempt in range(2):
+        versions = _versions(session, name)
+        if versions and versions[0].author != author and not may_take_over:
+            raise BenchError(
+                ErrorCode.TRACK_NAME_TAKEN,
+                f"Track {name!r} belongs to {versions[0].author}; only its author adds versions.",
+            )
+        for row in versions:
+            if row.sha256 == sha and row.status != TrackStatus.REJECTED.value:
+                return Registered(row, created=False)
+        version = (versions[-1].version + 1) if versions else 1
+        row = CustomTrackRow(
+            id=f"{name}@{version}", name=name, version=version, sha256=sha, source=source,
+            file_name=file_name, card=card, domain=card["domain"], author=author,
+            status=TrackStatus.VALIDATING.value, deprecated=False, created_at=utcnow(),
+        )
+        try:
+            with session.begin_nested():
+                session.add(row)
+        except IntegrityError:  # a concurrent upload took this version number
+            if attempt:
+                raise
+            continue
+        return Registered(row, created=True)
+    raise AssertionError("unreachable")
+
+
+def get(session: Session, ident: str) -> CustomTrackRow | None:
+    """A custom track by ``name@version``, or by ``name``: its newest usable version.
+
+    Usable: active and not deprecated; failing that, the newest version at all
+    (so the caller can tell the agent why it cannot be used).
+    """
+    if "@" in ident:
+        return session.get(CustomTrackRow, ident) if len(ident) <= 80 else None
+    versions = _versions(session, ident)
+    usable = [r for r in versions if r.status == TrackStatus.ACTIVE.value and not r.deprecated]
+    chosen = usable or versions
+    return chosen[-1] if chosen else None
+
+
+def engine_card(row: CustomTrackRow) -> dict[str, Any]:
+    """The card the engine and the estimates use (version, id and measured sizes filled in)."""
+    card = dict(row.card, version=row.version, id=row.id)
+    sizes = (row.validation or {}).get("sizes")
+    if sizes:
+        card["sizes"] = sizes
+    return card
+
+
+def resolve_for_job(session: Session, ident: str) -> tuple[str, dict[str, Any]]:
+    """``(track id to store on the job, card)`` for a submission; raises ``BenchError``.
+
+    Built-in tracks keep the name as submitted; a custom track resolves to its
+    exact ``name@version`` so the job runs the version the agent was shown.
+    """
+    if is_builtin(ident):
+        return ident, get_card(ident)
+    row = get(session, ident)
+    if row is None:
+        known = ", ".join(track_names())
+        raise BenchError(ErrorCode.UNKNOWN_TRACK, f"No track named {ident!r}; built-in tracks: {known}; "
+                         "custom tracks: GET /v1/tracks?kind=custom.")
+    if row.status == TrackStatus.VALIDATING.value:
+        raise BenchError(ErrorCode.TRACK_NOT_READY, f"Track {row.id} is still being validated.")
+    if row.status == TrackStatus.REJECTED.value:
+        raise BenchError(ErrorCode.TRACK_NOT_READY,
+                         f"Track {row.id} was rejected at validation: [{row.error_code}] {row.error_message}",
+                         "Fix the track file and register it again (a new version).")
+    if row.deprecated:
+        newer = get(session, row.name)
+        hint = (f"Submit to {newer.id}." if newer is not None and newer.id != row.id
+                and newer.status == TrackStatus.ACTIVE.value and not newer.deprecated else None)
+        raise BenchError(ErrorCode.TRACK_DEPRECATED, f"Track {row.id} is deprecated; it takes no new jobs.", hint)
+    return row.id, engine_card(row)
+
+
+def custom_view(row: CustomTrackRow, n_reports: int = 0, *, with_source: bool = False) -> TrackCard:
+    """The API's view of one custom track version."""
+    error = None
+    if row.error_code is not None:
+        error = {"code": row.error_code, "message": row.error_message or "", "hint": row.error_hint or ""}
+    base = f"/v1/tracks/{row.id}"
+    return TrackCard.model_validate({
+        **engine_card(row), "kind": "custom", "status": row.status, "deprecated": row.deprecated,
+        "author": row.author, "sha256": row.sha256, "created_at": row.created_at,
+        "validated_at": row.validated_at, "validation": row.validation, "error": error,
+        "n_reports": n_reports, "source": row.source if with_source else None,
+        "links": {"self": base, "deprecate": f"{base}/deprecate", "submit": "/v1/ideas"},
+    })
+
+
+def card_of_job_track(session: Session, track: str) -> dict[str, Any]:
+    """The card of a job's (already resolved) track, built-in or custom."""
+    if is_builtin(track):
+        return get_card(track)
+    row = session.get(CustomTrackRow, track)
+    if row is None:
+        raise BenchError(ErrorCode.UNKNOWN_TRACK, f"No track {track!r}.")
+    return engine_card(row)
+
+
+def list_custom(session: Session, status: TrackStatus | None = None) -> list[CustomTrackRow]:
+    """Every registered version (optionally of one status), by name and version."""
+    stmt = select(CustomTrackRow).order_by(CustomTrackRow.name, CustomTrackRow.version)
+    if status is not None:
+        stmt = stmt.where(CustomTrackRow.status == status.value)
+    return list(session.scalars(stmt))
+
+
+def report_counts(session: Session) -> dict[str, int]:
+    """Reports per track id (from the verdict rollup): built-in names and custom ``name@version``."""
+    stmt = select(VerdictCount.track, func.sum(VerdictCount.n)).group_by(VerdictCount.track)
+    counts: dict[str, int] = {}
+    for track, n in session.execute(stmt):
+        key = track.split("@", 1)[0] if is_builtin(track) else track
+        counts[key] = counts.get(key, 0) + int(n)
+    return counts
+
+
+def deprecate(session: Session, ident: str, caller: Caller) -> CustomTrackRow:
+    """Mark a custom track version deprecated (its author or an operator); idempotent."""
+    row = session.get(CustomTrackRow, ident) if "@" in ident and len(ident) <= 80 else None
+    if row is None:
+        raise BenchError(ErrorCode.UNKNOWN_TRACK, f"No custom track {ident!r}; name it as name@version.")
+    if not caller.is_operator and row.author != caller.key_id:
+        raise ApiError(403, ApiCode.NOT_OWNER, f"Track {row.id} belongs to {row.author}.",
+                       "Only a track's author or an operator deprecates it.")
+    if not row.deprecated:
+        row.deprecated = True
+        row.deprecated_at = utcnow()
+    return row
+
+
+def mark_sent(session: Session, track_id: str, now: datetime | None = None) -> None:
+    """Record that the validation message left for a worker."""
+    session.execute(update(CustomTrackRow).where(CustomTrackRow.id == track_id).values(sent_at=now or utcnow()))
+
+
+def stale_validations(session: Session, unsent_before: datetime, sent_before: datetime) -> list[str]:
+    """Validating tracks whose message was never sent, or sent so long ago it must be lost."""
+    stmt = select(CustomTrackRow.id).where(
+        CustomTrackRow.status == TrackStatus.VALIDATING.value,
+        ((CustomTrackRow.sent_at.is_(None)) & (CustomTrackRow.created_at < unsent_before))
+        | (CustomTrackRow.sent_at < sent_before),
+    )
+    return list(session.scalars(stmt))
+
+
+def record_validation(
+    session: Session, track_id: str, *, result: dict[str, Any] | None = None,
+    error: dict[str, str] | None = None, now: datetime | None = None,
+) -> bool:
+    """Store a validation's outcome once (compare-and-set on ``validating``)."""
+    values: dict[str, Any] = {"validated_at": now or utcnow()}
+    if error is None:
+        values.update(status=TrackStatus.ACTIVE.value, validation=result)
+    else:
+        values.update(status=TrackStatus.REJECTED.value, validation=result, error_code=error["code"],
+                      error_message=error["message"], error_hint=error["hint"])
+    stmt = (update(CustomTrackRow)
+            .where(CustomTrackRow.id == track_id, CustomTrackRow.status == TrackStatus.VALIDATING.value)
+            .values(**values))
+    return bool(session.execute(stmt).rowcount)  # type: ignore[attr-defined]

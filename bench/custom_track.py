@@ -1,0 +1,339 @@
+"""Custom tracks: an agent's own track file, run only in the sandbox.
+
+The file's ``make_splits`` runs in a short-lived sandboxed child of its own (it
+writes every split's labels, which no arm's child may see); the parent checks the
+arrays (shapes, types, finiteness, sizes), writes them to a per-version cache on
+this worker, and from then on the track behaves like a built-in one: the parent
+keeps the validation and test labels, the baseline arm's child runs the file's
+``build_baseline``. ``validate`` is what registration runs: determinism, shapes,
+sizes, a baseline smoke run and the time a protocol would take.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bench.child import SPLIT_NAMES
+from bench.errors import BenchError, ErrorCode
+from bench.metrics import score
+from bench.runner import ArmSession
+from bench.sandbox import Limits
+from bench.seeding import run_seeds
+from bench.track import Splits, Track
+from bench.track_source import parse_track_source, source_sha256
+
+MAX_DATA_BYTES = 512 * 1024 * 1024  # all six arrays of one seed
+MIN_ROWS = {"train": 32, "val": 16, "test": 16}
+MAX_PROTOCOL_S = 1200.0  # the estimated default protocol on the validating worker
+
+
+@dataclass(frozen=True)
+class CustomTrack:
+    """One version of a registered (or local) track file."""
+
+    name: str
+    version: int
+    source: str
+    sha256: str
+    card: dict[str, Any]  # the engine card without version (bench.track_source.check_card)
+    author: str | None = None
+    file: str | None = None
+    sizes: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_source(
+        cls, source: str, *, version: int = 1, author: str | None = None, file: str | None = None
+    ) -> CustomTrack:
+        """Parse a track file (static checks only); raises ``BenchError``."""
+        card = parse_track_source(source)
+        return cls(card["name"], version, source, source_sha256(source), card, author, file)
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def full_card(self) -> dict[str, Any]:
+        """The card as the engine and reports use it (version and id filled in)."""
+        card = dict(self.card, version=self.version, id=self.id)
+        if self.sizes:
+            card["sizes"] = dict(self.sizes)
+        return card
+
+    def report_block(self) -> dict[str, Any]:
+        """The report's ``custom_track`` entry."""
+        return {
+            "name": self.name, "version": self.version, "file": self.file or f"{self.name}.py",
+            "domain": self.card["domain"], "author": self.author, "hash": self.sha256,
+        }
+
+
+# -- data ---------------------------------------------------------------------------
+def cache_dir(track: CustomTrack) -> Path:
+    """Where this version's generated splits live on this worker."""
+    root = Path(os.environ.get("IDEABENCH_CACHE_DIR") or "var/cache") / "tracks"
+    return root / f"{track.name}@{track.version}-{track.sha256[:16]}"
+
+
+def _invalid(message: str, hint: str | None = None) -> BenchError:
+    return BenchError(ErrorCode.INVALID_TRACK, message, hint)
+
+
+def check_arrays(directory: Path, card: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Load and check one seed's six arrays written by the track's child (untrusted)."""
+    files = {name: directory / f"{name}.npy" for name in SPLIT_NAMES}
+    total = sum(path.stat().st_size for path in files.values() if path.is_file())
+    if total > MAX_DATA_BYTES:
+        raise _invalid(f"One seed's splits take {total / 2**20:.0f} MiB; the limit is "
+                       f"{MAX_DATA_BYTES // 2**20} MiB.", "Make fewer or smaller samples.")
+    spec = card["spec"]
+    classification = card["metric"]["loss"] == "cross_entropy"
+    arrays: dict[str, np.ndarray] = {}
+    for name, path in files.items():
+        try:
+            value = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise _invalid(f"make_splits gave no usable {name}: {exc}",
+                           "Return numeric arrays or tensors (not objects).") from None
+        if not np.issubdtype(value.dtype, np.number) or np.issubdtype(value.dtype, np.complexfloating):
+            raise _invalid(f"{name} has dtype {value.dtype}; it must be real numbers.")
+        if name.startswith("x"):
+            expected: tuple[int, ...] = tuple(spec["input_shape"])
+            value = value.astype(np.float32)
+        elif classification:
+            expected = ()
+            if not np.issubdtype(value.dtype, np.integer) and not np.all(value == np.round(value)):
+                raise _invalid(f"{name} must hold integer class indices for a classification track.")
+            value = value.astype(np.int64)
+            n_classes = int(spec["output_shape"][0])
+            if value.size and (value.min() < 0 or value.max() >= n_classes):
+                raise _invalid(f"{name} has class indices outside [0, {n_classes}).")
+        else:
+            expected = tuple(spec["output_shape"])
+            value = value.astype(np.float32)
+        if value.ndim != 1 + len(expected) or tuple(value.shape[1:]) != expected:
+            raise _invalid(
+                f"{name} has shape {tuple(value.shape)}; expected (N, {', '.join(map(str, expected))})"
+                if expected else f"{name} has shape {tuple(value.shape)}; expected (N,) class indices.",
+                "Make the arrays match CARD['spec'] input_shape / output_shape.",
+            )
+        if not np.all(np.isfinite(value)):
+            raise _invalid(f"{name} holds NaN or inf values.")
+        arrays[name] = np.ascontiguousarray(value)
+    for split, minimum in MIN_ROWS.items():
+        n_x, n_y = len(arrays[f"x_{split}"]), len(arrays[f"y_{split}"])
+        if n_x != n_y:
+            raise _invalid(f"x_{split} has {n_x} rows but y_{split} has {n_y}.")
+        if n_x < minimum:
+            raise _invalid(f"The {split} split has {n_x} rows; at least {minimum} are needed.")
+    return arrays
+
+
+def _store(track: CustomTrack, split_seed: int, arrays: dict[str, np.ndarray]) -> None:
+    """Write checked arrays to the cache (atomic: a temp dir renamed into place)."""
+    final = cache_dir(track) / str(split_seed)
+    if final.is_dir():
+        return
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{split_seed}-", dir=final.parent))
+    for name, value in arrays.items():
+        np.save(tmp / f"{name}.npy", value)
+    try:
+        os.rename(tmp, final)
+    except OSError:  # another process stored it first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_make_data(
+    track: CustomTrack, items: list[tuple[int, str]], workdir: Path, *, memory_mb: int,
+    deadline: float, cancel: threading.Event, timeout_s: float,
+) -> list[float]:
+    """Run ``make_splits`` for ``(seed, dirname)`` items in one sandboxed child."""
+    session = ArmSession("track", workdir, Limits(memory_mb=memory_mb), deadline, cancel, timeout_s)
+    try:
+        answer = session.request({
+            "op": "make_data", "track_source": track.source,
+            "items": [{"seed": seed, "dir": name} for seed, name in items],
+        })
+    finally:
+        session.close()
+    return [float(s) for s in answer["seconds"]]
+
+
+def ensure_data(
+    track: CustomTrack, split_seeds: list[int], *, memory_mb: int = 6144,
+    deadline: float | None = None, cancel: threading.Event | None = None, timeout_s: float = 600.0,
+) -> None:
+    """Generate (in the sandbox) and cache every split seed this worker does not have yet."""
+    missing = sorted({s for s in split_seeds if not (cache_dir(track) / str(s)).is_dir()})
+    if not missing:
+        return
+    with tempfile.TemporaryDirectory(prefix="ideabench-track-") as tmp:
+        workdir = Path(tmp) / "track"  # the sandbox's read-only data dir is then tmp/data (empty)
+        _run_make_data(
+            track, [(seed, f"seed_{seed}") for seed in missing], workdir, memory_mb=memory_mb,
+            deadline=deadline if deadline is not None else time.monotonic() + timeout_s,
+            cancel=cancel or threading.Event(), timeout_s=timeout_s,
+        )
+        for seed in missing:
+            _store(track, seed, check_arrays(workdir / f"seed_{seed}", track.card))
+
+
+def _no_baseline_in_parent(spec: dict[str, Any]) -> torch.nn.Module:
+    raise BenchError(ErrorCode.INTERNAL, "A custom track's baseline is built only in its sandboxed child.")
+
+
+def as_track(track: CustomTrack) -> Track:
+    """The engine's ``Track`` for a custom track whose data ``ensure_data`` has cached."""
+    directory = cache_dir(track)
+
+    def make_splits(split_seed: int) -> Splits:
+        seed_dir = directory / str(split_seed)
+        if not seed_dir.is_dir():
+            raise BenchError(ErrorCode.INTERNAL, f"split seed {split_seed} of {track.id} was not generated.")
+        tensors = [torch.from_numpy(np.load(seed_dir / f"{name}.npy")) for name in SPLIT_NAMES]
+        return Splits(*tensors)
+
+    return Track(
+        card=track.full_card(), make_splits=make_splits, build_baseline=_no_baseline_in_parent,
+        extras={"source_sha256": track.sha256, "custom": track},
+    )
+
+
+# -- validation at registration ---------------------------------------------------
+def trivial_score(metric: str, y_train: np.ndarray, y_eval: np.ndarray, n_classes: int) -> float:
+    """The score of a constant predictor: the train mean (regression) or the train class prior."""
+    if metric == "mse":
+        pred = np.broadcast_to(y_train.mean(axis=0, dtype=np.float64), y_eval.shape)
+        return score(metric, np.asarray(pred), y_eval)
+    prior = np.bincount(y_train, minlength=n_classes).astype(np.float64) + 1.0
+    logits = np.broadcast_to(np.log(prior / prior.sum()), (len(y_eval), n_classes))
+    return score(metric, np.asarray(logits), y_eval)
+
+
+def count_protocol_runs(card: dict[str, Any]) -> int:
+    """Runs of a default protocol with a one-config idea: both arms, sweep plus final seeds."""
+    d = card["defaults"]
+    return 2 * (len(d["lr_grid"]) * d["sweep_seeds"] + d["n_seeds"])
+
+
+def validate(
+    track: CustomTrack, *, memory_mb: int = 6144, timeout_s: float = 900.0,
+    max_protocol_s: float = MAX_PROTOCOL_S, cancel: threading.Event | None = None,
+) -> dict[str, Any]:
+    """Run the track file in the sandbox and check it; return what was measured.
+
+    Checks: ``make_splits`` gives arrays of the card's shapes and types, the same
+    bytes twice for one seed, different data for another seed (else a warning);
+    the baseline builds within ``param_cap``, has the output shape and trains once
+    to finite predictions; a default protocol would take at most ``max_protocol_s``.
+    Raises ``BenchError`` (``invalid_track`` and the sandbox's codes).
+    """
+    from bench import data as data_mod
+
+    started = time.monotonic()
+    deadline = started + timeout_s
+    cancel = cancel or threading.Event()
+    card = track.card
+    warnings: list[str] = []
+    seed_a, seed_b = run_seeds(0).split, run_seeds(1).split
+    with tempfile.TemporaryDirectory(prefix="ideabench-validate-") as tmp:
+        work = Path(tmp)
+        seconds = _run_make_data(
+            track, [(seed_a, "a"), (seed_a, "a_again"), (seed_b, "b")], work / "track",
+            memory_mb=memory_mb, deadline=deadline, cancel=cancel, timeout_s=timeout_s,
+        )
+        first = check_arrays(work / "track" / "a", card)
+        again = check_arrays(work / "track" / "a_again", card)
+        other = check_arrays(work / "track" / "b", card)
+        for name in SPLIT_NAMES:
+            if first[name].shape != again[name].shape or first[name].tobytes() != again[name].tobytes():
+                raise _invalid(
+                    f"make_splits is not deterministic: two calls with seed {seed_a} gave different {name}.",
+                    "Draw every random number from a generator seeded by make_splits' seed argument "
+                    "(numpy.random.default_rng(seed) or torch.Generator().manual_seed(seed)).",
+                )
+        if all(first[n].tobytes() == other[n].tobytes() for n in SPLIT_NAMES):
+            warnings.append("make_splits ignores its seed: every protocol seed gets the same data, so "
+                            "seed-to-seed variance comes from the init and data order only.")
+        _store(track, seed_a, first)
+        _store(track, seed_b, other)
+        sizes = {split: len(first[f"x_{split}"]) for split in ("train", "val", "test")}
+        engine_track = as_track(track)
+        exported = data_mod.export(engine_track, seed_a, work / "data")  # what the baseline child reads
+        lr = sorted(card["defaults"]["lr_grid"])[len(card["defaults"]["lr_grid"]) // 2]
+        d = card["defaults"]
+        cfg = {"lr": lr, "epochs": d["epochs"], "batch_size": d["batch_size"],
+               "weight_decay": d["weight_decay"], "hparams": {}}
+        seeds = run_seeds(0)
+        events: list[dict[str, Any]] = []
+        session = ArmSession("baseline", work / "baseline", Limits(memory_mb=memory_mb), deadline, cancel,
+                             timeout_s)
+        try:
+            session.request({
+                "op": "load", "role": "baseline", "track": track.name, "spec": card["spec"],
+                "param_cap": card["param_cap"], "device": None, "code": None,
+                "track_source": track.source,
+            })
+            checked = session.request({
+                "op": "check", "data_dir": str(exported.data_dir), "configs": [{}], "probe": False,
+                "loss": card["metric"]["loss"],
+            })
+            session.request({"op": "train", "path": "sequential", "runs": [{
+                "run_id": "smoke", "cfg": cfg, "eval": "val", "data_dir": str(exported.data_dir),
+                "init_seed": seeds.init, "order_seed": seeds.order, "loss": card["metric"]["loss"],
+                "keep": False, "group": 0,
+            }]}, events.append)
+        finally:
+            session.close()
+        event = events[0]
+        value = score(card["metric"]["name"], np.load(event["pred_path"]), exported.y_val)
+        if event["diverged"] or not math.isfinite(value):
+            raise _invalid(
+                f"The baseline's smoke run (lr {lr:g}, {d['epochs']} epochs) gave non-finite "
+                "predictions on the validation split.",
+                "Make build_baseline train stably at the middle of lr_grid (or change lr_grid).",
+            )
+        n_classes = int(card["spec"]["output_shape"][0])
+        trivial = trivial_score(card["metric"]["name"], first["y_train"], exported.y_val, n_classes)
+        if not value < trivial:
+            warnings.append(
+                f"the baseline's smoke run scored {value:.4g} on validation, no better than a constant "
+                f"predictor ({trivial:.4g}): the track may be too hard or the baseline too weak."
+            )
+        run_s = float(event["seconds"])
+        data_s = float(np.mean(seconds))
+        n_seeds = d["sweep_seeds"] + d["n_seeds"]
+        estimate = count_protocol_runs(card) / 2 * run_s + n_seeds * data_s
+        if estimate > max_protocol_s:
+            raise _invalid(
+                f"A default protocol on this track would take about {estimate:.0f} s here "
+                f"({count_protocol_runs(card)} runs of {run_s:.1f} s, two at a time, plus "
+                f"{n_seeds} data seeds of {data_s:.1f} s); the limit is {max_protocol_s:.0f} s.",
+                "Use fewer samples or epochs, or a smaller baseline.",
+            )
+    return {
+        "sizes": sizes,
+        "bytes_per_seed": int(sum(a.nbytes for a in first.values())),
+        "deterministic": True,
+        "data_seconds_per_seed": round(data_s, 3),
+        "baseline_n_params": int(checked["n_params"][0]),
+        "baseline_smoke": {
+            "lr": lr, "epochs": d["epochs"], "metric": card["metric"]["name"], "value": value,
+            "trivial_value": trivial, "seconds": round(run_s, 3),
+        },
+        "estimated_protocol_s": round(estimate, 1),
+        "warnings": warnings,
+        "isolation": session.layers,
+        "seconds": round(time.monotonic() - started, 2),
+    }

@@ -1,0 +1,131 @@
+"""Custom tracks through the API (no worker: validation outcomes are stored directly)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from app.tracks import service as tracks_service
+from app.tracks.schemas import TrackRegistration
+from tests.app.factories import insert_report, key_id, report_body
+from tests.conftest import bearer
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = (ROOT / "tests" / "data" / "tracks" / "tiny_quadratic.py").read_text()
+IDEA = "from torch import nn\n\ndef build_model(spec):\n    return nn.Linear(4, 1)\n"
+VALIDATION = {"sizes": {"train": 256, "val": 64, "test": 64}, "deterministic": True, "warnings": []}
+
+
+def register(client: Any, token: str, source: str = TINY) -> Any:
+    return client.post("/v1/tracks", json={"source": source, "file_name": "tiny.py"}, headers=bearer(token))
+
+
+def activate(app: Any, track_id: str, error: dict[str, str] | None = None) -> None:
+    with app.state.sessionmaker() as session:
+        assert tracks_service.record_validation(session, track_id, result=VALIDATION, error=error)
+        session.commit()
+
+
+def submit(client: Any, token: str, track: str) -> Any:
+    return client.post("/v1/ideas", json={"track": track, "code": IDEA}, headers=bearer(token))
+
+
+def test_register_validates_statically_and_queues_the_sandbox_check(app: Any, client: Any,
+                                                                    keys: dict[str, str]) -> None:
+    response = register(client, keys["agent"])
+    assert response.status_code == 202, response.text
+    body = response.json()
+    assert body["id"] == "tiny_quadratic@1" and body["status"] == "validating" and body["kind"] == "custom"
+    assert body["author"] == key_id(keys["agent"]) and body["domain"] == "test fixtures"
+    assert body["defaults"]["n_seeds"] == 8 and body["sha256"]
+    assert response.headers["Location"] == "/v1/tracks/tiny_quadratic@1"
+    assert app.state.queue.tracks_sent == [("tiny_quadratic@1", "cpu")]
+    # The same file again is the same version; a changed file is a new version.
+    again = register(client, keys["agent"])
+    assert again.status_code == 200 and again.json()["id"] == "tiny_quadratic@1"
+    changed = register(client, keys["agent"], TINY.replace("0.05 noise", "0.05 noise (v2)"))
+    assert changed.status_code == 202 and changed.json()["id"] == "tiny_quadratic@2"
+    assert len(app.state.queue.tracks_sent) == 2
+
+
+def test_register_errors_have_codes(client: Any, keys: dict[str, str]) -> None:
+    cases = [
+        (TINY.replace('"param_cap": 5000,', '"param_cap": 5000, "n_seeds": 2,'), 422, "invalid_track"),
+        (TINY + "\nif True\n", 422, "invalid_code"),
+        (TINY.replace('"tiny_quadratic"', '"smoke"'), 409, "track_name_taken"),
+    ]
+    for source, status, code in cases:
+        response = register(client, keys["agent"], source)
+        assert response.status_code == status, response.text
+        assert response.json()["code"] == code and response.json()["hint"]
+    assert register(client, keys["viewer"]).status_code == 403
+    assert register(client, keys["agent"]).status_code == 202
+    taken = register(client, keys["agent2"], TINY.replace("0.05 noise", "0.05 noise!"))
+    assert taken.status_code == 409 and taken.json()["code"] == "track_name_taken"
+
+
+def test_lifecycle_validating_active_deprecated(app: Any, client: Any, keys: dict[str, str]) -> None:
+    token = keys["agent"]
+    register(client, token)
+    waiting = submit(client, token, "tiny_quadratic")
+    assert waiting.status_code == 409 and waiting.json()["code"] == "track_not_ready"
+    activate(app, "tiny_quadratic@1")
+    accepted = submit(client, token, "tiny_quadratic")
+    assert accepted.status_code == 202, accepted.text
+    assert accepted.json()["track"] == "tiny_quadratic@1"  # the exact version is stored
+    assert accepted.json()["estimate"]["runs_total"] == 2 * 2 * 2 + 2 * 8
+    one = client.get("/v1/tracks/tiny_quadratic@1", headers=bearer(keys["viewer"])).json()
+    assert one["status"] == "active" and one["source"] == TINY and one["validation"]["sizes"]["train"] == 256
+    # Version 2, then deprecate version 1: it takes no new jobs, and the hint names v2.
+    register(client, token, TINY.replace("0.05 noise", "0.05 noise (v2)"))
+    activate(app, "tiny_quadratic@2")
+    forbidden = client.post("/v1/tracks/tiny_quadratic@1/deprecate", headers=bearer(keys["agent2"]))
+    assert forbidden.status_code == 403 and forbidden.json()["code"] == "not_owner"
+    done = client.post("/v1/tracks/tiny_quadratic@1/deprecate", headers=bearer(token))
+    assert done.status_code == 200 and done.json()["deprecated"] is True
+    refused = submit(client, token, "tiny_quadratic@1")
+    assert refused.status_code == 409 and refused.json()["code"] == "track_deprecated"
+    assert "tiny_quadratic@2" in refused.json()["hint"]
+    assert submit(client, token, "tiny_quadratic").json()["track"] == "tiny_quadratic@2"
+    # Still readable with its source: a track in use is never deleted.
+    assert client.get("/v1/tracks/tiny_quadratic@1", headers=bearer(token)).json()["source"] == TINY
+
+
+def test_rejected_track_says_why(app: Any, client: Any, keys: dict[str, str]) -> None:
+    register(client, keys["agent"])
+    error = {"code": "invalid_track", "message": "make_splits is not deterministic", "hint": "seed it"}
+    activate(app, "tiny_quadratic@1", error)
+    view = client.get("/v1/tracks/tiny_quadratic", headers=bearer(keys["agent"])).json()
+    assert view["status"] == "rejected" and view["error"] == error
+    refused = submit(client, keys["agent"], "tiny_quadratic")
+    assert refused.status_code == 409 and "not deterministic" in refused.json()["message"]
+
+
+def test_listing_and_report_filters_tell_builtin_from_custom(app: Any, client: Any, keys: dict[str, str]) -> None:
+    register(client, keys["agent"])
+    activate(app, "tiny_quadratic@1")
+    custom_body = report_body(track="tiny_quadratic")
+    custom_body["bench_report"]["custom_track"] = {"name": "tiny_quadratic", "version": 1}
+    with app.state.sessionmaker() as session:
+        submitter = key_id(keys["agent"])
+        insert_report(session, submitter, track="smoke")
+        insert_report(session, submitter, track="smoke@1")
+        custom = insert_report(session, submitter, body=custom_body, track="tiny_quadratic@1")
+        session.commit()
+    listed = client.get("/v1/tracks", headers=bearer(keys["viewer"])).json()["items"]
+    by_id = {t["id"]: t for t in listed}
+    assert by_id["smoke@1"]["kind"] == "builtin" and by_id["smoke@1"]["n_reports"] == 2
+    assert by_id["tiny_quadratic@1"]["n_reports"] == 1 and by_id["tiny_quadratic@1"]["author"]
+    assert "source" not in by_id["tiny_quadratic@1"] or by_id["tiny_quadratic@1"]["source"] is None
+    only_custom = client.get("/v1/tracks", params={"kind": "custom"}, headers=bearer(keys["viewer"])).json()
+    assert [t["id"] for t in only_custom["items"]] == ["tiny_quadratic@1"]
+    reports = client.get("/v1/reports", params={"track_kind": "custom"}, headers=bearer(keys["viewer"])).json()
+    assert [r["report_id"] for r in reports["items"]] == [custom.id] and reports["items"][0]["custom_track"]
+    builtin = client.get("/v1/reports", params={"track_kind": "builtin"}, headers=bearer(keys["viewer"])).json()
+    assert len(builtin["items"]) == 2 and custom.id not in {r["report_id"] for r in builtin["items"]}
+
+
+def test_the_openapi_example_track_passes_the_static_checks() -> None:
+    example = TrackRegistration.model_json_schema()["examples"][0]["source"]
+    card = tracks_service.parse_track_source(example)
+    assert card["name"] == "sum_of_squares"

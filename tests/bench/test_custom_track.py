@@ -1,0 +1,122 @@
+"""Custom tracks in the engine: static card checks, sandboxed validation, judging, separation."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.custom_track import CustomTrack, cache_dir, validate
+from bench.errors import BenchError
+from bench.protocol import JudgeRequest, judge
+from bench.track_source import parse_track_source
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = (ROOT / "tests" / "data" / "tracks" / "tiny_quadratic.py").read_text()
+IDEA = """
+from torch import nn
+
+def build_model(spec):
+    return nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+"""
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _code(exc: pytest.ExceptionInfo[BenchError]) -> str:
+    return exc.value.code.value
+
+
+@pytest.mark.parametrize(
+    ("edit", "code", "words"),
+    [
+        (lambda s: s.replace("CARD = {", "CARD = dict(**{").replace("\n}\n\n\ndef make", "\n})\n\n\ndef make"),
+         "invalid_track", "literal"),
+        (lambda s: s.replace('"param_cap": 5000,', '"param_cap": 5000, "n_seeds": 3,'), "invalid_track",
+         "n_seeds"),
+        (lambda s: s.replace('"param_cap": 5000,', '"param_cap": 5000, "smallest_effect_rel_pct": 50,'),
+         "invalid_track", "verdict thresholds"),
+        (lambda s: s.replace('"tiny_quadratic"', '"Tiny Quadratic!"'), "invalid_track", "name"),
+        (lambda s: s.replace('{"name": "mse"}', '{"name": "accuracy"}'), "invalid_track", "metric"),
+        (lambda s: s.replace('"lr_grid": [0.01, 0.03]', '"lr_grid": [0.01]'), "invalid_track", "lr_grid"),
+        (lambda s: s.replace("def build_baseline", "def build_other"), "invalid_track", "build_baseline"),
+        (lambda s: s.replace('"domain": "test fixtures",', ""), "invalid_track", "domain"),
+        (lambda s: s + "\ndef broken(:\n", "invalid_code", "compile"),
+    ],
+)
+def test_static_checks_refuse_bad_cards_with_a_reason(edit: Any, code: str, words: str) -> None:
+    source = edit(TINY)
+    assert source != TINY
+    with pytest.raises(BenchError) as exc:
+        parse_track_source(source)
+    assert _code(exc) == code
+    assert words in exc.value.message + exc.value.hint
+
+
+def test_static_check_fills_the_service_side_of_the_card() -> None:
+    card = parse_track_source(TINY)
+    assert card["defaults"]["n_seeds"] == 8 and card["defaults"]["sweep_seeds"] == 2
+    assert card["smallest_effect_rel_pct"] == 2.0 and card["metric"]["direction"] == "lower"
+    assert card["metric"]["loss"] == "mse" and card["kind"] == "custom"
+
+
+@pytest.mark.slow
+def test_validate_measures_the_track_and_caches_its_data() -> None:
+    track = CustomTrack.from_source(TINY, author="tester")
+    result = validate(track, timeout_s=300)
+    assert result["sizes"] == {"train": 256, "val": 64, "test": 64}
+    assert result["deterministic"] is True and result["baseline_n_params"] == 97
+    smoke = result["baseline_smoke"]
+    assert smoke["value"] < smoke["trivial_value"], smoke
+    assert result["estimated_protocol_s"] > 0 and result["warnings"] == []
+    assert sorted(p.name for p in cache_dir(track).iterdir()) != []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("edit", "code", "words"),
+    [
+        (lambda s: s.replace("rng = np.random.default_rng(seed)", "rng = np.random.default_rng()"),
+         "invalid_track", "not deterministic"),
+        (lambda s: s.replace('"y_test": y[320:]}', '"y_test": y[320:, 0]}'), "invalid_track", "shape"),
+        (lambda s: s.replace('"x_val": x[256:320]', '"x_val": x[256:320] * np.nan'), "invalid_track", "NaN"),
+        (lambda s: s.replace("    rng = np.random", "    import socket\n"
+                             "    socket.create_connection(('127.0.0.1', 5432), timeout=2)\n    rng = np.random"),
+         "sandbox_violation", "network"),
+        (lambda s: s.replace("nn.Linear(16, 1))", "nn.Linear(16, 2))"), "bad_output_shape", ""),
+    ],
+)
+def test_validate_rejects_bad_tracks_with_codes(edit: Any, code: str, words: str) -> None:
+    source = edit(TINY)
+    assert source != TINY
+    with pytest.raises(BenchError) as exc:
+        validate(CustomTrack.from_source(source), timeout_s=300)
+    assert _code(exc) == code, exc.value.to_dict()
+    assert words.lower() in exc.value.message.lower()
+
+
+@pytest.mark.slow
+def test_judge_on_a_custom_track_marks_the_report_and_hides_the_labels() -> None:
+    track = CustomTrack.from_source(TINY, version=3, author="tester", file="tiny_quadratic.py")
+    report = judge(JudgeRequest(track=track.id, idea_code=IDEA, custom_track=track, n_seeds=4))
+    bench = report["bench_report"]
+    assert bench["track_id"] == "tiny_quadratic@3"
+    assert bench["custom_track"] == {
+        "name": "tiny_quadratic", "version": 3, "file": "tiny_quadratic.py", "domain": "test fixtures",
+        "author": "tester", "hash": track.sha256,
+    }
+    assert bench["track_justification"].startswith("A fixture")
+    assert bench["comparison"]["n_pairs"] == 4 and report["system_judged"] is True
+    # The labels live in this worker's cache; with namespaces the idea's child cannot read them.
+    labels = next(cache_dir(track).glob("*/y_test.npy"))
+    if shutil.which("bwrap") is None or "namespaces" not in " ".join(bench["isolation"]):
+        pytest.skip(f"no mount namespace here (isolation: {bench['isolation']})")
+    peek = IDEA.replace("def build_model(spec):", f"def build_model(spec):\n    open({str(labels)!r}, 'rb').read()")
+    with pytest.raises(BenchError) as exc:
+        judge(JudgeRequest(track=track.id, idea_code=peek, custom_track=track, n_seeds=2))
+    assert _code(exc) in {"sandbox_violation", "training_error"}, exc.value.to_dict()

@@ -1,0 +1,60 @@
+"""Validate a registered custom track in the sandbox and store the outcome once."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from app.db import utcnow
+from app.tracks import service as tracks_service
+from app.tracks.models import CustomTrackRow, TrackStatus
+from bench.errors import BenchError, ErrorCode
+from workers.context import WorkerContext
+
+if TYPE_CHECKING:  # torch loads only when a track is validated or judged
+    from bench.custom_track import CustomTrack
+
+log = logging.getLogger("ideabench.worker")
+# A default protocol may use at most this share of a job's time limit (ideas can be slower).
+PROTOCOL_SHARE = 0.5
+VALIDATION_TIMEOUT_S = 900.0
+
+
+def custom_track_of(row: CustomTrackRow) -> CustomTrack:
+    """The engine's view of a stored track version (its card as registered, never re-read)."""
+    from bench.custom_track import CustomTrack
+
+    sizes = (row.validation or {}).get("sizes") or {}
+    return CustomTrack(name=row.name, version=row.version, source=row.source, sha256=row.sha256,
+                       card=row.card, author=row.author, file=row.file_name, sizes=sizes)
+
+
+def execute_validation(ctx: WorkerContext, track_id: str) -> str:
+    """Validate ``track_id`` if it still waits for it; returns active / rejected / skipped."""
+    with ctx.sessions() as session:
+        row = session.get(CustomTrackRow, track_id)
+        if row is None or row.status != TrackStatus.VALIDATING.value:
+            return "skipped"
+        track = custom_track_of(row)
+    from bench.custom_track import validate
+
+    settings = ctx.settings
+    log.info("validating track %s", track_id)
+    result = None
+    error = None
+    try:
+        result = validate(track, memory_mb=settings.job_memory_mb,
+                          timeout_s=min(VALIDATION_TIMEOUT_S, settings.job_timeout_s),
+                          max_protocol_s=PROTOCOL_SHARE * settings.job_timeout_s)
+    except BenchError as exc:
+        error = exc.to_dict()
+    except Exception as exc:
+        log.exception("validating track %s crashed", track_id)
+        error = BenchError(ErrorCode.INTERNAL, f"Validation failed unexpectedly ({type(exc).__name__}).").to_dict()
+    with ctx.sessions() as session:
+        stored = tracks_service.record_validation(session, track_id, result=result, error=error, now=utcnow())
+        session.commit()
+    outcome = "rejected" if error else "active"
+    log.info("track %s %s%s", track_id, outcome if stored else "already validated",
+             f": {error['code']}" if error else "")
+    return outcome if stored else "skipped"
