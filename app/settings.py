@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     device: str = Field(default="cpu", description="The worker's device: cpu, cuda or cuda:N.")
     job_timeout_s: float = 1800.0
     job_memory_mb: int = 6144
+    warm_children: bool = Field(
+        default=True, description="Start the next job's sandboxed children (torch imported) ahead of it."
+    )
     lease_s: float = 60.0
     heartbeat_s: float = 2.0
     progress_min_interval_s: float = 0.5

@@ -71,6 +71,25 @@ def track_module(source: str) -> types.ModuleType:
     return module
 
 
+def warm() -> dict[str, Any]:
+    """Do the first-use work of training early: torch.func and the torch._dynamo import
+    that the first functional gradient of a recurrent model triggers (bench.warm)."""
+    import torch
+    import torch._dynamo  # noqa: F401 - imported for its side effect: the module is loaded
+    from torch import nn
+    from torch.func import functional_call, grad, vmap
+
+    model = nn.GRU(2, 2, batch_first=True)
+    params = {name: p.detach() for name, p in model.named_parameters()}
+    x = torch.zeros(2, 1, 3, 2)
+
+    def loss(p: dict[str, Any], xb: Any) -> Any:
+        return functional_call(model, p, (xb,))[0].sum()
+
+    vmap(grad(loss), in_dims=(None, 0))(params, x)
+    return {}
+
+
 def make_data(cmd: dict[str, Any]) -> dict[str, Any]:
     """Run a custom track's ``make_splits(seed)`` for each item; save the six arrays as .npy.
 
@@ -415,6 +434,8 @@ def main() -> None:
                 reply = runner.measure(cmd)
             elif op == "make_data":
                 reply = make_data(cmd)
+            elif op == "warm":
+                reply = warm()
             else:
                 raise BenchError(ErrorCode.INTERNAL, f"unknown child op {op!r}")
             send({"ok": True, **reply})

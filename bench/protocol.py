@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import baseline_cache
+from bench import baseline_cache, warm
 from bench import custom_track as custom_mod
 from bench import data as data_mod
 from bench.contract import check_hparams, check_mechanism, check_source
@@ -178,13 +178,19 @@ class _Job:
             self.seed_data[seed] = future.result() if future is not None else self._export(seed)
         return self.seed_data[seed]
 
-    def start_sessions(self) -> None:
-        """Start both arms' children (one after the other: the launcher is not thread-safe)."""
+    def start_sessions(self, slot: warm.Slot | None) -> None:
+        """Start both arms' children (or adopt a warm slot's), then wait until both imported torch.
+
+        Launching is sequential (the launcher is not thread-safe); the torch imports overlap.
+        """
         limits = Limits(memory_mb=self.request.memory_mb)
         for arm in ARMS:
             self.sessions[arm] = ArmSession(
-                arm, self.workdir / arm, limits, self.deadline, self.cancel, self.request.timeout_s
+                arm, self.workdir / arm, limits, self.deadline, self.cancel, self.request.timeout_s,
+                launched=slot.launched[arm] if slot else None, pending=1 if slot else 0, wait_ready=False,
             )
+        for session in self.sessions.values():
+            session.wait_ready()
 
     def close(self) -> None:
         """Close both children at once; stop making data nobody will use."""
@@ -491,19 +497,39 @@ def judge(
     request: JudgeRequest,
     on_progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
+    *,
+    keep_warm: bool = False,
 ) -> dict[str, Any]:
     """Run the whole protocol for ``request`` and return the report as JSON data.
+
+    ``keep_warm`` (a worker judging job after job): use the children ``bench.warm``
+    started ahead of this job, if any, and start the next job's when this one ends.
 
     Raises ``bench.errors.BenchError`` when the idea fails (no verdict), with the
     error code, message and hint for the agent.
     """
-    from bench.assemble import build_report
-
     started = time.monotonic()
     custom = request.custom_track
     track = custom_mod.as_track(custom) if custom is not None else load_track(request.track)
     n_seeds = _check_request(request, track)
-    with tempfile.TemporaryDirectory(prefix="ideabench-job-") as tmp:
+    limits = Limits(memory_mb=request.memory_mb)
+    slot = warm.take(limits) if keep_warm else None
+    try:
+        return _judge(request, track, custom, n_seeds, slot, on_progress, cancel, started)
+    finally:
+        if keep_warm:
+            warm.prepare(limits)
+
+
+def _judge(
+    request: JudgeRequest, track: Track, custom: custom_mod.CustomTrack | None, n_seeds: int,
+    slot: warm.Slot | None, on_progress: ProgressCallback | None, cancel: threading.Event | None,
+    started: float,
+) -> dict[str, Any]:
+    from bench.assemble import build_report
+
+    tmpdir = slot.tmp if slot is not None else tempfile.TemporaryDirectory(prefix="ideabench-job-")
+    with tmpdir as tmp:
         job = _Job(request, track, Path(tmp), on_progress, cancel or threading.Event())
         try:
             all_seeds = sweep_seeds(int(track.card["defaults"]["sweep_seeds"])) + final_seeds(n_seeds)
@@ -515,7 +541,7 @@ def judge(
                 )
             job.tracker.emit("starting the sandboxed children")
             job.prefetch(all_seeds)
-            job.start_sessions()
+            job.start_sessions(slot)
             loaded = job.both(lambda arm: job.sessions[arm].request({
                 "op": "load", "role": arm, "track": track.name, "spec": track.spec,
                 "param_cap": track.card["param_cap"], "device": request.device,

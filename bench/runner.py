@@ -37,7 +37,14 @@ class ArmSession:
         deadline: float,
         cancel: threading.Event,
         timeout_s: float,
+        *,
+        launched: tuple[subprocess.Popen[bytes], int] | None = None,
+        pending: int = 0,
+        wait_ready: bool = True,
     ) -> None:
+        """Start the child (or adopt ``launched``, a child started earlier with ``pending``
+        commands whose answers are still to be read); ``wait_ready=False`` returns before the
+        child has imported torch: call ``wait_ready()`` before the first request."""
         self.role = role
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -46,12 +53,22 @@ class ArmSession:
         self.cancel = cancel
         self.timeout_s = timeout_s
         self._buffer = b""
-        self.proc, self._fd = sandbox.launch(workdir, limits)
+        self.proc, self._fd = launched if launched is not None else sandbox.launch(workdir, limits)
         self.layers = sandbox.layers_of(self.proc)
         self._killed_for: ErrorCode | None = None
+        self._ready = False
+        self._pending = pending
+        if wait_ready:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Read the child's ``ready`` line (it has imported torch)."""
+        if self._ready:
+            return
         ready = self._read_message()
         if "error" in ready:
             raise BenchError(**ready["error"])
+        self._ready = True
 
     # -- reading -------------------------------------------------------------
     def _read_message(self) -> dict[str, Any]:
@@ -82,6 +99,10 @@ class ArmSession:
     ) -> dict[str, Any]:
         """Send ``command``; pass streamed events to ``on_event``; return the final answer."""
         assert self.proc.stdin is not None
+        self.wait_ready()
+        while self._pending:  # answers of commands sent before this session (a warm-up): unused
+            if "event" not in self._read_message():
+                self._pending -= 1
         try:
             self.proc.stdin.write((json.dumps(command) + "\n").encode())
             self.proc.stdin.flush()
@@ -158,15 +179,13 @@ class ArmSession:
         sandbox.kill(self.proc)
 
     def close(self) -> None:
-        """Ask the child to exit, then make sure its whole process group is gone."""
-        if self.proc.poll() is None and self.proc.stdin is not None:
-            try:
-                self.proc.stdin.write(b'{"op": "exit"}\n')
-                self.proc.stdin.close()
-                self.proc.wait(timeout=2)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
+        """Kill the child's whole process group (it keeps nothing that needs a clean exit)."""
         sandbox.kill(self.proc)
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
         try:
             os.close(self._fd)
         except OSError:

@@ -457,6 +457,9 @@ def layers_of(proc: subprocess.Popen[bytes]) -> list[str]:
     return list(state.layers) if state else []
 
 
+_launch_lock = threading.Lock()
+
+
 def launch(
     workdir: Path,
     limits: Limits,
@@ -470,8 +473,16 @@ def launch(
     and writes commands to stdin. ``read_only`` lists host directories the child
     may read (default: the job's ``data`` directory, ``workdir.parent / "data"``,
     created if missing); ``workdir`` is its only writable directory. Host paths
-    appear at the same paths inside the sandbox, so paths pass unchanged.
+    appear at the same paths inside the sandbox, so paths pass unchanged. Launches
+    from several threads run one at a time.
     """
+    with _launch_lock:
+        return _launch(workdir, limits, read_only, require_full_isolation)
+
+
+def _launch(
+    workdir: Path, limits: Limits, read_only: list[Path] | None, require_full_isolation: bool | None
+) -> tuple[subprocess.Popen[bytes], int]:
     global _last_layers
     required = _requires_full(require_full_isolation)
     workdir = workdir.resolve()

@@ -130,17 +130,21 @@ def _functions(stacked: _Stacked, loss_name: str) -> tuple[Any, Any]:
 
     loss_fn = _loss_fn(loss_name)
     base = stacked.base
+    # Checking for tied weights walks the module tree on every call; skip it when there are none.
+    tied = len(list(base.named_parameters(remove_duplicate=False))) != len(list(base.named_parameters())) or (
+        len(list(base.named_buffers(remove_duplicate=False))) != len(list(base.named_buffers()))
+    )
 
     def loss_one(params: dict[str, torch.Tensor], extras: dict[str, torch.Tensor],
                  x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        out = functional_call(base, {**params, **extras}, (x,))
+        out = functional_call(base, {**params, **extras}, (x,), tie_weights=tied)
         return loss_fn(out, y)
 
     def forward_one(params: dict[str, torch.Tensor], extras: dict[str, torch.Tensor],
                     x: torch.Tensor) -> torch.Tensor:
         # Under a grad transform (vjp: forward only) composite ops such as nn.GRU's
         # decompose into ops that vmap can batch; plain no-grad calls would not.
-        out: torch.Tensor = vjp(lambda p: functional_call(base, {**p, **extras}, (x,)), params)[0]
+        out: torch.Tensor = vjp(lambda p: functional_call(base, {**p, **extras}, (x,), tie_weights=tied), params)[0]
         return out
 
     batched_loss = vmap(loss_one, in_dims=(0, 0, 0, 0))
@@ -283,7 +287,7 @@ def train_group(
     step, forward = _functions(stacked, first.loss)
     flat = stacked.flat
     shape = (n_runs, 1)
-    lrs = [float(c.lr) for c in configs]
+    neg_lrs = torch.tensor([-float(c.lr) for c in configs], dtype=flat.dtype, device=device).view(shape)
     wd = first.weight_decay
     exp_avg = torch.zeros_like(flat)
     exp_avg_sq = torch.zeros_like(flat)
@@ -316,9 +320,7 @@ def train_group(
                 exp_avg_sq.mul_(BETA2).addcmul_(g, g, value=1 - BETA2)
                 bias_correction1 = 1 - BETA1**t
                 bias_correction2_sqrt = (1 - BETA2**t) ** 0.5
-                step_size = torch.tensor(
-                    [-(lr / bias_correction1) for lr in lrs], dtype=flat.dtype, device=device
-                ).view(shape)
+                step_size = neg_lrs / bias_correction1
                 denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(EPS)
                 flat.add_(step_size * exp_avg / denom)
                 if any_dead:

@@ -82,7 +82,8 @@ def execute_job(ctx: WorkerContext, job_id: str) -> Outcome:
     beat = Heartbeat(ctx, claim, cancel)
     beat.start()
     try:
-        report = judge(judge_request(job, ctx), on_progress=ProgressWriter(ctx, claim), cancel=cancel)
+        report = judge(judge_request(job, ctx), on_progress=ProgressWriter(ctx, claim), cancel=cancel,
+                       keep_warm=ctx.settings.warm_children)
     except BenchError as exc:
         cancelled = exc.code is ErrorCode.CANCELLED or beat.cancel_requested
         status = JobStatus.CANCELLED if cancelled else JobStatus.FAILED

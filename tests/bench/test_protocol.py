@@ -50,12 +50,31 @@ def test_smoke_protocol_end_to_end(smoke_report: dict) -> None:
     assert br["versions"]["torch"].startswith("2.13")
 
 
-def test_reruns_give_identical_numbers() -> None:
+def test_reruns_give_identical_numbers_with_fresh_or_warm_children() -> None:
+    from bench import sandbox, warm
+
     request = JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2)
-    first, second = judge(request), judge(request)
+    cold = judge(request)
+    assert warm._slot is None
+    judge(request, keep_warm=True)  # no slot yet: starts its own children, then the next job's
+    slot = warm.take(sandbox.Limits(memory_mb=request.memory_mb))  # waits for the launch
+    warm._slot = slot
+    assert slot is not None and slot.alive
+    adopted = judge(request, keep_warm=True)
+    assert all(proc.poll() is not None for proc, _ in slot.launched.values())  # used, then killed
+    assert not Path(slot.tmp.name).exists()
     for arm in ("baseline", "idea"):
-        assert first["bench_report"][arm]["full"]["per_seed"] == second["bench_report"][arm]["full"]["per_seed"]
-        assert first["bench_report"][arm]["sweep"] == second["bench_report"][arm]["sweep"]
+        assert cold["bench_report"][arm]["full"]["per_seed"] == adopted["bench_report"][arm]["full"]["per_seed"]
+        assert cold["bench_report"][arm]["sweep"] == adopted["bench_report"][arm]["sweep"]
+    assert adopted["bench_report"]["isolation"] == cold["bench_report"]["isolation"]
+    # A slot whose child died is not used; discard() kills what is left.
+    replacement = warm.take(sandbox.Limits(memory_mb=request.memory_mb))
+    assert replacement is not None and replacement is not slot
+    warm._slot = replacement
+    sandbox.kill(replacement.launched["idea"][0])
+    assert warm.take(sandbox.Limits(memory_mb=request.memory_mb)) is None
+    assert all(proc.poll() is not None for proc, _ in replacement.launched.values()) or not replacement.launched
+    warm.discard()
 
 
 def _fails_with(code: str, source: str, **kwargs: object) -> BenchError:

@@ -90,7 +90,7 @@ def test_execute_job_success_writes_progress_and_one_report(ctx: WorkerContext, 
                                                             monkeypatch: Any) -> None:
     seen: list[int | None] = []
 
-    def fake_judge(request: Any, on_progress: Any, cancel: threading.Event) -> dict[str, Any]:
+    def fake_judge(request: Any, on_progress: Any, cancel: threading.Event, keep_warm: bool) -> dict[str, Any]:
         assert request.track == "smoke" and request.device == "cpu"
         on_progress(Progress("sweep", 3, 10, 5.0, "sweeping"))
         seen.append(load(ctx, job_id).runs_done)
@@ -129,7 +129,7 @@ def test_unexpected_error_fails_with_internal(ctx: WorkerContext, job_id: str, m
 
 
 def test_cancel_request_reaches_the_running_judge(ctx: WorkerContext, job_id: str, monkeypatch: Any) -> None:
-    def fake_judge(request: Any, on_progress: Any, cancel: threading.Event) -> dict[str, Any]:
+    def fake_judge(request: Any, on_progress: Any, cancel: threading.Event, keep_warm: bool) -> dict[str, Any]:
         with ctx.sessions() as session:  # what POST /cancel does
             session.execute(Job.__table__.update().where(Job.id == job_id).values(cancel_requested=True))
             session.commit()
@@ -144,7 +144,7 @@ def test_cancel_request_reaches_the_running_judge(ctx: WorkerContext, job_id: st
 
 def test_a_lost_lease_stops_the_run_and_discards_its_result(ctx: WorkerContext, job_id: str,
                                                             monkeypatch: Any) -> None:
-    def fake_judge(request: Any, on_progress: Any, cancel: threading.Event) -> dict[str, Any]:
+    def fake_judge(request: Any, on_progress: Any, cancel: threading.Event, keep_warm: bool) -> dict[str, Any]:
         with ctx.sessions() as session:  # the reconciler presumed us dead and re-queued the job
             session.execute(Job.__table__.update().where(Job.id == job_id).values(status="queued", worker_id=None))
             session.commit()

@@ -1,0 +1,140 @@
+"""Warm children: the next job's sandboxed children, started before the job arrives.
+
+A worker judges jobs one after another. Starting an arm's child costs a Python
+start and a torch import (2-3 s), and the first ``torch.func`` gradient of some
+models (a GRU) imports ``torch._dynamo`` (seconds more). ``prepare(limits)``
+starts both arms' children for the next job in the background, in a fresh job
+directory, and sends each a ``warm`` command; ``take(limits)`` hands them to the
+next ``judge``. The launches run in one long-lived background thread, so a job
+returns without waiting for them. Nothing of one job reaches the next: every job gets new
+processes, new cgroups and a new directory; only start-up work is done early.
+An unused slot is killed when the process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import queue
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import sandbox
+
+log = logging.getLogger("ideabench.warm")
+ARMS = ("baseline", "idea")
+WARM_COMMAND = b'{"op": "warm"}\n'
+
+
+@dataclass
+class Slot:
+    """A job directory with one started (and warming) child per arm."""
+
+    tmp: tempfile.TemporaryDirectory[str]
+    limits: sandbox.Limits
+    launched: dict[str, tuple[subprocess.Popen[bytes], int]]
+
+    @property
+    def alive(self) -> bool:
+        return all(proc.poll() is None for proc, _ in self.launched.values())
+
+    def discard(self) -> None:
+        """Kill the children and remove the directory."""
+        for proc, fd in self.launched.values():
+            sandbox.kill(proc)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.launched = {}
+        self.tmp.cleanup()
+
+
+_slot: Slot | None = None
+_lock = threading.Lock()
+_requests: queue.SimpleQueue[tuple[sandbox.Limits, threading.Event]] = queue.SimpleQueue()
+_in_flight: threading.Event | None = None
+_launcher: threading.Thread | None = None
+
+
+def _start_slot(limits: sandbox.Limits) -> Slot:
+    slot = Slot(tempfile.TemporaryDirectory(prefix="ideabench-job-"), limits, {})
+    try:
+        for arm in ARMS:
+            proc, fd = sandbox.launch(Path(slot.tmp.name) / arm, limits)
+            slot.launched[arm] = (proc, fd)
+            assert proc.stdin is not None
+            proc.stdin.write(WARM_COMMAND)
+            proc.stdin.flush()
+    except BaseException:
+        slot.discard()
+        raise
+    return slot
+
+
+def _launch_loop() -> None:
+    """The launcher thread: it lives as long as the process, because the sandbox ties a
+    child's life to the thread that started it (bwrap --die-with-parent, PR_SET_PDEATHSIG)."""
+    global _slot
+    while True:
+        limits, done = _requests.get()
+        try:
+            slot = _start_slot(limits)
+        except Exception:  # noqa: BLE001 - the next job starts its own children instead
+            log.warning("could not start warm children", exc_info=True)
+            slot = None
+        with _lock:
+            previous, _slot = _slot, slot
+        if previous is not None:
+            previous.discard()
+        done.set()
+
+
+def prepare(limits: sandbox.Limits) -> None:
+    """Start the next job's children in the background; they import torch and warm up."""
+    global _in_flight, _launcher
+    with _lock:
+        if _in_flight is not None and not _in_flight.is_set():
+            return
+        if _slot is not None and _slot.alive and _slot.limits == limits:
+            return
+        if _launcher is None or not _launcher.is_alive():
+            _launcher = threading.Thread(target=_launch_loop, name="ideabench-warm", daemon=True)
+            _launcher.start()
+        _in_flight = threading.Event()
+        _requests.put((limits, _in_flight))
+
+
+def take(limits: sandbox.Limits) -> Slot | None:
+    """The prepared slot (waiting for a launch in flight), if alive with ``limits``; else None."""
+    global _slot
+    in_flight = _in_flight
+    if in_flight is not None:
+        in_flight.wait()
+    with _lock:
+        slot, _slot = _slot, None
+    if slot is None:
+        return None
+    if slot.limits != limits or not slot.alive:
+        slot.discard()
+        return None
+    return slot
+
+
+def discard() -> None:
+    """Kill an unused slot (at exit, or to free its memory)."""
+    global _slot
+    in_flight = _in_flight
+    if in_flight is not None:
+        in_flight.wait(timeout=30)
+    with _lock:
+        slot, _slot = _slot, None
+    if slot is not None:
+        slot.discard()
+
+
+atexit.register(discard)
