@@ -12,7 +12,6 @@ import itertools
 import math
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -528,7 +527,7 @@ def _judge(
 ) -> dict[str, Any]:
     from bench.assemble import build_report
 
-    tmpdir = slot.tmp if slot is not None else tempfile.TemporaryDirectory(prefix="ideabench-job-")
+    tmpdir = slot.tmp if slot is not None else warm.JobDir()
     with tmpdir as tmp:
         job = _Job(request, track, Path(tmp), on_progress, cancel or threading.Event())
         try:

@@ -17,6 +17,7 @@ import atexit
 import logging
 import os
 import queue
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -30,11 +31,28 @@ ARMS = ("baseline", "idea")
 WARM_COMMAND = b'{"op": "warm"}\n'
 
 
+class JobDir:
+    """A job's temporary directory, removed when its ``with`` block ends or the slot is
+    discarded (not by a finalizer at interpreter exit, which would race the launcher)."""
+
+    def __init__(self) -> None:
+        self.name = tempfile.mkdtemp(prefix="ideabench-job-")
+
+    def __enter__(self) -> str:
+        return self.name
+
+    def __exit__(self, *_exc: object) -> None:
+        self.cleanup()
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.name, ignore_errors=True)
+
+
 @dataclass
 class Slot:
     """A job directory with one started (and warming) child per arm."""
 
-    tmp: tempfile.TemporaryDirectory[str]
+    tmp: JobDir
     limits: sandbox.Limits
     launched: dict[str, tuple[subprocess.Popen[bytes], int]]
 
@@ -62,7 +80,7 @@ _launcher: threading.Thread | None = None
 
 
 def _start_slot(limits: sandbox.Limits) -> Slot:
-    slot = Slot(tempfile.TemporaryDirectory(prefix="ideabench-job-"), limits, {})
+    slot = Slot(JobDir(), limits, {})
     try:
         for arm in ARMS:
             proc, fd = sandbox.launch(Path(slot.tmp.name) / arm, limits)
