@@ -41,6 +41,11 @@ def track_names() -> list[str]:
     return list(_track_dirs())
 
 
+def is_builtin(name: str) -> bool:
+    """Whether ``name`` (or ``name@version``) names a built-in (packaged) track."""
+    return name.split("@", 1)[0] in _track_dirs()
+
+
 def _track_dir(name: str) -> Path:
     base = name.split("@", 1)[0]
     try:

@@ -86,7 +86,10 @@ def verdict_summary(
     session: SessionDep,
     _caller: ReaderDep,
     bucket: Literal["day", "week"] = "day",
-    track: Annotated[str | None, Query(max_length=64)] = None,
+    track: Annotated[str | None, Query(max_length=80)] = None,
+    track_kind: Annotated[
+        Literal["builtin", "custom"] | None, Query(description="only built-in or only custom tracks")
+    ] = None,
     since: Annotated[
         dt.date | None, Query(description="first day, inclusive (UTC); default: 30 days / 26 weeks back")
     ] = None,
@@ -95,4 +98,4 @@ def verdict_summary(
     """Counts of each (system, practical) verdict pair by track and day or week, for dashboards."""
     if since is not None and until is not None and since > until:
         raise ApiError(422, ApiCode.VALIDATION_ERROR, "query.since: must not be after query.until")
-    return service.verdict_summary(session, bucket, track, since, until)
+    return service.verdict_summary(session, bucket, track, since, until, track_kind)

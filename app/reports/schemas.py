@@ -144,6 +144,7 @@ class VerdictCounts(BaseModel):
 
     period: dt.date | None = Field(description="First day of the day or ISO week; null in totals.")
     track: str
+    kind: Literal["builtin", "custom"] = Field(default="builtin", description="A built-in or a custom track.")
     counts: dict[str, int]
     total: int
 
@@ -158,9 +159,9 @@ class VerdictSummary(BaseModel):
                     "bucket": "day",
                     "since": "2025-04-02",
                     "until": "2025-05-01",
-                    "rows": [{"period": "2025-05-01", "track": "smoke", "total": 15,
+                    "rows": [{"period": "2025-05-01", "track": "smoke", "kind": "builtin", "total": 15,
                               "counts": {"worked/helps": 12, "failed/inconclusive": 3}}],
-                    "totals": [{"period": None, "track": "smoke", "total": 15,
+                    "totals": [{"period": None, "track": "smoke", "kind": "builtin", "total": 15,
                                 "counts": {"worked/helps": 12, "failed/inconclusive": 3}}],
                 }
             ]

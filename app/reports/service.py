@@ -6,7 +6,7 @@ import datetime as dt
 import logging
 import math
 from collections import defaultdict
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
@@ -27,6 +27,7 @@ from app.reports.schemas import (
     VerdictCounts,
     VerdictSummary,
 )
+from bench.catalog import is_builtin
 
 log = logging.getLogger("ideabench.reports")
 
@@ -165,14 +166,21 @@ def summary_window(bucket: str, since: dt.date | None, until: dt.date | None) ->
     return since, until
 
 
+def _kind(track: str) -> Literal["builtin", "custom"]:
+    return "builtin" if is_builtin(track) else "custom"
+
+
 def verdict_summary(
-    session: Session, bucket: str, track: str | None, since: dt.date | None, until: dt.date | None
+    session: Session, bucket: str, track: str | None, since: dt.date | None, until: dt.date | None,
+    track_kind: str | None = None,
 ) -> VerdictSummary:
     """Counts of each verdict pair by track and day (or ISO week, starting Monday)."""
     since, until = summary_window(bucket, since, until)
     per_period: dict[tuple[dt.date, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for period, trk, system, practical, n in repository.count_verdicts(session, bucket, track, since, until):
+        if track_kind is not None and _kind(trk) != track_kind:
+            continue
         pair = f"{system}/{practical}"
         per_period[(period, trk)][pair] += n
         totals[trk][pair] += n
@@ -181,11 +189,11 @@ def verdict_summary(
         since=since,
         until=until,
         rows=[
-            VerdictCounts(period=p, track=t, counts=dict(c), total=sum(c.values()))
+            VerdictCounts(period=p, track=t, kind=_kind(t), counts=dict(c), total=sum(c.values()))
             for (p, t), c in sorted(per_period.items())
         ],
         totals=[
-            VerdictCounts(period=None, track=t, counts=dict(c), total=sum(c.values()))
+            VerdictCounts(period=None, track=t, kind=_kind(t), counts=dict(c), total=sum(c.values()))
             for t, c in sorted(totals.items())
         ],
     )

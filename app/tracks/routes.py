@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 
@@ -19,19 +19,25 @@ from bench.errors import BenchError
 router = APIRouter(prefix="/v1/tracks", tags=["tracks"], responses=error_responses(401, 403))
 
 
+def _builtin_view(card: dict[str, Any], counts: dict[str, int]) -> TrackCard:
+    return TrackCard.model_validate({
+        **card, "kind": "builtin", "status": TrackStatus.ACTIVE, "deprecated": False, "author": "ideabench",
+        "n_reports": counts.get(card["name"], 0),
+    })
+
+
 @router.get("", response_model=TrackList)
 def list_tracks(
     session: SessionDep,
     _caller: ReaderDep,
     kind: Literal["builtin", "custom"] | None = None,
-    status: Annotated[TrackStatus | None, Query(description="custom tracks of this status only")] = None,
+    status: Annotated[TrackStatus | None, Query(description="only tracks of this status (built-in ones are active)")] = None,
 ) -> TrackList:
     """Built-in tracks (spec, defaults, example idea) and custom track versions, with report counts."""
     counts = service.report_counts(session)
     items: list[TrackCard] = []
-    if kind in (None, "builtin") and status is None:
-        items += [TrackCard.model_validate({**card, "n_reports": counts.get(card["name"], 0)})
-                  for card in list_cards()]
+    if kind in (None, "builtin") and status in (None, TrackStatus.ACTIVE):
+        items += [_builtin_view(card, counts) for card in list_cards()]
     if kind in (None, "custom"):
         items += [service.custom_view(row, counts.get(row.id, 0)) for row in service.list_custom(session, status)]
     return TrackList(items=items)
@@ -71,7 +77,7 @@ def get_track(ident: str, session: SessionDep, _caller: ReaderDep) -> TrackCard:
             card = get_card(ident)
         except BenchError as exc:
             raise ApiError.from_bench(exc, status=404) from None
-        return TrackCard.model_validate({**card, "n_reports": counts.get(card["name"], 0)})
+        return _builtin_view(card, counts)
     row = service.get(session, ident)
     if row is None:
         raise ApiError.from_bench(BenchError("unknown_track", f"No track named {ident!r}."), status=404)

@@ -64,10 +64,10 @@ class TrackCard(BaseModel):
     max_configs: int | None = None
     example_idea: str | None = Field(default=None, description="A complete idea file (built-in tracks).")
     n_reports: int = Field(default=0, description="Reports judged on this track (this version, if custom).")
-    # Custom tracks only.
-    status: TrackStatus | None = Field(default=None, description="validating, active or rejected (custom).")
+    status: TrackStatus | None = Field(default=None, description="validating, active or rejected (built-in: active).")
     deprecated: bool | None = None
-    author: str | None = Field(default=None, description="The key id (or CLI author) that registered it.")
+    author: str | None = Field(default=None, description="ideabench, or the key id (or CLI author) that registered it.")
+    # Custom tracks only.
     domain: str | None = None
     justification: str | None = Field(default=None, description="Why no built-in track fits.")
     sha256: str | None = Field(default=None, description="Content hash of the track file.")

@@ -23,7 +23,7 @@ from app.keys.deps import Caller
 from app.reports.models import VerdictCount
 from app.tracks.models import CustomTrackRow, TrackStatus
 from app.tracks.schemas import TrackCard
-from bench.catalog import get_card, track_names
+from bench.catalog import get_card, is_builtin, track_names
 from bench.errors import BenchError, ErrorCode
 from bench.track_source import parse_track_source, source_sha256
 
@@ -34,11 +34,6 @@ class Registered:
 
     row: CustomTrackRow
     created: bool
-
-
-def is_builtin(name: str) -> bool:
-    """Whether ``name`` (or ``name@version``) names a built-in track."""
-    return name.split("@", 1)[0] in track_names()
 
 
 def _versions(session: Session, name: str) -> list[CustomTrackRow]:

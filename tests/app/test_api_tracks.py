@@ -123,6 +123,12 @@ def test_listing_and_report_filters_tell_builtin_from_custom(app: Any, client: A
     assert [r["report_id"] for r in reports["items"]] == [custom.id] and reports["items"][0]["custom_track"]
     builtin = client.get("/v1/reports", params={"track_kind": "builtin"}, headers=bearer(keys["viewer"])).json()
     assert len(builtin["items"]) == 2 and custom.id not in {r["report_id"] for r in builtin["items"]}
+    summary = client.get("/v1/verdicts/summary", params={"track_kind": "custom"},
+                         headers=bearer(keys["viewer"])).json()
+    assert [(t["track"], t["kind"], t["total"]) for t in summary["totals"]] == [("tiny_quadratic@1", "custom", 1)]
+    everything = client.get("/v1/verdicts/summary", headers=bearer(keys["viewer"])).json()
+    assert {t["track"]: t["kind"] for t in everything["totals"]} == {
+        "smoke": "builtin", "smoke@1": "builtin", "tiny_quadratic@1": "custom"}
 
 
 def test_the_openapi_example_track_passes_the_static_checks() -> None:
