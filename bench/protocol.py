@@ -575,6 +575,8 @@ def _judge(
             measured = job.measure(finals) if job.mechanism is not None else None
         finally:
             job.close()
+            if slot is not None:  # a failure before both sessions adopted their child
+                slot.release(set(job.sessions))
         return build_report(
             job=job, finals=finals, lrs=lrs, measured=measured, device=loaded["idea"]["device"],
             wall_s=time.monotonic() - started,

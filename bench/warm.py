@@ -60,15 +60,20 @@ class Slot:
     def alive(self) -> bool:
         return all(proc.poll() is None for proc, _ in self.launched.values())
 
+    def release(self, adopted: set[str]) -> None:
+        """Kill the children no session adopted (their sessions close the others)."""
+        for arm, (proc, fd) in self.launched.items():
+            if arm not in adopted:
+                sandbox.kill(proc)
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.launched = {}
+
     def discard(self) -> None:
         """Kill the children and remove the directory."""
-        for proc, fd in self.launched.values():
-            sandbox.kill(proc)
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.launched = {}
+        self.release(set())
         self.tmp.cleanup()
 
 

@@ -120,3 +120,22 @@ def test_judge_on_a_custom_track_marks_the_report_and_hides_the_labels() -> None
     with pytest.raises(BenchError) as exc:
         judge(JudgeRequest(track=track.id, idea_code=peek, custom_track=track, n_seeds=2))
     assert _code(exc) in {"sandbox_violation", "training_error"}, exc.value.to_dict()
+
+
+@pytest.mark.slow
+def test_a_job_failing_before_its_children_start_kills_the_warm_ones() -> None:
+    from bench import sandbox, warm
+
+    broken = TINY.replace("rng = np.random.default_rng(seed)", "raise RuntimeError('no data today')")
+    track = CustomTrack.from_source(broken)
+    warm.prepare(sandbox.Limits())
+    slot = warm.take(sandbox.Limits())  # waits for the launch
+    assert slot is not None
+    warm._slot = slot
+    procs = [proc for proc, _ in slot.launched.values()]
+    with pytest.raises(BenchError) as exc:
+        judge(JudgeRequest(track=track.id, idea_code=IDEA, custom_track=track, n_seeds=2), keep_warm=True)
+    assert _code(exc) == "invalid_track" and "no data today" in exc.value.message
+    assert all(proc.poll() is not None for proc in procs)
+    assert not Path(slot.tmp.name).exists()
+    warm.discard()
