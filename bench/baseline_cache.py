@@ -119,15 +119,14 @@ class BaselineCache:
         )
 
     def put(self, key: str, predictions: np.ndarray, *, diverged: bool, seconds: float, n_params: int,
-            state: Path | None = None) -> None:
-        """Store one run (and its model's state_dict file); concurrent writers write the same bytes."""
+            state: bytes | None = None) -> None:
+        """Store one run (and its model's state_dict bytes); concurrent writers write the same bytes."""
         npy, meta_path = self._paths(key)
         npy.parent.mkdir(parents=True, exist_ok=True)
         meta = {"format": FORMAT, "key": key, "diverged": bool(diverged), "seconds": float(seconds),
                 "n_params": int(n_params), "state": state is not None}
         if state is not None:
-            data = state.read_bytes()
-            _atomic_write(self._state(key), lambda fh: fh.write(data))
+            _atomic_write(self._state(key), lambda fh: fh.write(state))
         _atomic_write(npy, lambda fh: np.save(fh, np.ascontiguousarray(predictions), allow_pickle=False))
         _atomic_write(meta_path, lambda fh: fh.write(canonical_json(meta).encode()))
 

@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -27,7 +27,7 @@ import torch
 from bench.child import SPLIT_NAMES
 from bench.errors import BenchError, ErrorCode
 from bench.metrics import score
-from bench.runner import ArmSession
+from bench.runner import ArmSession, open_output
 from bench.sandbox import Limits
 from bench.seeding import run_seeds
 from bench.track import Splits, Track
@@ -89,20 +89,28 @@ def _invalid(message: str, hint: str | None = None) -> BenchError:
     return BenchError(ErrorCode.INVALID_TRACK, message, hint)
 
 
-def check_arrays(directory: Path, card: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Load and check one seed's six arrays written by the track's child (untrusted)."""
-    files = {name: directory / f"{name}.npy" for name in SPLIT_NAMES}
-    total = sum(path.stat().st_size for path in files.values() if path.is_file())
-    if total > MAX_DATA_BYTES:
-        raise _invalid(f"One seed's splits take {total / 2**20:.0f} MiB; the limit is "
-                       f"{MAX_DATA_BYTES // 2**20} MiB.", "Make fewer or smaller samples.")
+def check_arrays(root: Path, subdir: str, card: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Load and check one seed's six arrays that the track's child wrote under ``root/subdir``."""
+    files = {name: open_output(root, f"{subdir}/{name}.npy", "track") for name in SPLIT_NAMES}
+    try:
+        total = sum(os.fstat(fh.fileno()).st_size for fh in files.values())
+        if total > MAX_DATA_BYTES:
+            raise _invalid(f"One seed's splits take {total / 2**20:.0f} MiB; the limit is "
+                           f"{MAX_DATA_BYTES // 2**20} MiB.", "Make fewer or smaller samples.")
+        return _checked(files, card)
+    finally:
+        for fh in files.values():
+            fh.close()
+
+
+def _checked(files: dict[str, BinaryIO], card: dict[str, Any]) -> dict[str, np.ndarray]:
     spec = card["spec"]
     classification = card["metric"]["loss"] == "cross_entropy"
     arrays: dict[str, np.ndarray] = {}
-    for name, path in files.items():
+    for name, fh in files.items():
         try:
-            value = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
+            value = np.load(fh, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
             raise _invalid(f"make_splits gave no usable {name}: {exc}",
                            "Return numeric arrays or tensors (not objects).") from None
         if not np.issubdtype(value.dtype, np.number) or np.issubdtype(value.dtype, np.complexfloating):
@@ -186,7 +194,7 @@ def ensure_data(
             cancel=cancel or threading.Event(), timeout_s=timeout_s,
         )
         for seed in missing:
-            _store(track, seed, check_arrays(workdir / f"seed_{seed}", track.card))
+            _store(track, seed, check_arrays(workdir, f"seed_{seed}", track.card))
 
 
 def _no_baseline_in_parent(spec: dict[str, Any]) -> torch.nn.Module:
@@ -253,9 +261,9 @@ def validate(
             track, [(seed_a, "a"), (seed_a, "a_again"), (seed_b, "b")], work / "track",
             memory_mb=memory_mb, deadline=deadline, cancel=cancel, timeout_s=timeout_s,
         )
-        first = check_arrays(work / "track" / "a", card)
-        again = check_arrays(work / "track" / "a_again", card)
-        other = check_arrays(work / "track" / "b", card)
+        first = check_arrays(work / "track", "a", card)
+        again = check_arrays(work / "track", "a_again", card)
+        other = check_arrays(work / "track", "b", card)
         for name in SPLIT_NAMES:
             if first[name].shape != again[name].shape or first[name].tobytes() != again[name].tobytes():
                 raise _invalid(
@@ -297,7 +305,8 @@ def validate(
         finally:
             session.close()
         event = events[0]
-        value = score(card["metric"]["name"], np.load(event["pred_path"]), exported.y_val)
+        with open_output(work / "baseline", "pred_smoke.npy", "baseline") as fh:
+            value = score(card["metric"]["name"], np.load(fh, allow_pickle=False), exported.y_val)
         if event["diverged"] or not math.isfinite(value):
             raise _invalid(
                 f"The baseline's smoke run (lr {lr:g}, {d['epochs']} epochs) gave non-finite "

@@ -29,7 +29,7 @@ from bench.contract import check_hparams, check_mechanism, check_source
 from bench.errors import BenchError, ErrorCode
 from bench.metrics import score
 from bench.registry import load_track
-from bench.runner import ArmSession
+from bench.runner import ArmSession, open_output
 from bench.sandbox import Limits
 from bench.seeding import final_seeds, run_seeds, sweep_seeds
 from bench.track import Track
@@ -318,7 +318,10 @@ class _Job:
 
         def on_event(event: dict[str, Any]) -> None:
             record = by_id[event["run_id"]]
-            pred = np.load(event["pred_path"])
+            session = self.sessions[record.arm]
+            # Only the file names the parent expects, in the arm's own directory (runner.open_output).
+            with open_output(session.workdir, f"pred_{record.run_id}.npy", record.arm) as fh:
+                pred = np.load(fh, allow_pickle=False)
             path = str(event.get("path", "sequential"))
             with self._lock:
                 self.paths_used[record.arm].add(path)
@@ -329,10 +332,13 @@ class _Job:
                     self.cache_misses += 1
                 if path == self.path:  # a group that fell back is not what its key describes
                     try:
-                        state = event.get("state_path")
+                        state = None
+                        if event.get("state_path"):
+                            with open_output(session.workdir, f"state_{record.run_id}.pt", record.arm) as fh:
+                                state = fh.read()
                         self.cache.put(key, pred, diverged=bool(event["diverged"]),
                                        seconds=float(event["seconds"]), n_params=int(event["n_params"]),
-                                       state=Path(state) if state else None)
+                                       state=state)
                     except OSError as exc:
                         self.warnings.append(f"baseline cache not written: {exc}")
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import select
 import signal
+import stat
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from bench import sandbox
 from bench.child import LOG_NAME
@@ -19,6 +21,41 @@ from bench.errors import BenchError, ErrorCode
 
 POLL_S = 0.2
 LOG_TAIL_CHARS = 600
+
+
+def open_output(root: Path, relative: str, role: str) -> BinaryIO:
+    """Open a file a child wrote under its directory ``root``, following no link it made.
+
+    The parent reads what a child writes (predictions, a state_dict, a custom track's
+    arrays) only by names it chose itself, opened relative to ``root`` with
+    ``O_NOFOLLOW`` at every step: a symlink or anything but a plain file is a
+    ``sandbox_violation``, so a child cannot point the parent at another file (say,
+    a cached split's labels).
+    """
+    parts = Path(relative).parts
+    refused = BenchError(
+        ErrorCode.SANDBOX_VIOLATION,
+        f"The {role} process left {relative!r} as something other than a plain file in its own directory.",
+    )
+    if not parts or Path(relative).is_absolute() or any(p in (".", "..") for p in parts):
+        raise refused
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise BenchError(ErrorCode.CRASHED, f"The {role} process did not write {relative!r}.") from None
+        raise refused from None
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+        os.close(file_fd)
+        raise refused
+    return os.fdopen(file_fd, "rb")
 
 
 def _has_cgroup(proc: subprocess.Popen[bytes]) -> bool:

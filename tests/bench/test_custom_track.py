@@ -139,3 +139,34 @@ def test_a_job_failing_before_its_children_start_kills_the_warm_ones() -> None:
     assert all(proc.poll() is not None for proc in procs)
     assert not Path(slot.tmp.name).exists()
     warm.discard()
+
+
+@pytest.mark.slow
+def test_an_idea_cannot_hand_the_parent_a_link_to_cached_labels() -> None:
+    """The labels of a custom track sit in the worker's cache; a prediction file that links
+    there is refused (the parent opens only its own names, never through a link)."""
+    track = CustomTrack.from_source(TINY, version=5)
+    judge(JudgeRequest(track=track.id, idea_code=IDEA, custom_track=track, n_seeds=2))  # fills the cache
+    labels = next(cache_dir(track).glob("*/y_test.npy"))
+    evil = f"""
+import os
+import numpy as np
+from torch import nn
+
+_save = np.save
+
+def _save_or_link(path, array, *args, **kwargs):
+    if str(path).startswith("pred_"):
+        os.symlink({str(labels)!r}, path)
+        return None
+    return _save(path, array, *args, **kwargs)
+
+np.save = _save_or_link
+
+def build_model(spec):
+    return nn.Linear(4, 1)
+"""
+    with pytest.raises(BenchError) as exc:
+        judge(JudgeRequest(track=track.id, idea_code=evil, custom_track=track, n_seeds=2))
+    assert _code(exc) == "sandbox_violation", exc.value.to_dict()
+    assert "pred_" in exc.value.message

@@ -322,3 +322,31 @@ def test_worker_stays_healthy_after_hostile_jobs(job_tmp: Path) -> None:
     report = judge(JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2))
     assert report["bench_report"]["isolation"] == sandbox.isolation_layers()
     _assert_nothing_left(str(job_tmp))
+
+
+def test_the_parent_reads_child_outputs_without_following_links(tmp_path: Path) -> None:
+    """open_output: only plain files under the child's own directory, by the parent's names."""
+    import os
+
+    from bench.runner import open_output
+
+    root = tmp_path / "idea"
+    (root / "seed_1").mkdir(parents=True)
+    (root / "pred_a.npy").write_bytes(b"ok")
+    (root / "seed_1" / "x.npy").write_bytes(b"ok2")
+    secret = tmp_path / "labels.npy"
+    secret.write_bytes(b"secret")
+    (root / "pred_link.npy").symlink_to(secret)
+    (root / "seed_link").symlink_to(tmp_path)
+    os.mkfifo(root / "pred_fifo.npy")
+    with open_output(root, "pred_a.npy", "idea") as fh:
+        assert fh.read() == b"ok"
+    with open_output(root, "seed_1/x.npy", "track") as fh:
+        assert fh.read() == b"ok2"
+    for name in ("pred_link.npy", "seed_link/labels.npy", "pred_fifo.npy", "../labels.npy", str(secret), "seed_1"):
+        with pytest.raises(BenchError) as exc:
+            open_output(root, name, "idea").close()
+        assert exc.value.code.value == "sandbox_violation", name
+    with pytest.raises(BenchError) as missing:
+        open_output(root, "pred_none.npy", "idea")
+    assert missing.value.code.value == "crashed"
