@@ -208,3 +208,26 @@ def test_heartbeat_extends_the_lease(ctx: WorkerContext, job_id: str) -> None:
     beat.stop()
     after = load(ctx, job_id).lease_until
     assert before is not None and after is not None and after > before + dt.timedelta(seconds=20)
+
+
+def test_reconciler_resends_lost_track_validations(ctx: WorkerContext) -> None:
+    from pathlib import Path
+
+    from app.tracks import service as tracks_service
+    from app.tracks.models import CustomTrackRow
+
+    source = (Path(__file__).resolve().parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text()
+    now = utcnow()
+    with ctx.sessions() as session:
+        unsent = tracks_service.register(session, source, "key_a", None).row
+        unsent.created_at = now - dt.timedelta(minutes=10)  # the broker refused the first send
+        lost = tracks_service.register(session, source.replace("(B, 4)", "(B, 4) v2"), "key_a", None).row
+        lost.created_at = lost.sent_at = now - dt.timedelta(hours=2)  # sent, never validated
+        fresh = tracks_service.register(session, source.replace("(B, 4)", "(B, 4) v3"), "key_a", None).row
+        fresh.sent_at = now  # a worker may be validating it right now
+        session.commit()
+    assert sorted(reconcile_once(ctx, now).tracks_resent) == ["tiny_quadratic@1", "tiny_quadratic@2"]
+    assert sorted(ctx.queue.tracks_sent) == [("tiny_quadratic@1", "cpu"), ("tiny_quadratic@2", "cpu")]  # type: ignore[attr-defined]
+    assert reconcile_once(ctx, now).tracks_resent == []  # just sent: not again
+    with ctx.sessions() as session:
+        assert session.get(CustomTrackRow, "tiny_quadratic@3").sent_at is not None
