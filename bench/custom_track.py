@@ -27,7 +27,7 @@ import torch
 from bench.child import SPLIT_NAMES
 from bench.errors import BenchError, ErrorCode
 from bench.metrics import score
-from bench.runner import ArmSession, open_output
+from bench.runner import ArmSession, load_npy, open_output
 from bench.sandbox import Limits
 from bench.seeding import run_seeds
 from bench.track import Splits, Track
@@ -109,9 +109,9 @@ def _checked(files: dict[str, BinaryIO], card: dict[str, Any]) -> dict[str, np.n
     arrays: dict[str, np.ndarray] = {}
     for name, fh in files.items():
         try:
-            value = np.load(fh, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as exc:
-            raise _invalid(f"make_splits gave no usable {name}: {exc}",
+            value = load_npy(fh, "track", name)
+        except BenchError:
+            raise _invalid(f"make_splits gave no usable {name}.",
                            "Return numeric arrays or tensors (not objects).") from None
         if not np.issubdtype(value.dtype, np.number) or np.issubdtype(value.dtype, np.complexfloating):
             raise _invalid(f"{name} has dtype {value.dtype}; it must be real numbers.")
@@ -306,7 +306,7 @@ def validate(
             session.close()
         event = events[0]
         with open_output(work / "baseline", "pred_smoke.npy", "baseline") as fh:
-            value = score(card["metric"]["name"], np.load(fh, allow_pickle=False), exported.y_val)
+            value = score(card["metric"]["name"], load_npy(fh, "baseline", "prediction file"), exported.y_val)
         if event["diverged"] or not math.isfinite(value):
             raise _invalid(
                 f"The baseline's smoke run (lr {lr:g}, {d['epochs']} epochs) gave non-finite "

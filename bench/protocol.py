@@ -29,7 +29,7 @@ from bench.contract import check_hparams, check_mechanism, check_source
 from bench.errors import BenchError, ErrorCode
 from bench.metrics import score
 from bench.registry import load_track
-from bench.runner import ArmSession, open_output
+from bench.runner import ArmSession, load_npy, open_output
 from bench.sandbox import Limits
 from bench.seeding import final_seeds, run_seeds, sweep_seeds
 from bench.track import Track
@@ -321,7 +321,7 @@ class _Job:
             session = self.sessions[record.arm]
             # Only the file names the parent expects, in the arm's own directory (runner.open_output).
             with open_output(session.workdir, f"pred_{record.run_id}.npy", record.arm) as fh:
-                pred = np.load(fh, allow_pickle=False)
+                pred = load_npy(fh, record.arm, "prediction file")
             path = str(event.get("path", "sequential"))
             with self._lock:
                 self.paths_used[record.arm].add(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import select
 import signal
@@ -56,6 +57,29 @@ def open_output(root: Path, relative: str, role: str) -> BinaryIO:
         os.close(file_fd)
         raise refused
     return os.fdopen(file_fd, "rb")
+
+
+def load_npy(fh: BinaryIO, role: str, what: str) -> Any:
+    """``np.load`` of a child's ``.npy`` file, refusing a header that promises more data than
+    the file holds (a small file must not make the parent allocate gigabytes) or objects."""
+    import numpy as np
+    from numpy.lib import format as npy_format
+
+    size = os.fstat(fh.fileno()).st_size
+    bad = BenchError(ErrorCode.TRAINING_ERROR, f"The {role} process wrote an unusable {what}.")
+    try:
+        version = npy_format.read_magic(fh)
+        read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
+        shape, _fortran, dtype = read_header(fh)
+    except (ValueError, OSError, EOFError):
+        raise bad from None
+    if dtype.hasobject or math.prod(shape) * dtype.itemsize > size:
+        raise bad
+    fh.seek(0)
+    try:
+        return np.load(fh, allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        raise bad from None
 
 
 def _has_cgroup(proc: subprocess.Popen[bytes]) -> bool:

@@ -350,3 +350,25 @@ def test_the_parent_reads_child_outputs_without_following_links(tmp_path: Path) 
     with pytest.raises(BenchError) as missing:
         open_output(root, "pred_none.npy", "idea")
     assert missing.value.code.value == "crashed"
+
+
+def test_a_small_npy_promising_a_huge_array_is_refused(tmp_path: Path) -> None:
+    import numpy as np
+    from numpy.lib import format as npy_format
+
+    from bench.runner import load_npy
+
+    good = tmp_path / "good.npy"
+    np.save(good, np.arange(6, dtype=np.float32).reshape(3, 2))
+    with open(good, "rb") as fh:
+        assert load_npy(fh, "idea", "prediction file").shape == (3, 2)
+    huge = tmp_path / "huge.npy"
+    with open(huge, "wb") as fh:  # the header says 10^12 floats; the file holds 8 bytes
+        npy_format.write_array_header_1_0(fh, {"descr": "<f4", "fortran_order": False, "shape": (10**12,)})
+        fh.write(b"\\0" * 8)
+    objects = tmp_path / "objects.npy"
+    np.save(objects, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    for path in (huge, objects):
+        with open(path, "rb") as fh, pytest.raises(BenchError) as exc:
+            load_npy(fh, "idea", "prediction file")
+        assert exc.value.code.value == "training_error"
