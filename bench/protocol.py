@@ -180,7 +180,7 @@ class _Job:
     def start_sessions(self, slot: warm.Slot | None) -> None:
         """Start both arms' children (or adopt a warm slot's), then wait until both imported torch.
 
-        Launching is sequential (the launcher is not thread-safe); the torch imports overlap.
+        Launches run one at a time (``sandbox.launch`` serialises them); the torch imports overlap.
         """
         limits = Limits(memory_mb=self.request.memory_mb)
         for arm in ARMS:

@@ -71,7 +71,7 @@ def register_track(
 @router.get("/{ident}", response_model=TrackCard, responses=error_responses(404))
 def get_track(ident: str, session: SessionDep, _caller: ReaderDep) -> TrackCard:
     """One track: a built-in card with its example idea, or a custom version with its source."""
-    counts = service.report_counts(session)
+    counts = service.report_counts(session, ident.split("@", 1)[0])
     if service.is_builtin(ident):
         try:
             card = get_card(ident)

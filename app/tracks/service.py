@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -163,9 +163,14 @@ def list_custom(session: Session, status: TrackStatus | None = None) -> list[Cus
     return list(session.scalars(stmt))
 
 
-def report_counts(session: Session) -> dict[str, int]:
-    """Reports per track id (from the verdict rollup): built-in names and custom ``name@version``."""
+def report_counts(session: Session, name: str | None = None) -> dict[str, int]:
+    """Reports per track id (from the verdict rollup): built-in names and custom ``name@version``.
+
+    ``name``: count only that track's rows (one track's page, not the whole rollup).
+    """
     stmt = select(VerdictCount.track, func.sum(VerdictCount.n)).group_by(VerdictCount.track)
+    if name is not None:
+        stmt = stmt.where(or_(VerdictCount.track == name, VerdictCount.track.startswith(f"{name}@", autoescape=True)))
     counts: dict[str, int] = {}
     for track, n in session.execute(stmt):
         key = track.split("@", 1)[0] if is_builtin(track) else track

@@ -117,6 +117,8 @@ def test_listing_and_report_filters_tell_builtin_from_custom(app: Any, client: A
     assert by_id["smoke@1"]["kind"] == "builtin" and by_id["smoke@1"]["n_reports"] == 2
     assert by_id["tiny_quadratic@1"]["n_reports"] == 1 and by_id["tiny_quadratic@1"]["author"]
     assert "source" not in by_id["tiny_quadratic@1"] or by_id["tiny_quadratic@1"]["source"] is None
+    for ident, n in (("smoke", 2), ("smoke@1", 2), ("tiny_quadratic@1", 1), ("tiny_quadratic", 1)):
+        assert client.get(f"/v1/tracks/{ident}", headers=bearer(keys["viewer"])).json()["n_reports"] == n, ident
     only_custom = client.get("/v1/tracks", params={"kind": "custom"}, headers=bearer(keys["viewer"])).json()
     assert [t["id"] for t in only_custom["items"]] == ["tiny_quadratic@1"]
     reports = client.get("/v1/reports", params={"track_kind": "custom"}, headers=bearer(keys["viewer"])).json()
