@@ -72,21 +72,44 @@ def track_module(source: str) -> types.ModuleType:
 
 
 def warm() -> dict[str, Any]:
-    """Do the first-use work of training early: torch.func and the torch._dynamo import
-    that the first functional gradient of a recurrent model triggers (bench.warm)."""
+    """Do the first-use work of training early (bench.warm): the torch._dynamo import that
+    the first functional gradient of a recurrent model triggers, and one batched step of
+    each kind ``bench.vectorized`` takes (autograd through a vmap-ed MLP and 1-d
+    convolution, a functorch gradient of a GRU), which loads their kernels and batching
+    rules."""
     import torch
     import torch._dynamo  # noqa: F401 - imported for its side effect: the module is loaded
     from torch import nn
-    from torch.func import functional_call, grad, vmap
 
-    model = nn.GRU(2, 2, batch_first=True)
-    params = {name: p.detach() for name, p in model.named_parameters()}
-    x = torch.zeros(2, 1, 3, 2)
+    from bench.trainer import RunConfig
+    from bench.vectorized import train_group
 
-    def loss(p: dict[str, Any], xb: Any) -> Any:
-        return functional_call(model, p, (xb,))[0].sum()
+    class Conv(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv1d(2, 2, 3, padding=1, padding_mode="circular")
 
-    vmap(grad(loss), in_dims=(None, 0))(params, x)
+        def forward(self, x: Any) -> Any:
+            return self.conv(x).flatten(1)
+
+    class Recurrent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gru = nn.GRU(2, 2, batch_first=True)
+
+        def forward(self, x: Any) -> Any:
+            return self.gru(x)[0][:, -1]
+
+    cases = [
+        (lambda: nn.Sequential(nn.Flatten(), nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 6)), (3, 2)),
+        (Conv, (2, 3)),
+        (Recurrent, (3, 2)),
+    ]
+    for build, shape in cases:
+        x = torch.randn(8, *shape)
+        y = torch.randn(8, 6) if build is not Recurrent else torch.randn(8, 2)
+        config = RunConfig(lr=1e-3, epochs=1, batch_size=4, weight_decay=0.0, loss="mse")
+        train_group([build(), build()], [config, config], [(x, y, x)], [0, 0], [0, 1])
     return {}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import math
 import os
 import select
@@ -20,6 +21,7 @@ from bench import sandbox
 from bench.child import LOG_NAME
 from bench.errors import BenchError, ErrorCode
 
+log = logging.getLogger("ideabench.runner")
 POLL_S = 0.2
 LOG_TAIL_CHARS = 600
 
@@ -162,8 +164,11 @@ class ArmSession:
         assert self.proc.stdin is not None
         self.wait_ready()
         while self._pending:  # answers of commands sent before this session (a warm-up): unused
-            if "event" not in self._read_message():
+            answer = self._read_message()
+            if "event" not in answer:
                 self._pending -= 1
+                if "error" in answer:  # the job still runs; it only pays the first-use work itself
+                    log.warning("a warm-up command of the %s child failed: %s", self.role, answer["error"])
         try:
             self.proc.stdin.write((json.dumps(command) + "\n").encode())
             self.proc.stdin.flush()

@@ -178,3 +178,9 @@ def test_a_group_of_one_matches_too() -> None:
     alone = train(_build(_mlp, 9), cfg, *datasets[0], order_seed=4)
     (batched,) = train_group([_build(_mlp, 9)], [cfg], datasets, [0], [4])
     assert torch.allclose(batched.predictions, alone.predictions, rtol=REL, atol=1e-7)
+
+
+def test_the_warm_up_command_runs_every_kind_of_batched_step() -> None:
+    from bench.child import warm
+
+    assert warm() == {}  # it once failed on every call (a GRU with unbatched weights), unnoticed
