@@ -41,6 +41,7 @@ class ApiCode(StrEnum):
     INVALID_API_KEY = "invalid_api_key"
     FORBIDDEN_ROLE = "forbidden_role"
     NOT_OWNER = "not_owner"
+    TOO_MANY_VALIDATIONS = "too_many_validations"
     NOT_READY = "not_ready"
     INTERNAL = "internal"
 
@@ -64,6 +65,8 @@ HINTS: dict[str, str] = {
     ApiCode.INVALID_API_KEY: "The key is unknown or revoked; ask an operator for a valid one.",
     ApiCode.FORBIDDEN_ROLE: "Use a key whose role allows this route (see docs/api.md, Roles).",
     ApiCode.NOT_OWNER: "Only the author of a resource (or an operator) may change it.",
+    ApiCode.TOO_MANY_VALIDATIONS: "Wait until one of your tracks leaves status validating (poll "
+    "GET /v1/tracks?kind=custom&status=validating), then register again.",
     ApiCode.NOT_READY: "Start the database, the broker and a worker (`ideabench worker`).",
     ApiCode.INTERNAL: "This is a bug in ideabench; retry later and report it if it persists.",
 }
@@ -189,6 +192,7 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, object]]:
         404: "Not found (job_not_found, report_not_found, unknown_track, ...)",
         409: "Conflict (job_finished, report_not_ready, idempotency_conflict)",
         413: "payload_too_large",
+        429: "Too many requests (too_many_validations)",
         422: "validation_error or an idea error (invalid_code, missing_build_model, unknown_track, ...)",
         503: "not_ready",
     }

@@ -40,6 +40,11 @@ class Settings(BaseSettings):
 
     # Jobs (API side)
     default_job_device: JobDevice = "cpu"
+    track_validations_per_key: int = Field(
+        default=2, ge=1,
+        description="Custom tracks one key may have in status validating at once (each holds a worker "
+        "for up to 15 minutes); operators are exempt.",
+    )
     estimate_run_s: float = 1.0
 
     # Workers

@@ -43,7 +43,7 @@ def list_tracks(
     return TrackList(items=items)
 
 
-@router.post("", status_code=202, response_model=TrackCard, responses=error_responses(409, 413, 422))
+@router.post("", status_code=202, response_model=TrackCard, responses=error_responses(409, 413, 422, 429))
 def register_track(
     body: TrackRegistration, session: SessionDep, caller: SubmitterDep, queue: QueueDep,
     settings: SettingsDep, response: Response,
@@ -55,8 +55,10 @@ def register_track(
     ``status`` is ``active`` (or ``rejected``, with an error code and hint), then
     submit ideas with ``track: "name@version"``.
     """
-    registered = service.register(session, body.source, caller.key_id, body.file_name,
-                                  may_take_over=caller.is_operator)
+    registered = service.register(
+        session, body.source, caller.key_id, body.file_name, may_take_over=caller.is_operator,
+        max_validating=None if caller.is_operator else settings.track_validations_per_key,
+    )
     row = registered.row
     session.commit()
     if registered.created and queue.enqueue_track(row.id, settings.default_job_device):

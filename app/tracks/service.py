@@ -42,11 +42,13 @@ def _versions(session: Session, name: str) -> list[CustomTrackRow]:
 
 
 def register(session: Session, source: str, author: str, file_name: str | None, *,
-             may_take_over: bool = False) -> Registered:
+             may_take_over: bool = False, max_validating: int | None = None) -> Registered:
     """Stage a new version of a track file (status ``validating``); raises ``BenchError``.
 
     ``author`` owns the name from its first version on; only it (or an operator,
-    ``may_take_over``) adds versions.
+    ``may_take_over``) adds versions. A new version is refused (429) while the author
+    already has ``max_validating`` versions in validation (None: no limit); an
+    identical re-upload is not.
     """
     card = parse_track_source(source)
     name = card["name"]
@@ -63,6 +65,8 @@ def register(session: Session, source: str, author: str, file_name: str | None, 
         for row in versions:
             if row.sha256 == sha and row.status != TrackStatus.REJECTED.value:
                 return Registered(row, created=False)
+        if max_validating is not None:
+            _check_validations(session, author, max_validating)
         version = (versions[-1].version + 1) if versions else 1
         row = CustomTrackRow(
             id=f"{name}@{version}", name=name, version=version, sha256=sha, source=source,
@@ -78,6 +82,20 @@ def register(session: Session, source: str, author: str, file_name: str | None, 
             continue
         return Registered(row, created=True)
     raise AssertionError("unreachable")
+
+
+def _check_validations(session: Session, author: str, limit: int) -> None:
+    """Refuse a new version while ``author`` has ``limit`` tracks in validation."""
+    running = session.scalar(
+        select(func.count()).select_from(CustomTrackRow).where(
+            CustomTrackRow.author == author, CustomTrackRow.status == TrackStatus.VALIDATING.value
+        )
+    ) or 0
+    if running >= limit:
+        raise ApiError(
+            429, ApiCode.TOO_MANY_VALIDATIONS,
+            f"This key already has {running} custom track(s) in validation (at most {limit} at once).",
+        )
 
 
 def get(session: Session, ident: str) -> CustomTrackRow | None:

@@ -137,3 +137,28 @@ def test_the_openapi_example_track_passes_the_static_checks() -> None:
     example = TrackRegistration.model_json_schema()["examples"][0]["source"]
     card = tracks_service.parse_track_source(example)
     assert card["name"] == "sum_of_squares"
+
+
+def test_a_key_has_at_most_two_tracks_in_validation(app: Any, client: Any, keys: dict[str, str]) -> None:
+    def version(n: int) -> str:
+        return TINY.replace("0.05 noise", f"0.05 noise (v{n})")
+
+    token = keys["agent"]
+    assert app.state.settings.track_validations_per_key == 2
+    assert register(client, token, version(1)).status_code == 202
+    assert register(client, token, version(2)).status_code == 202
+    refused = register(client, token, version(3))
+    assert refused.status_code == 429, refused.text
+    body = refused.json()
+    assert body["code"] == "too_many_validations" and "validating" in body["hint"]
+    assert "2" in body["message"]
+    assert register(client, token, version(2)).status_code == 200  # an identical re-upload still answers
+    with app.state.sessionmaker() as session:  # nothing was stored for the refused upload
+        assert [r.version for r in tracks_service._versions(session, "tiny_quadratic")] == [1, 2]
+    # Another key has its own allowance; an operator has none.
+    other = TINY.replace('"tiny_quadratic"', '"tiny_other"')
+    assert register(client, keys["agent2"], other).status_code == 202
+    assert register(client, keys["operator"], version(4)).status_code == 202
+    # Once one leaves validation, the key may register again.
+    activate(app, "tiny_quadratic@1")
+    assert register(client, token, version(5)).status_code == 202
