@@ -20,6 +20,7 @@ from bench import sandbox
 from bench.catalog import get_card
 from bench.errors import BenchError, ErrorCode
 from bench.protocol import JudgeRequest, judge
+from bench.sandbox import cgroups as sandbox_cgroups
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = get_card("smoke")
@@ -67,8 +68,8 @@ def _assert_nothing_left(*markers: str) -> None:
             break
         time.sleep(0.2)
     assert not left, f"processes left running after the job: {left}"
-    v2, v1 = sandbox._cgroup_mounts()
-    own = sandbox._own_cgroups()
+    v2, v1 = sandbox_cgroups.cgroup_mounts()
+    own = sandbox_cgroups.own_cgroups()
     parents = [v1[c] / own.get(c, "/").lstrip("/") for c in v1]
     if v2 is not None:
         parents.append(v2 / own.get("", "/").lstrip("/"))

@@ -1,0 +1,52 @@
+"""Starts the child process that runs submitted code inside a sandbox, and kills it.
+
+Layers (``isolation_layers()`` lists those that actually ran for the last child):
+
+- ``namespaces``: bubblewrap (``bwrap``) gives the child private mount, PID, IPC,
+  UTS and network namespaces (no network, loopback included). Its file system is
+  read-only: Python's prefix and the virtualenv, the bench and track packages,
+  the job's data directory (read-only) and its own working directory (writable),
+  a fresh ``/proc``, a minimal ``/dev`` with a private writable ``/dev/shm``.
+  Nothing else of the host (no checkout, no ``/etc``, no other users' data).
+- ``empty_env``: bwrap itself starts with an empty environment (its PID 1 keeps
+  its parent's, visible in ``/proc/1/environ``); the child gets a fixed minimal one.
+- ``cgroup_memory``, ``cgroup_pids``, ``cgroup_kill``: a per-child cgroup (v2, or
+  v1 controllers on hybrid hosts) with a memory and a process-count limit, and a
+  kill that reaches every process in it, ``setsid()`` daemons included.
+- ``rlimits``: CPU time, core dumps, file size (the output cap), open files; and
+  address space (``rlimit_as``) only where no memory cgroup is available.
+- ``no_new_privs`` and ``seccomp``: set by the bootstrap (``python -m
+  bench.sandbox``) before ``bench.child`` runs: non-UNIX sockets and namespace,
+  mount, ptrace, bpf, keyctl-style calls fail with EPERM.
+- ``output_cap``: the child's stdout/stderr go to a file capped by RLIMIT_FSIZE.
+- ``process_group_kill``: the child runs in its own session; the kill reaches
+  its process group (the only kill left where neither bwrap nor cgroups exist).
+
+Where a layer is unavailable the launcher logs it and runs without it, unless
+full isolation is required (``require_full_isolation=True`` or the environment
+variable ``IDEABENCH_REQUIRE_FULL_ISOLATION=1``): then ``launch`` refuses with a
+``BenchError`` (code ``internal``) naming the missing layers.
+
+Modules: ``launcher`` (launch, exit_info, kill), ``cgroups``, ``bwrap``, ``limits``,
+and ``guard`` (the child's side: no_new_privs, seccomp, ``violation``).
+"""
+
+from bench.sandbox.bwrap import BWRAP_ENV
+from bench.sandbox.cgroups import CGROUP_PREFIX
+from bench.sandbox.guard import violation
+from bench.sandbox.launcher import (
+    FULL_ISOLATION,
+    REQUIRE_ENV,
+    exit_info,
+    isolation_layers,
+    kill,
+    launch,
+    layers_of,
+    probe_layers,
+)
+from bench.sandbox.limits import ExitInfo, Limits
+
+__all__ = [
+    "BWRAP_ENV", "CGROUP_PREFIX", "FULL_ISOLATION", "REQUIRE_ENV", "ExitInfo", "Limits", "exit_info",
+    "isolation_layers", "kill", "launch", "layers_of", "probe_layers", "violation",
+]

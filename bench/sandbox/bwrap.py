@@ -1,0 +1,84 @@
+"""Bubblewrap: private namespaces and a read-only view of the host for the child.
+
+The child sees Python's prefix and the virtualenv, the bench and track packages,
+the directories the caller lists read-only, and its own working directory
+(writable), plus a fresh ``/proc``, a minimal ``/dev`` and a private ``/dev/shm``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+BWRAP_ENV = "IDEABENCH_BWRAP"  # path of bwrap, or "0" to disable it
+
+
+def bwrap_path() -> str | None:
+    configured = os.environ.get(BWRAP_ENV)
+    if configured == "0":
+        return None
+    return configured or shutil.which("bwrap") or (
+        "/usr/bin/bwrap" if os.access("/usr/bin/bwrap", os.X_OK) else None
+    )
+
+
+def code_dirs() -> list[Path]:
+    """Directories of the packages the child imports: bench and every track's top package."""
+    names = {"bench"}
+    try:
+        for ep in entry_points(group="ideabench.tracks"):
+            names.add(ep.value.split(":")[0].split(".")[0])
+    except Exception:  # noqa: BLE001 - a broken registry shows up later, in the child
+        pass
+    dirs: list[Path] = []
+    for name in sorted(names):
+        spec = importlib.util.find_spec(name)
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            dirs.extend(Path(p) for p in spec.submodule_search_locations)
+        elif spec.origin:
+            dirs.append(Path(spec.origin))
+    return dirs
+
+
+def python_dirs() -> list[Path]:
+    """Python's prefix, the venv and the interpreter's real location."""
+    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.base_exec_prefix)}
+    paths.add(Path(os.path.realpath(sys.executable)).parent.parent)
+    for entry in sys.path:  # site-packages outside the prefixes (rare)
+        if entry and "site-packages" in entry and Path(entry).is_dir():
+            paths.add(Path(entry))
+    system = (Path("/usr"), Path("/lib"), Path("/lib64"), Path("/bin"), Path("/sbin"))
+    return sorted(p for p in paths if p not in system and not any(
+        p.is_relative_to(s) for s in system if s.exists() and not s.is_symlink()
+    ))
+
+
+def bwrap_args(bwrap: str, workdir: Path, read_only: list[Path], env: dict[str, str]) -> list[str]:
+    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
+    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
+        args += ["--ro-bind-try", etc, etc]
+    for path in python_dirs() + code_dirs() + read_only:
+        args += ["--ro-bind-try", str(path), str(path)]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
+    args += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
+    nvidia = sorted(str(p) for p in Path("/dev").glob("nvidia*"))
+    for node in nvidia:  # a GPU worker: the device nodes (the driver libraries live in /usr)
+        args += ["--dev-bind-try", node, node]
+    if nvidia:
+        args += ["--ro-bind-try", "/sys", "/sys"]
+    args += ["--bind", str(workdir), str(workdir), "--remount-ro", "/", "--chdir", str(workdir)]
+    args += ["--clearenv"]
+    for key, value in env.items():
+        args += ["--setenv", key, value]
+    return args

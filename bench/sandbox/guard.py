@@ -1,0 +1,124 @@
+"""The child's side of the sandbox: no_new_privs and seccomp, then ``bench.child``.
+
+``python -m bench.sandbox PROTO_FD STATUS_FD WORKDIR`` runs ``bootstrap``; it
+reports the layers it set on STATUS_FD for the parent to check. ``violation``
+tells the child which of its errors were the sandbox refusing something.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+_DENIED_SYSCALLS = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount", "umount2", "pivot_root",
+    "chroot", "bpf", "keyctl", "add_key", "request_key", "unshare", "setns", "perf_event_open",
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+    "open_by_handle_at", "name_to_handle_at", "userfaultfd", "swapon", "swapoff", "reboot",
+    "sethostname", "setdomainname", "acct", "syslog", "quotactl", "lookup_dcookie", "vhangup",
+    "io_uring_setup", "io_uring_enter", "io_uring_register", "fsopen", "fsmount", "fsconfig",
+    "fspick", "move_mount", "open_tree", "mount_setattr", "iopl", "ioperm",
+)
+_CLONE_NEW_FLAGS = (
+    0x00020000,  # CLONE_NEWNS
+    0x02000000,  # CLONE_NEWCGROUP
+    0x04000000,  # CLONE_NEWUTS
+    0x08000000,  # CLONE_NEWIPC
+    0x10000000,  # CLONE_NEWUSER
+    0x20000000,  # CLONE_NEWPID
+    0x40000000,  # CLONE_NEWNET
+    0x00000080,  # CLONE_NEWTIME
+)
+
+
+def _set_no_new_privs() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+
+
+def _install_seccomp() -> None:
+    import socket
+
+    import pyseccomp as seccomp
+
+    flt = seccomp.SyscallFilter(seccomp.ALLOW)
+    eperm = seccomp.ERRNO(errno.EPERM)
+    for name in _DENIED_SYSCALLS:
+        try:
+            flt.add_rule(eperm, name)
+        except (OSError, ValueError, RuntimeError):
+            pass  # not a syscall on this architecture
+    for name in ("socket", "socketpair"):
+        flt.add_rule(eperm, name, seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
+    for flag in _CLONE_NEW_FLAGS:
+        flt.add_rule(eperm, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+    try:  # clone3 passes its flags in memory: make libc fall back to clone
+        flt.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    except (OSError, ValueError, RuntimeError):
+        pass
+    flt.load()
+
+
+def _status_field(name: str) -> str:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def violation(exc: BaseException) -> str | None:
+    """What the sandbox refused, if ``exc`` is the sandbox refusing something; else None."""
+    if not isinstance(exc, OSError):
+        return None
+    frames = [f.filename for f in traceback.extract_tb(exc.__traceback__)]
+    in_socket = any(f.endswith(("socket.py", "ssl.py", "connection.py")) for f in frames)
+    code = exc.errno
+    filename = getattr(exc, "filename", None)
+    if in_socket or isinstance(exc, ConnectionError) or code in (
+        errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EAFNOSUPPORT
+    ):
+        return "network access refused (the sandbox has no network, loopback included)"
+    if code == errno.EROFS:
+        return f"writing {filename or 'a file'} outside the job's temp dir refused (read-only file system)"
+    if code == errno.EAGAIN and isinstance(exc, BlockingIOError) and filename is None:
+        return "process or thread creation refused (the sandbox's process limit was reached)"
+    if code in (errno.EPERM, errno.EACCES):
+        what = f"access to {filename}" if filename else "a system call"
+        return f"{what} refused by the sandbox (seccomp or file permissions)"
+    if isinstance(exc, FileNotFoundError) and filename and os.path.isabs(str(filename)):
+        if not str(filename).startswith((os.getcwd(), "/dev/shm")):
+            return f"reading {filename} refused: host files outside the sandbox are not visible"
+    return None
+
+
+def bootstrap(argv: list[str]) -> None:
+    """``python -m bench.sandbox PROTO_FD STATUS_FD WORKDIR``: lock down, then run bench.child."""
+    proto_fd, status_fd = argv[0], int(argv[1])
+    status: dict[str, Any] = {"errors": []}
+    try:
+        _set_no_new_privs()
+    except OSError as exc:
+        status["errors"].append(f"no_new_privs: {exc}")
+    try:
+        _install_seccomp()
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which decides
+        status["errors"].append(f"seccomp: {type(exc).__name__}: {exc}")
+    try:
+        status["no_new_privs"] = _status_field("NoNewPrivs") == "1"
+        status["seccomp"] = _status_field("Seccomp") == "2"
+    except OSError as exc:
+        status["errors"].append(f"/proc/self/status: {exc}")
+    os.write(status_fd, json.dumps(status).encode())
+    os.close(status_fd)
+    import bench.child as child
+
+    sys.argv = ["bench.child", proto_fd]
+    child.main()
