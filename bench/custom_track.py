@@ -30,6 +30,7 @@ from bench.metrics import score
 from bench.runner import ArmSession, load_npy, open_output
 from bench.sandbox import Limits
 from bench.seeding import run_seeds
+from bench.tempdirs import OwnedDir
 from bench.track import Splits, Track
 from bench.track_source import parse_track_source, source_sha256
 
@@ -186,7 +187,7 @@ def ensure_data(
     missing = sorted({s for s in split_seeds if not (cache_dir(track) / str(s)).is_dir()})
     if not missing:
         return
-    with tempfile.TemporaryDirectory(prefix="ideabench-track-") as tmp:
+    with OwnedDir("track") as tmp:
         workdir = Path(tmp) / "track"  # the sandbox's read-only data dir is then tmp/data (empty)
         _run_make_data(
             track, [(seed, f"seed_{seed}") for seed in missing], workdir, memory_mb=memory_mb,
@@ -255,7 +256,7 @@ def validate(
     card = track.card
     warnings: list[str] = []
     seed_a, seed_b = run_seeds(0).split, run_seeds(1).split
-    with tempfile.TemporaryDirectory(prefix="ideabench-validate-") as tmp:
+    with OwnedDir("validate") as tmp:
         work = Path(tmp)
         seconds = _run_make_data(
             track, [(seed_a, "a"), (seed_a, "a_again"), (seed_b, "b")], work / "track",

@@ -17,35 +17,26 @@ import atexit
 import logging
 import os
 import queue
-import shutil
 import subprocess
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench import sandbox
+from bench.tempdirs import OwnedDir
 
 log = logging.getLogger("ideabench.warm")
 ARMS = ("baseline", "idea")
 WARM_COMMAND = b'{"op": "warm"}\n'
 
 
-class JobDir:
+class JobDir(OwnedDir):
     """A job's temporary directory, removed when its ``with`` block ends or the slot is
-    discarded (not by a finalizer at interpreter exit, which would race the launcher)."""
+    discarded (not by a finalizer at interpreter exit, which would race the launcher);
+    after a hard kill, by the next worker's ``bench.tempdirs.sweep``."""
 
     def __init__(self) -> None:
-        self.name = tempfile.mkdtemp(prefix="ideabench-job-")
-
-    def __enter__(self) -> str:
-        return self.name
-
-    def __exit__(self, *_exc: object) -> None:
-        self.cleanup()
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self.name, ignore_errors=True)
+        super().__init__("job")
 
 
 @dataclass
