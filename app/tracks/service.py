@@ -43,7 +43,8 @@ def _versions(session: Session, name: str) -> list[CustomTrackRow]:
 
 def register(session: Session, source: str, author: str, file_name: str | None, *,
              may_take_over: bool = False, max_validating: int | None = None) -> Registered:
-    """Stage a new version of a track file (status ``validating``); raises ``BenchError``.
+    """Stage a new version of a track file (status ``validating``); raises ``BenchError``
+    (``ApiError`` 429 for too many validations).
 
     ``author`` owns the name from its first version on; only it (or an operator,
     ``may_take_over``) adds versions. A new version is refused (429) while the author
