@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from app.db import utcnow
 from app.errors import ApiCode, ApiError
 from app.keys.deps import Caller
+from app.keys.models import ApiKey
 from app.reports.models import VerdictCount
 from app.tracks.models import CustomTrackRow, TrackStatus
 from app.tracks.schemas import TrackCard
@@ -86,7 +87,12 @@ def register(session: Session, source: str, author: str, file_name: str | None, 
 
 
 def _check_validations(session: Session, author: str, limit: int) -> None:
-    """Refuse a new version while ``author`` has ``limit`` tracks in validation."""
+    """Refuse a new version while ``author`` has ``limit`` tracks in validation.
+
+    The author's key row is locked first (Postgres; SQLite serialises writers anyway),
+    so two uploads from one key at the same moment cannot both pass the count.
+    """
+    session.execute(select(ApiKey.id).where(ApiKey.id == author).with_for_update())
     running = session.scalar(
         select(func.count()).select_from(CustomTrackRow).where(
             CustomTrackRow.author == author, CustomTrackRow.status == TrackStatus.VALIDATING.value

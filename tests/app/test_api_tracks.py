@@ -162,3 +162,47 @@ def test_a_key_has_at_most_two_tracks_in_validation(app: Any, client: Any, keys:
     # Once one leaves validation, the key may register again.
     activate(app, "tiny_quadratic@1")
     assert register(client, token, version(5)).status_code == 202
+
+
+def test_simultaneous_uploads_of_one_key_cannot_both_pass_the_quota(pg_app: Any) -> None:
+    """Postgres: the second registration waits for the first one's transaction, then counts it."""
+    import threading
+
+    import pytest
+
+    from app.errors import ApiError
+    from app.keys.service import create_key
+
+    with pg_app.state.sessionmaker() as session:
+        author = create_key(session, "agent", "racer").key.id
+        session.commit()
+    outcome: dict[str, Any] = {}
+
+    def second() -> None:
+        with pg_app.state.sessionmaker() as session:
+            try:
+                # Another name: no primary-key conflict with the first upload to wait on.
+                tracks_service.register(session, TINY.replace('"tiny_quadratic"', '"tiny_other"'), author,
+                                        "tiny.py", max_validating=1)
+                session.commit()
+                outcome["result"] = "stored"
+            except ApiError as exc:
+                outcome["result"] = exc.code
+
+    thread = threading.Thread(target=second)
+    first = pg_app.state.sessionmaker()
+    try:
+        tracks_service.register(first, TINY, author, "tiny.py", max_validating=1)  # holds the key row
+        thread.start()
+        thread.join(timeout=1.0)
+        blocked = thread.is_alive()  # waiting for the first transaction's lock
+    finally:
+        first.commit()
+        first.close()
+    thread.join(timeout=10)
+    assert blocked
+    assert outcome == {"result": "too_many_validations"}
+    with pytest.raises(ApiError):
+        with pg_app.state.sessionmaker() as session:
+            tracks_service.register(session, TINY.replace("0.05 noise", "0.05 noise (v3)"), author,
+                                    "tiny.py", max_validating=1)
