@@ -127,7 +127,8 @@ class _Stacked:
 
 def _binder(base: nn.Module, names: Sequence[str]) -> Any:
     """``call(values, x)``: ``base(x)`` with ``values[i]`` in place of the parameter or buffer
-    ``names[i]``, restored afterwards; None when a name has no slot of its own (tied weights).
+    ``names[i]``, restored afterwards; None when a name is neither (the caller passes no
+    tied weights: one tensor under two names needs functional_call's tie handling).
 
     The same substitution as ``torch.func.functional_call``, set straight into the owning
     modules' ``_parameters``/``_buffers`` tables found once per group instead of on every
@@ -143,8 +144,6 @@ def _binder(base: nn.Module, names: Sequence[str]) -> Any:
                 break
         else:
             return None
-    if len({(id(table), attr) for table, attr in slots}) != len(slots):
-        return None
 
     def call(values: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         saved = [table[attr] for table, attr in slots]
@@ -170,13 +169,11 @@ def _functions(stacked: _Stacked, loss_name: str) -> tuple[Any, Any]:
     names = [*stacked.train_names, *stacked.extras]
     extras = tuple(stacked.extras.values())
     n_runs = stacked.n
-    call = None
     # Tied weights (one tensor under two names) need functional_call's tie handling.
     tied = len(list(base.named_parameters(remove_duplicate=False))) != len(list(base.named_parameters())) or (
         len(list(base.named_buffers(remove_duplicate=False))) != len(list(base.named_buffers()))
     )
-    if not tied:
-        call = _binder(base, names)
+    call = None if tied else _binder(base, names)
     if call is None:
         def call(values: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
             out: torch.Tensor = functional_call(base, dict(zip(names, values, strict=True)), (x,), tie_weights=tied)
