@@ -92,11 +92,12 @@ def build_report(
     measured: dict[str, list[float]] | None, device: str, wall_s: float,
 ) -> dict[str, Any]:
     """Assemble, validate and return the report of one judged idea."""
-    from bench.protocol import _fill_diverged
+    from bench.protocol import fill_diverged
 
     card, request = job.card, job.request
     track_id = f"{card['name']}@{card['version']}"
-    values = {a: _fill_diverged([r.value for r in finals[a]], job.ceiling) for a in ARMS}
+    fill = job.diverged_value("test")
+    values = {a: fill_diverged([r.value for r in finals[a]], fill) for a in ARMS}
     comparison = compare(
         values["baseline"], values["idea"], lower_is_better=card["metric"]["direction"] == "lower"
     )
@@ -138,7 +139,10 @@ def build_report(
     diverged = {a: sum(r.diverged for r in job.runs if r.arm == a) for a in ARMS}
     for arm, count in diverged.items():
         if count:
-            warnings.append(f"{arm}: {count} run(s) diverged and were scored as the arm's worst value.")
+            warnings.append(
+                f"{arm}: {count} run(s) diverged and were scored at the divergence ceiling "
+                "(or the worst finite value of both arms, if worse)."
+            )
     wall = {a: float(sum(r.seconds for r in job.runs if r.arm == a)) for a in ARMS}
 
     def arm_block(arm: str) -> dict[str, Any]:

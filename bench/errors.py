@@ -17,6 +17,7 @@ class ErrorCode(StrEnum):
     INVALID_MECHANISM = "invalid_mechanism"
     MECHANISM_ERROR = "mechanism_error"
     TRAINING_ERROR = "training_error"
+    DIVERGED = "diverged"
     TIMEOUT = "timeout"
     OUT_OF_MEMORY = "out_of_memory"
     CRASHED = "crashed"
@@ -50,6 +51,9 @@ DEFAULT_HINTS: dict[ErrorCode, str] = {
     "return one finite float for any trained model of either arm.",
     ErrorCode.TRAINING_ERROR: "The model raised during training or evaluation; run it on a batch of "
     "the track's input shape locally (ideabench run IDEA.py --track NAME).",
+    ErrorCode.DIVERGED: "More than a quarter of an arm's final runs diverged (NaN/inf): no verdict "
+    "is given. Make the model numerically stable at the track's learning rates (normalisation, "
+    "smaller init, bounded activations).",
     ErrorCode.TIMEOUT: "Make the model smaller or faster; the whole protocol must finish within the "
     "time limit.",
     ErrorCode.OUT_OF_MEMORY: "Use fewer parameters or smaller activations; the run exceeded its "

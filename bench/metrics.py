@@ -8,6 +8,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from bench.errors import BenchError, ErrorCode
+
+
+def check_predictions(pred: np.ndarray, expected_shape: tuple[int, ...], role: str) -> None:
+    """Refuse predictions a child wrote that are not a float array of ``expected_shape``:
+    ``(N, *spec["output_shape"])``. Without it an (N, 1, 1) array would broadcast against
+    (N, 1) labels into an N x N matrix in the parent, and its score would mean nothing."""
+    if not isinstance(pred, np.ndarray) or pred.dtype.kind != "f" or tuple(pred.shape) != tuple(expected_shape):
+        got = f"{pred.dtype} {tuple(pred.shape)}" if isinstance(pred, np.ndarray) else type(pred).__name__
+        raise BenchError(
+            ErrorCode.BAD_OUTPUT_SHAPE,
+            f"The {role} returned predictions of {got}; expected float {tuple(expected_shape)}.",
+        )
+
 
 def mse(pred: np.ndarray, target: np.ndarray) -> float:
     """Mean squared error over all elements; ``pred`` and ``target`` of equal shape."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -27,9 +26,9 @@ from bench import custom_track as custom_mod
 from bench import data as data_mod
 from bench.contract import check_hparams, check_mechanism, check_source
 from bench.errors import BenchError, ErrorCode
-from bench.metrics import score
+from bench.metrics import check_predictions, score
 from bench.registry import load_track
-from bench.runner import ArmSession, load_npy, open_output
+from bench.runner import ArmSession, load_npy, open_output, write_new_file
 from bench.sandbox import Limits
 from bench.seeding import final_seeds, run_seeds, sweep_seeds
 from bench.track import Track
@@ -121,11 +120,35 @@ def _grid(hparams: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(names, values, strict=True)) for values in itertools.product(*(hparams[n] for n in names))]
 
 
-def _fill_diverged(values: list[float], ceiling: float) -> list[float]:
-    """Score non-finite runs as the worst finite value among ``values`` (or ``ceiling``)."""
+MAX_DIVERGED_SHARE = 0.25  # more diverged final runs than this in an arm: no verdict
+
+
+def diverged_score(values: list[float], ceiling: float, lower_is_better: bool) -> float:
+    """The score of a diverged run: the track's ceiling, or the worst finite value of the
+    comparison (``values``: both arms' runs of one stage) when that is worse still. A run can
+    then never look better by diverging, whatever the arm's other runs scored."""
     finite = [v for v in values if math.isfinite(v)]
-    worst = max(finite) if finite else ceiling
-    return [v if math.isfinite(v) else worst for v in values]
+    if lower_is_better:
+        return max([ceiling, *finite])
+    return min([-ceiling, *finite])
+
+
+def fill_diverged(values: list[float], fill: float) -> list[float]:
+    """``values`` with every non-finite entry (a diverged run) replaced by ``fill``."""
+    return [v if math.isfinite(v) else fill for v in values]
+
+
+def _event_numbers(event: dict[str, Any], arm: str) -> tuple[bool, float, int]:
+    """The ``diverged``, ``seconds`` and ``n_params`` of a child's run event, type-checked."""
+    diverged, seconds, n_params = event.get("diverged"), event.get("seconds"), event.get("n_params")
+    if (
+        not isinstance(diverged, bool)
+        or not isinstance(seconds, int | float) or isinstance(seconds, bool)
+        or not math.isfinite(seconds) or seconds < 0
+        or not isinstance(n_params, int) or isinstance(n_params, bool) or n_params < 0
+    ):
+        raise BenchError(ErrorCode.SANDBOX_VIOLATION, f"The {arm} process sent a malformed run event.")
+    return diverged, float(seconds), n_params
 
 
 class _Job:
@@ -238,6 +261,15 @@ class _Job:
             "code": baseline_cache.code_version(), "path": self.path, "threads": 1,
         }
 
+    @property
+    def lower_is_better(self) -> bool:
+        return bool(self.card["metric"]["direction"] == "lower")
+
+    def diverged_value(self, split: str) -> float:
+        """What a diverged run of ``split`` (val: sweep, test: final) scores (``diverged_score``)."""
+        values = [r.value for r in self.runs if r.split == split]
+        return diverged_score(values, self.ceiling, self.lower_is_better)
+
     def _describe(self, record: RunRecord) -> dict[str, Any]:
         seeds = run_seeds(record.seed)
         return {
@@ -249,6 +281,7 @@ class _Job:
     def _score(self, record: RunRecord, pred: np.ndarray, diverged: bool, seconds: float, n_params: int) -> None:
         target = self.seed_data[record.seed]
         y = target.y_val if record.split == "val" else target.y_test
+        check_predictions(pred, (len(y), *self.card["spec"]["output_shape"]), record.arm)
         record.value = score(self.metric, pred, y)
         record.diverged = bool(diverged) or not math.isfinite(record.value)
         if record.diverged:
@@ -299,7 +332,7 @@ class _Job:
                             # measure() runs on the baseline's final models: the child rebuilds
                             # them from the cached state_dicts instead of training them again.
                             name = f"restore_{record.run_id}.pt"
-                            shutil.copyfile(hit.state_path, self.workdir / "baseline" / name)
+                            write_new_file(self.workdir / "baseline", name, hit.state_path.read_bytes())
                             batches["baseline"].append({
                                 "run_id": record.run_id, "cfg": record.cfg, "restore": name,
                                 "init_seed": run_seeds(record.seed).init,
@@ -316,37 +349,60 @@ class _Job:
                     "save_state": record.run_id in cache_keys and record.split == "test" and keep,
                 })
 
-        def on_event(event: dict[str, Any]) -> None:
-            record = by_id[event["run_id"]]
-            session = self.sessions[record.arm]
-            # Only the file names the parent expects, in the arm's own directory (runner.open_output).
-            with open_output(session.workdir, f"pred_{record.run_id}.npy", record.arm) as fh:
-                pred = load_npy(fh, record.arm, "prediction file")
-            path = str(event.get("path", "sequential"))
-            with self._lock:
-                self.paths_used[record.arm].add(path)
-            self._score(record, pred, bool(event["diverged"]), float(event["seconds"]), int(event["n_params"]))
-            key = cache_keys.get(record.run_id)
-            if key is not None and self.cache is not None:
+        # Only the child that owns a run may report it, only for runs of this command, and
+        # only once: the idea's child cannot speak for the baseline's runs.
+        pending = {arm: {run["run_id"] for run in batches[arm] if "restore" not in run} for arm in ARMS}
+
+        def on_event_for(arm: str) -> Callable[[dict[str, Any]], None]:
+            expected = pending[arm]
+            session = self.sessions[arm]
+
+            def on_event(event: dict[str, Any]) -> None:
+                run_id = event.get("run_id")
+                if event.get("event") != "run" or not isinstance(run_id, str) or run_id not in expected:
+                    raise BenchError(
+                        ErrorCode.SANDBOX_VIOLATION,
+                        f"The {arm} process reported a run it was not asked to train now ({str(run_id)[:40]!r}).",
+                        "Do not write to the protocol pipe: the bench reports runs itself.",
+                    )
+                expected.discard(run_id)
+                record = by_id[run_id]
+                # Only the file names the parent expects, in the arm's own directory (runner.open_output).
+                with open_output(session.workdir, f"pred_{record.run_id}.npy", arm) as fh:
+                    pred = load_npy(fh, arm, "prediction file")
+                path = str(event.get("path", "sequential"))
                 with self._lock:
-                    self.cache_misses += 1
-                if path == self.path:  # a group that fell back is not what its key describes
-                    try:
-                        state = None
-                        if event.get("state_path"):
-                            with open_output(session.workdir, f"state_{record.run_id}.pt", record.arm) as fh:
-                                state = fh.read()
-                        self.cache.put(key, pred, diverged=bool(event["diverged"]),
-                                       seconds=float(event["seconds"]), n_params=int(event["n_params"]),
-                                       state=state)
-                    except OSError as exc:
-                        self.warnings.append(f"baseline cache not written: {exc}")
+                    self.paths_used[arm].add(path)
+                diverged, seconds, n_params = _event_numbers(event, arm)
+                self._score(record, pred, diverged, seconds, n_params)
+                key = cache_keys.get(record.run_id)
+                if key is not None and self.cache is not None:
+                    with self._lock:
+                        self.cache_misses += 1
+                    if path == self.path:  # a group that fell back is not what its key describes
+                        try:
+                            state = None
+                            if event.get("state_path"):
+                                with open_output(session.workdir, f"state_{record.run_id}.pt", arm) as fh:
+                                    state = fh.read()
+                            self.cache.put(key, pred, diverged=diverged, seconds=seconds,
+                                           n_params=n_params, state=state)
+                        except OSError as exc:
+                            self.warnings.append(f"baseline cache not written: {exc}")
+
+            return on_event
 
         def run_arm(arm: str) -> None:
             if batches[arm]:
                 self.sessions[arm].request(
-                    {"op": "train", "runs": batches[arm], "path": self.path}, on_event
+                    {"op": "train", "runs": batches[arm], "path": self.path}, on_event_for(arm)
                 )
+                if pending[arm]:
+                    raise BenchError(
+                        ErrorCode.CRASHED,
+                        f"The {arm} process ended a training command without results for "
+                        f"{len(pending[arm])} run(s).",
+                    )
 
         self.both(run_arm)
         self.runs.extend(records)
@@ -405,7 +461,7 @@ class _Job:
     def sweep_table(self, arm: str) -> list[dict[str, Any]]:
         """Rows ``{cfg, mean, per_seed, diverged}`` of the arm's sweep, grid order."""
         records = [r for r in self.runs if r.arm == arm and r.split == "val"]
-        filled = _fill_diverged([r.value for r in records], self.ceiling)
+        filled = fill_diverged([r.value for r in records], self.diverged_value("val"))
         rows: dict[str, dict[str, Any]] = {}
         for record, value in zip(records, filled, strict=True):
             key = report_cfg(record.cfg)
@@ -454,7 +510,16 @@ class _Job:
         best_cfgs = {arm: self.best(arm)["_cfg"] for arm in ARMS}
         records = [RunRecord(arm, best_cfgs[arm], seed, "test") for seed in seeds for arm in ARMS]
         self.train(records)
-        return {arm: [r for r in records if r.arm == arm] for arm in ARMS}
+        finals = {arm: [r for r in records if r.arm == arm] for arm in ARMS}
+        for arm, runs in finals.items():
+            count = sum(r.diverged for r in runs)
+            if count > MAX_DIVERGED_SHARE * len(runs):
+                raise BenchError(
+                    ErrorCode.DIVERGED,
+                    f"{count} of the {arm}'s {len(runs)} final runs diverged (NaN/inf loss or "
+                    f"predictions); above a quarter the comparison means nothing.",
+                )
+        return finals
 
     def measure(self, finals: dict[str, list[RunRecord]]) -> dict[str, list[float]]:
         """The idea's ``measure`` on every final model of both arms."""

@@ -24,6 +24,7 @@ from bench.errors import BenchError, ErrorCode
 log = logging.getLogger("ideabench.runner")
 POLL_S = 0.2
 LOG_TAIL_CHARS = 600
+MAX_MESSAGE_BYTES = 1 << 20  # one line from a child; ours are a few hundred bytes
 
 
 def open_output(root: Path, relative: str, role: str) -> BinaryIO:
@@ -59,6 +60,26 @@ def open_output(root: Path, relative: str, role: str) -> BinaryIO:
         os.close(file_fd)
         raise refused
     return os.fdopen(file_fd, "rb")
+
+
+def write_new_file(root: Path, name: str, data: bytes) -> None:
+    """Write ``data`` as a new file ``name`` in a child's directory ``root``.
+
+    The child owns ``root``: it may have planted a link there under the name the parent
+    is about to use. ``O_EXCL | O_NOFOLLOW`` refuses anything already there, so the parent
+    never writes through a child's link to a path of the child's choosing.
+    """
+    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+    except FileExistsError:
+        raise BenchError(
+            ErrorCode.SANDBOX_VIOLATION, f"Something already stood at {name!r}, a name the bench writes."
+        ) from None
+    finally:
+        os.close(dir_fd)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
 
 
 def load_npy(fh: BinaryIO, role: str, what: str) -> Any:
@@ -136,16 +157,7 @@ class ArmSession:
     # -- reading -------------------------------------------------------------
     def _read_message(self) -> dict[str, Any]:
         while b"\n" not in self._buffer:
-            if self.cancel.is_set():
-                self._kill(ErrorCode.CANCELLED)
-                raise BenchError(ErrorCode.CANCELLED, "The job was cancelled; its child was killed.")
-            if time.monotonic() > self.deadline:
-                self._kill(ErrorCode.TIMEOUT)
-                raise BenchError(
-                    ErrorCode.TIMEOUT,
-                    f"The protocol ran past its limit of {self.timeout_s:.0f} s "
-                    f"(in the {self.role} arm).",
-                )
+            self._check_limits()
             readable, _, _ = select.select([self._fd], [], [], POLL_S)
             if not readable:
                 continue
@@ -153,9 +165,56 @@ class ArmSession:
             if not chunk:
                 raise self._death_error()
             self._buffer += chunk
+            if len(self._buffer) > MAX_MESSAGE_BYTES and b"\n" not in self._buffer:
+                self._kill(ErrorCode.SANDBOX_VIOLATION)
+                raise BenchError(
+                    ErrorCode.SANDBOX_VIOLATION,
+                    f"The {self.role} process wrote a message of more than {MAX_MESSAGE_BYTES} bytes "
+                    "on the protocol pipe.",
+                )
         line, self._buffer = self._buffer.split(b"\n", 1)
-        message: dict[str, Any] = json.loads(line)
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict):
+            self._kill(ErrorCode.SANDBOX_VIOLATION)
+            raise BenchError(
+                ErrorCode.SANDBOX_VIOLATION,
+                f"The {self.role} process wrote something other than a JSON object on the protocol pipe.",
+            )
         return message
+
+    def _check_limits(self) -> None:
+        """Raise (killing the child) when the job was cancelled or ran past its deadline."""
+        if self.cancel.is_set():
+            self._kill(ErrorCode.CANCELLED)
+            raise BenchError(ErrorCode.CANCELLED, "The job was cancelled; its child was killed.")
+        if time.monotonic() > self.deadline:
+            self._kill(ErrorCode.TIMEOUT)
+            raise BenchError(
+                ErrorCode.TIMEOUT,
+                f"The protocol ran past its limit of {self.timeout_s:.0f} s (in the {self.role} arm).",
+            )
+
+    def _write(self, data: bytes) -> None:
+        """Write a command to the child without ever blocking past the deadline: a child that
+        stops reading its stdin cannot hang the worker."""
+        assert self.proc.stdin is not None
+        fd = self.proc.stdin.fileno()
+        os.set_blocking(fd, False)
+        view = memoryview(data)
+        while view:
+            self._check_limits()
+            try:
+                _, writable, _ = select.select([], [fd], [], POLL_S)
+                if not writable:
+                    continue
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                continue
+            except (BrokenPipeError, OSError):
+                raise self._death_error() from None
 
     def request(
         self, command: dict[str, Any], on_event: Callable[[dict[str, Any]], None] | None = None
@@ -169,16 +228,18 @@ class ArmSession:
                 self._pending -= 1
                 if "error" in answer:  # the job still runs; it only pays the first-use work itself
                     log.warning("a warm-up command of the %s child failed: %s", self.role, answer["error"])
-        try:
-            self.proc.stdin.write((json.dumps(command) + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise self._death_error() from None
+        self._write((json.dumps(command) + "\n").encode())
         while True:
             message = self._read_message()
             if "event" in message:
-                if on_event is not None:
-                    on_event(message)
+                if on_event is None:  # only a training command streams; nothing else may
+                    self._kill(ErrorCode.SANDBOX_VIOLATION)
+                    raise BenchError(
+                        ErrorCode.SANDBOX_VIOLATION,
+                        f"The {self.role} process sent an event outside a training command.",
+                        "Do not write to the protocol pipe: the bench reports runs itself.",
+                    )
+                on_event(message)
                 continue
             if "error" in message:
                 raise BenchError(**message["error"])
@@ -187,12 +248,14 @@ class ArmSession:
     # -- ending --------------------------------------------------------------
     def log_tail(self) -> str:
         """The last characters the arm printed (stdout and stderr)."""
+        # The child owns its log: it may have replaced it by a link (to /proc/self/environ of
+        # whoever follows it) or a FIFO (which would block a reader forever).
         try:
-            with open(self.workdir / LOG_NAME, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - LOG_TAIL_CHARS))
-                return fh.read().decode(errors="replace")
-        except OSError:
+            with open_output(self.workdir, LOG_NAME, self.role) as fh:
+                size = os.fstat(fh.fileno()).st_size
+                fh.seek(max(0, size - LOG_TAIL_CHARS))
+                return fh.read(LOG_TAIL_CHARS).decode(errors="replace")
+        except (BenchError, OSError):
             return ""
 
     def _death_error(self) -> BenchError:

@@ -1,0 +1,144 @@
+"""Hostile ideas against the parent's side of the boundary (PROTOCOL.md, "Who computes what").
+
+Each file in ``hostile/`` is written as an adversary who has read our source would write it.
+Each goes through ``bench.judge`` on the smoke track (what ``ideabench run`` calls) and must
+end with a precise error code, leak nothing, hang nothing, and leave the next job correct.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench.catalog import get_card
+from bench.errors import BenchError, ErrorCode
+from bench.protocol import JudgeRequest, diverged_score, fill_diverged, judge
+from bench.runner import ArmSession, write_new_file
+from bench.sandbox import Limits
+
+HOSTILE = Path(__file__).parent / "hostile"
+SMOKE = get_card("smoke")
+
+
+def hostile(name: str) -> str:
+    return (HOSTILE / name).read_text()
+
+
+@pytest.fixture
+def job_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Jobs' temp dirs land under ``tmp_path`` (judge uses tempfile)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def judge_error(source: str, **kwargs: object) -> BenchError:
+    kwargs.setdefault("timeout_s", 120.0)
+    kwargs.setdefault("n_seeds", 2)
+    with pytest.raises(BenchError) as info:
+        judge(JudgeRequest(track="smoke", idea_code=source, **kwargs))  # type: ignore[arg-type]
+    return info.value
+
+
+def test_events_forged_for_the_baseline_are_refused_and_do_not_poison_the_cache(job_tmp: Path) -> None:
+    error = judge_error(hostile("forge_baseline_events.py"))
+    assert error.code == ErrorCode.SANDBOX_VIOLATION, error.message
+    assert "protocol pipe" in error.hint
+    # The next, honest submission on the same cache: the baseline itself, judged against the
+    # baseline, must not come out as a win (it would, had the forged diverged flags been cached).
+    baseline = SMOKE["example_idea"]
+    report = judge(JudgeRequest(track="smoke", idea_code=baseline, n_seeds=2, timeout_s=120))
+    assert report["practical_verdict"] != "helps"
+    assert report["bench_report"]["diverged"] == {"baseline": 0, "idea": 0}
+
+
+def test_predictions_of_another_shape_are_refused_before_scoring(job_tmp: Path) -> None:
+    error = judge_error(hostile("eval_shape.py"))
+    assert error.code == ErrorCode.BAD_OUTPUT_SHAPE, error.message
+    assert "(256, 1)" in error.message or "expected float" in error.message
+
+
+def test_a_log_linked_to_proc_environ_leaks_nothing(job_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = f"hunter2-{uuid.uuid4().hex}"
+    monkeypatch.setenv("IDEABENCH_FAKE_DATABASE_URL", f"postgresql://u:{secret}@db/x")
+    error = judge_error(hostile("log_link.py"))
+    assert error.code == ErrorCode.CRASHED, error.message
+    assert secret not in error.message and "IDEABENCH_FAKE_DATABASE_URL" not in error.message
+
+
+def test_a_log_replaced_by_a_fifo_does_not_hang_the_parent(job_tmp: Path) -> None:
+    started = time.monotonic()
+    error = judge_error(hostile("log_fifo.py"), timeout_s=60.0)
+    assert error.code == ErrorCode.CRASHED, error.message
+    assert time.monotonic() - started < 55
+
+
+def test_a_flooded_pipe_is_cut_off(job_tmp: Path) -> None:
+    error = judge_error(hostile("flood_pipe.py"))
+    assert error.code == ErrorCode.SANDBOX_VIOLATION, error.message
+    assert "bytes" in error.message
+
+
+def test_an_arm_that_diverges_gets_no_verdict(job_tmp: Path) -> None:
+    error = judge_error(hostile("diverge_in_eval.py"))
+    assert error.code == ErrorCode.DIVERGED, error.message
+    assert "idea" in error.message
+
+
+def test_a_diverged_run_scores_at_the_ceiling_or_worse() -> None:
+    nan = float("nan")
+    # Lower is better: the ceiling, unless a finite run of the comparison is worse still.
+    assert diverged_score([0.1, 0.2, nan], 100.0, lower_is_better=True) == 100.0
+    assert diverged_score([0.1, 250.0, nan], 100.0, lower_is_better=True) == 250.0
+    assert fill_diverged([0.1, nan], 100.0) == [0.1, 100.0]
+    # Higher is better: never above the worst finite value.
+    assert diverged_score([0.9, 0.8, nan], 1.0, lower_is_better=False) == -1.0
+
+
+def _silent_child(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """A child that says ready and then never reads its stdin."""
+    read_fd, write_fd = os.pipe()
+    code = (
+        "import os, sys, time\n"
+        f"os.write({write_fd}, b'{{\"ready\": true}}\\n')\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, pass_fds=(write_fd,),
+                            start_new_session=True, cwd=tmp_path)
+    os.close(write_fd)
+    return proc, read_fd
+
+
+def test_a_child_that_stops_reading_cannot_hang_a_command(tmp_path: Path) -> None:
+    proc, fd = _silent_child(tmp_path)
+    session = ArmSession("idea", tmp_path / "idea", Limits(), time.monotonic() + 3.0, threading.Event(),
+                         3.0, launched=(proc, fd))
+    started = time.monotonic()
+    with pytest.raises(BenchError) as info:
+        session.request({"op": "train", "runs": ["x" * 1000] * 4000})  # 4 MB: past any pipe buffer
+    assert info.value.code == ErrorCode.TIMEOUT
+    assert time.monotonic() - started < 20
+    session.close()
+    assert proc.poll() is not None
+
+
+def test_the_parent_never_writes_through_a_link_the_child_planted(tmp_path: Path) -> None:
+    target = tmp_path / "victim.txt"
+    target.write_text("untouched")
+    arm = tmp_path / "baseline"
+    arm.mkdir()
+    (arm / "restore_baseline3.pt").symlink_to(target)
+    with pytest.raises(BenchError) as info:
+        write_new_file(arm, "restore_baseline3.pt", b"chosen bytes")
+    assert info.value.code == ErrorCode.SANDBOX_VIOLATION
+    assert target.read_text() == "untouched"
+    write_new_file(arm, "restore_baseline4.pt", b"ok")
+    assert (arm / "restore_baseline4.pt").read_bytes() == b"ok"
