@@ -175,6 +175,8 @@ def build_report(
         "track_justification": card.get("justification") if request.custom_track else None,
         "data_checksum": _checksum(job),
         "seeds": {"sweep": job.sweep_seed_list, "final": [r.seed for r in finals["idea"]]},
+        "seed_commitment": job.secret.report_block(),
+        "public_data": bool(card.get("public_data", False)),
         "lr_grid": lrs,
         "budget": {"configs": budget, "sweep_seeds": len(job.sweep_seed_list)},
         "wall_time_s": {**wall, "total": wall_s},

@@ -29,7 +29,7 @@ from bench.errors import BenchError, ErrorCode
 from bench.metrics import score
 from bench.runner import ArmSession, load_npy, open_output
 from bench.sandbox import Limits
-from bench.seeding import run_seeds
+from bench.seeding import SeedSecret, deployment_secret, run_seeds
 from bench.tempdirs import OwnedDir
 from bench.track import Splits, Track
 from bench.track_source import parse_track_source, source_sha256
@@ -206,7 +206,7 @@ def as_track(track: CustomTrack) -> Track:
     """The engine's ``Track`` for a custom track whose data ``ensure_data`` has cached."""
     directory = cache_dir(track)
 
-    def make_splits(split_seed: int) -> Splits:
+    def make_splits(split_seed: int, task_seed: int | None = None) -> Splits:  # noqa: ARG001 - a file's own task
         seed_dir = directory / str(split_seed)
         if not seed_dir.is_dir():
             raise BenchError(ErrorCode.INTERNAL, f"split seed {split_seed} of {track.id} was not generated.")
@@ -239,6 +239,7 @@ def count_protocol_runs(card: dict[str, Any]) -> int:
 def validate(
     track: CustomTrack, *, memory_mb: int = 6144, timeout_s: float = 900.0,
     max_protocol_s: float = MAX_PROTOCOL_S, cancel: threading.Event | None = None,
+    secret: SeedSecret | None = None,
 ) -> dict[str, Any]:
     """Run the track file in the sandbox and check it; return what was measured.
 
@@ -255,7 +256,9 @@ def validate(
     cancel = cancel or threading.Event()
     card = track.card
     warnings: list[str] = []
-    seed_a, seed_b = run_seeds(0).split, run_seeds(1).split
+    secret = secret or deployment_secret()
+    # The job's own first two sweep seeds of this epoch: the data validated is the data judged.
+    seed_a, seed_b = run_seeds(0, secret).split, run_seeds(1, secret).split
     with OwnedDir("validate") as tmp:
         work = Path(tmp)
         seconds = _run_make_data(
@@ -279,12 +282,12 @@ def validate(
         _store(track, seed_b, other)
         sizes = {split: len(first[f"x_{split}"]) for split in ("train", "val", "test")}
         engine_track = as_track(track)
-        exported = data_mod.export(engine_track, seed_a, work / "data")  # what the baseline child reads
+        exported = data_mod.export(engine_track, seed_a, None, work / "data")  # what the baseline child reads
         lr = sorted(card["defaults"]["lr_grid"])[len(card["defaults"]["lr_grid"]) // 2]
         d = card["defaults"]
         cfg = {"lr": lr, "epochs": d["epochs"], "batch_size": d["batch_size"],
                "weight_decay": d["weight_decay"], "hparams": {}}
-        seeds = run_seeds(0)
+        seeds = run_seeds(0, secret)
         events: list[dict[str, Any]] = []
         session = ArmSession("baseline", work / "baseline", Limits(memory_mb=memory_mb), deadline, cancel,
                              timeout_s)

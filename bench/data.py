@@ -17,19 +17,19 @@ from bench.track import Splits, Track
 
 PROBE_SIZE = 256
 _CACHE_SIZE = 32
-_cache: OrderedDict[tuple[str, int], tuple[Splits, str]] = OrderedDict()
+_cache: OrderedDict[tuple[str, int, int | None], tuple[Splits, str]] = OrderedDict()
 _cache_lock = Lock()
 
 
-def splits_for(track: Track, split_seed: int) -> tuple[Splits, str]:
-    """The track's splits for ``split_seed`` and their checksum, cached per process."""
+def splits_for(track: Track, split_seed: int, task_seed: int | None) -> tuple[Splits, str]:
+    """The track's splits for ``split_seed`` (task ``task_seed``) and their checksum, cached per process."""
     # A custom track's content hash keeps two files of one name@version apart.
-    key = (f"{track.name}@{track.version}#{track.extras.get('source_sha256', '')}", split_seed)
+    key = (f"{track.name}@{track.version}#{track.extras.get('source_sha256', '')}", split_seed, task_seed)
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    splits = track.make_splits(split_seed)
+    splits = track.make_splits(split_seed, task_seed)
     value = (splits, splits.checksum())
     with _cache_lock:
         _cache[key] = value
@@ -49,9 +49,9 @@ class SeedData:
     checksum: str
 
 
-def export(track: Track, split_seed: int, directory: Path) -> SeedData:
+def export(track: Track, split_seed: int, task_seed: int | None, directory: Path) -> SeedData:
     """Write what the child may see (x_*, y_train, a probe batch) under ``directory``."""
-    splits, checksum = splits_for(track, split_seed)
+    splits, checksum = splits_for(track, split_seed, task_seed)
     directory.mkdir(parents=True, exist_ok=True)
     for name in ("x_train", "y_train", "x_val", "x_test"):
         np.save(directory / f"{name}.npy", getattr(splits, name).numpy())

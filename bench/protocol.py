@@ -30,7 +30,14 @@ from bench.metrics import check_predictions, score
 from bench.registry import load_track
 from bench.runner import ArmSession, load_npy, open_output, write_new_file
 from bench.sandbox import Limits
-from bench.seeding import final_seeds, run_seeds, sweep_seeds
+from bench.seeding import (
+    SeedSecret,
+    deployment_secret,
+    final_seeds,
+    run_seeds,
+    sweep_seeds,
+    task_seed,
+)
 from bench.track import Track
 
 ARMS = ("baseline", "idea")
@@ -56,6 +63,8 @@ class JudgeRequest:
     extra: dict[str, Any] = field(default_factory=dict)
     # A registered (or local) custom track; ``track`` then names its name@version.
     custom_track: custom_mod.CustomTrack | None = None
+    # The seed epoch's secret (bench.seeding); None: the deployment's (``deployment_secret``).
+    seed_secret: SeedSecret | None = None
 
 
 @dataclass(frozen=True)
@@ -155,8 +164,10 @@ class _Job:
     """The state of one protocol run; ``judge`` drives it."""
 
     def __init__(self, request: JudgeRequest, track: Track, workdir: Path,
-                 on_progress: ProgressCallback | None, cancel: threading.Event) -> None:
+                 on_progress: ProgressCallback | None, cancel: threading.Event, secret: SeedSecret) -> None:
         self.request = request
+        self.secret = secret
+        self.task_seed = task_seed(track.name, secret)
         self.track = track
         self.card = track.card
         self.defaults = self.card["defaults"]
@@ -170,6 +181,7 @@ class _Job:
         self._prefetched: dict[int, Future[data_mod.SeedData]] = {}
         self.tracker = _Tracker(on_progress, 0)
         self.sessions: dict[str, ArmSession] = {}
+        self.adopted: set[str] = set()  # arms whose child came from a warm slot
         self.runs: list[RunRecord] = []
         self.warnings: list[str] = []
         self._counter = itertools.count()
@@ -186,7 +198,11 @@ class _Job:
 
     # -- plumbing -------------------------------------------------------------
     def _export(self, seed: int) -> data_mod.SeedData:
-        return data_mod.export(self.track, run_seeds(seed).split, self.workdir / "data" / str(seed))
+        return data_mod.export(self.track, self.seeds(seed).split, self.task_seed, self.workdir / "data" / str(seed))
+
+    def seeds(self, seed: int) -> Any:
+        """The split / order / init seeds of protocol seed ``seed`` in this job's epoch."""
+        return run_seeds(seed, self.secret)
 
     def prefetch(self, seeds: list[int]) -> None:
         """Make the seeds' data in a background thread (it overlaps child start and training)."""
@@ -206,10 +222,19 @@ class _Job:
         Launches run one at a time (``sandbox.launch`` serialises them); the torch imports overlap.
         """
         limits = Limits(memory_mb=self.request.memory_mb)
+        # Only the track's own built-in baseline needs the track packages on its path; every
+        # child that runs submitted code (idea, matched baseline, a custom track) sees them empty.
+        canonical = self.request.baseline_code is None and self.request.custom_track is None
+        if slot is not None and not canonical:
+            slot.drop("baseline")  # warm with the track packages visible: not for submitted code
         for arm in ARMS:
+            launched = slot.launched.get(arm) if slot else None
+            if launched is not None:
+                self.adopted.add(arm)
             self.sessions[arm] = ArmSession(
                 arm, self.workdir / arm, limits, self.deadline, self.cancel, self.request.timeout_s,
-                launched=slot.launched[arm] if slot else None, pending=1 if slot else 0, wait_ready=False,
+                launched=launched, pending=1 if launched else 0, wait_ready=False,
+                hide_tracks=not (arm == "baseline" and canonical),
             )
         for session in self.sessions.values():
             session.wait_ready()
@@ -271,7 +296,7 @@ class _Job:
         return diverged_score(values, self.ceiling, self.lower_is_better)
 
     def _describe(self, record: RunRecord) -> dict[str, Any]:
-        seeds = run_seeds(record.seed)
+        seeds = self.seeds(record.seed)
         return {
             "cfg": record.cfg, "seed": record.seed, "seeds": [seeds.split, seeds.order, seeds.init],
             "eval": record.split, "loss": self.card["metric"]["loss"],
@@ -335,12 +360,12 @@ class _Job:
                             write_new_file(self.workdir / "baseline", name, hit.state_path.read_bytes())
                             batches["baseline"].append({
                                 "run_id": record.run_id, "cfg": record.cfg, "restore": name,
-                                "init_seed": run_seeds(record.seed).init,
+                                "init_seed": self.seeds(record.seed).init,
                             })
                     continue
                 cache_keys.update({r.run_id: k for r, k in zip(members, keys, strict=True)})
             for record in members:
-                seeds = run_seeds(record.seed)
+                seeds = self.seeds(record.seed)
                 batches[record.arm].append({
                     "run_id": record.run_id, "cfg": record.cfg, "eval": record.split,
                     "data_dir": str(self.data(record.seed).data_dir), "init_seed": seeds.init,
@@ -600,13 +625,14 @@ def _judge(
 
     tmpdir = slot.tmp if slot is not None else warm.JobDir()
     with tmpdir as tmp:
-        job = _Job(request, track, Path(tmp), on_progress, cancel or threading.Event())
+        secret = request.seed_secret or deployment_secret()
+        job = _Job(request, track, Path(tmp), on_progress, cancel or threading.Event(), secret)
         try:
             all_seeds = sweep_seeds(int(track.card["defaults"]["sweep_seeds"])) + final_seeds(n_seeds)
             if custom is not None:
                 job.tracker.emit("generating the custom track's data in the sandbox")
                 custom_mod.ensure_data(
-                    custom, [run_seeds(s).split for s in all_seeds], memory_mb=request.memory_mb,
+                    custom, [job.seeds(s).split for s in all_seeds], memory_mb=request.memory_mb,
                     deadline=job.deadline, cancel=job.cancel, timeout_s=request.timeout_s,
                 )
             job.tracker.emit("starting the sandboxed children")
@@ -647,7 +673,7 @@ def _judge(
         finally:
             job.close()
             if slot is not None:  # a failure before both sessions adopted their child
-                slot.release(set(job.sessions))
+                slot.release(job.adopted)
         return build_report(
             job=job, finals=finals, lrs=lrs, measured=measured, device=loaded["idea"]["device"],
             wall_s=time.monotonic() - started,

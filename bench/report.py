@@ -136,6 +136,17 @@ class Seeds(_Model):
     final: list[int]
 
 
+class SeedCommitment(_Model):
+    """The seed epoch a report's runs used and a commitment to its secret (never the secret).
+
+    ``commitment`` is sha256 over ``"{scheme}|{epoch}|"`` and the epoch's key; once the
+    epoch is retired its key is published and anyone can check it and rerun any run."""
+
+    scheme: str
+    epoch: int
+    commitment: str
+
+
 class BenchReport(_Model):
     """The ``bench_report`` block, bench_version 1."""
 
@@ -158,6 +169,8 @@ class BenchReport(_Model):
     track_version: int | None = None
     data_checksum: str | None = None
     seeds: Seeds | None = None
+    seed_commitment: SeedCommitment | None = None
+    public_data: bool | None = None
     lr_grid: list[float] | None = None
     union_grid_size: int | None = None
     budget: dict[str, Any] | None = None

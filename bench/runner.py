@@ -125,10 +125,12 @@ class ArmSession:
         launched: tuple[subprocess.Popen[bytes], int] | None = None,
         pending: int = 0,
         wait_ready: bool = True,
+        hide_tracks: bool = True,
     ) -> None:
         """Start the child (or adopt ``launched``, a child started earlier with ``pending``
         commands whose answers are still to be read); ``wait_ready=False`` returns before the
-        child has imported torch: call ``wait_ready()`` before the first request."""
+        child has imported torch: call ``wait_ready()`` before the first request.
+        ``hide_tracks=False`` only for the child that builds a built-in track's own baseline."""
         self.role = role
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -137,7 +139,9 @@ class ArmSession:
         self.cancel = cancel
         self.timeout_s = timeout_s
         self._buffer = b""
-        self.proc, self._fd = launched if launched is not None else sandbox.launch(workdir, limits)
+        self.proc, self._fd = launched if launched is not None else sandbox.launch(
+            workdir, limits, hide_tracks=hide_tracks
+        )
         self.layers = sandbox.layers_of(self.proc)
         self._killed_for: ErrorCode | None = None
         self._ready = False

@@ -1,18 +1,68 @@
-"""Seeds of the protocol: sweep and final seeds are disjoint, and each seed
-expands into independent streams for the data split, the data order and the init.
+"""Seeds of the protocol, derived from a deployment secret (PROTOCOL.md section 2.5).
 
-Pair i of the two arms shares all three streams; an arm with more parameters
-draws more init numbers from its own generator and cannot shift the other's.
+Protocol seeds are public indices (sweep ``0 .. n-1``, final ``1000 + i``); what they
+expand into is not. Each index expands, under the secret of the current *epoch*, into
+independent 31-bit streams for the data split, the data order and the init, and each
+synthetic track's task constants come from the same secret. Without the secret neither
+the submitted code nor the agent can regenerate a split, so no file can answer the
+validation or test rows from labels it computed itself.
+
+Pair i of the two arms shares all three streams; an arm with more parameters draws more
+init numbers from its own generator and cannot shift the other's.
+
+A report carries the epoch and a commitment to its secret (``SeedSecret.commitment``);
+when the epoch is retired (``SecretStore.rotate``) its key may be published, and anyone
+can check it against the commitment and rerun any run of that epoch bit for bit.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+import os
+import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
-import numpy as np
+from bench.errors import BenchError, ErrorCode
 
 SWEEP_SEED_BASE = 0
 FINAL_SEED_BASE = 1000
+SCHEME = "hmac-sha256/v1"
+SECRET_ENV = "IDEABENCH_SEED_SECRET"  # hex key; set it on every worker of a deployment
+EPOCH_ENV = "IDEABENCH_SEED_EPOCH"  # the epoch that key belongs to (default 1)
+SECRET_FILE = "seed_secret.json"
+_MASK = 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class SeedSecret:
+    """The key of one seed epoch: every split, order, init and task seed derives from it."""
+
+    key: bytes
+    epoch: int
+
+    def derive(self, *labels: object) -> int:
+        """A 31-bit seed: HMAC-SHA256 of the labels under the key (independent per label)."""
+        message = json.dumps([SCHEME, self.epoch, *labels], separators=(",", ":")).encode()
+        return int.from_bytes(hmac.new(self.key, message, hashlib.sha256).digest()[:4], "big") & _MASK
+
+    @property
+    def commitment(self) -> str:
+        """sha256 over the scheme, the epoch and the key: binds a report to its seeds, reveals nothing."""
+        return hashlib.sha256(f"{SCHEME}|{self.epoch}|".encode() + self.key).hexdigest()
+
+    def report_block(self) -> dict[str, Any]:
+        """The report's ``seed_commitment``: scheme, epoch and commitment (never the key)."""
+        return {"scheme": SCHEME, "epoch": self.epoch, "commitment": self.commitment}
+
+
+def public_secret(epoch: int = 0) -> SeedSecret:
+    """A fixed, public secret for unit tests and benchmarks: never for judging submissions."""
+    return SeedSecret(key=hashlib.sha256(b"ideabench public test secret").digest(), epoch=epoch)
 
 
 @dataclass(frozen=True)
@@ -35,10 +85,97 @@ def final_seeds(n: int) -> list[int]:
     return [FINAL_SEED_BASE + i for i in range(n)]
 
 
-def run_seeds(seed: int) -> RunSeeds:
-    """Expand one protocol seed into split / order / init seeds (SeedSequence spawn)."""
-    split, order, init = (
-        int(child.generate_state(1)[0] & 0x7FFFFFFF)
-        for child in np.random.SeedSequence(seed).spawn(3)
-    )
+def run_seeds(seed: int, secret: SeedSecret) -> RunSeeds:
+    """Expand one protocol seed into split / order / init seeds under ``secret``."""
+    split, order, init = (secret.derive("run", seed, stream) for stream in ("split", "order", "init"))
     return RunSeeds(seed=seed, split=split, order=order, init=init)
+
+
+def task_seed(track_name: str, secret: SeedSecret) -> int:
+    """The seed of a synthetic track's task constants (projections, dynamics) in this epoch."""
+    return secret.derive("task", track_name)
+
+
+class SecretStore:
+    """The deployment's seed epochs in one file (mode 0600): ``{"current", "epochs"}``.
+
+    Embedded mode generates it under the data directory on first use. A retired epoch's
+    key may be revealed (``reveal``); the current one never is.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise BenchError(ErrorCode.INTERNAL, f"seed secret file {self.path} is unreadable: {exc}") from None
+        return data
+
+    def _write(self, data: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1)
+        os.replace(tmp, self.path)
+
+    @staticmethod
+    def _new_epoch(number: int) -> dict[str, Any]:
+        return {"key": secrets.token_hex(32), "created": datetime.now(UTC).isoformat(), "retired": None}
+
+    def current(self) -> SeedSecret:
+        """The current epoch's secret, generating epoch 1 when the file does not exist yet."""
+        data = self._read()
+        if not data:
+            data = {"current": 1, "epochs": {"1": self._new_epoch(1)}}
+            try:  # O_EXCL: two processes starting at once agree on one key
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                data = self._read()
+            except FileNotFoundError:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                return self.current()
+            else:
+                with os.fdopen(fd, "w") as fh:
+                    json.dump(data, fh, indent=1)
+        epoch = int(data["current"])
+        return SeedSecret(key=bytes.fromhex(data["epochs"][str(epoch)]["key"]), epoch=epoch)
+
+    def rotate(self) -> SeedSecret:
+        """Retire the current epoch and start the next; returns the new secret."""
+        old = self.current()
+        data = self._read()
+        data["epochs"][str(old.epoch)]["retired"] = datetime.now(UTC).isoformat()
+        data["current"] = old.epoch + 1
+        data["epochs"][str(old.epoch + 1)] = self._new_epoch(old.epoch + 1)
+        self._write(data)
+        return self.current()
+
+    def reveal(self, epoch: int) -> SeedSecret:
+        """A retired epoch's secret; the current epoch (or an unknown one) is refused."""
+        entry = self._read().get("epochs", {}).get(str(epoch))
+        if entry is None or entry.get("retired") is None:
+            state = "unknown" if entry is None else "still current"
+            raise LookupError(f"seed epoch {epoch} is {state}; only a retired epoch's key is revealed.")
+        return SeedSecret(key=bytes.fromhex(entry["key"]), epoch=epoch)
+
+
+def deployment_secret(data_dir: Path | str | None = None) -> SeedSecret:
+    """The secret a worker judges with: ``IDEABENCH_SEED_SECRET`` (+ ``IDEABENCH_SEED_EPOCH``)
+    when set (every worker of a deployment shares it), else the current epoch of
+    ``DATA_DIR/seed_secret.json`` (generated on first use; ``IDEABENCH_DATA_DIR`` or ``./var``)."""
+    configured = os.environ.get(SECRET_ENV, "").strip()
+    if configured:
+        try:
+            key = bytes.fromhex(configured)
+        except ValueError:
+            raise BenchError(ErrorCode.INTERNAL, f"{SECRET_ENV} must be a hex string.") from None
+        if len(key) < 16:
+            raise BenchError(ErrorCode.INTERNAL, f"{SECRET_ENV} must hold at least 16 bytes (32 hex digits).")
+        return SeedSecret(key=key, epoch=int(os.environ.get(EPOCH_ENV, "1")))
+    root = Path(data_dir or os.environ.get("IDEABENCH_DATA_DIR") or "var")
+    return SecretStore(root / SECRET_FILE).current()

@@ -46,13 +46,15 @@ class Splits:
 class Track:
     """A built-in (or registered) track.
 
-    ``make_splits(split_seed)`` must be deterministic: the same seed gives the
-    same tensors, bit for bit. ``build_baseline(spec)`` returns the canonical
+    ``make_splits(split_seed, task_seed)`` must be deterministic: the same seeds give
+    the same tensors, bit for bit. ``task_seed`` fixes a synthetic task's constants
+    (the engine derives it from the deployment secret, so no submitted file can
+    recompute the task); ``None`` means the card's public ``data_seed_base``. ``build_baseline(spec)`` returns the canonical
     baseline; it follows the same contract as an idea's ``build_model``.
     """
 
     card: dict[str, Any]
-    make_splits: Callable[[int], Splits]
+    make_splits: Callable[[int, int | None], Splits]
     build_baseline: Callable[[dict[str, Any]], nn.Module]
     extras: dict[str, Any] = field(default_factory=dict)
 

@@ -70,13 +70,15 @@ def run_engine(track: str, idea: str, warm: bool) -> tuple[float, dict[str, Any]
     children started after the previous one, and starts the next job's before it returns.
     """
     from bench.protocol import JudgeRequest, judge
+    from bench.seeding import public_secret
 
     _forget_data()
 
     with tempfile.TemporaryDirectory(prefix="ideabench-speed-cache-") as cache:
         os.environ["IDEABENCH_CACHE_DIR"] = cache
         start = time.perf_counter()
-        report = judge(JudgeRequest(track=track, idea_code=idea, timeout_s=3600.0), keep_warm=warm)
+        request = JudgeRequest(track=track, idea_code=idea, timeout_s=3600.0, seed_secret=public_secret())
+        report = judge(request, keep_warm=warm)
         seconds = time.perf_counter() - start
     return seconds, report["bench_report"]
 
@@ -89,9 +91,9 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
     from bench.contract import check_hparams
     from bench.data import splits_for
     from bench.metrics import score
-    from bench.protocol import _fill_diverged, _grid
+    from bench.protocol import _grid, diverged_score, fill_diverged
     from bench.registry import load_track
-    from bench.seeding import final_seeds, run_seeds, sweep_seeds
+    from bench.seeding import final_seeds, public_secret, run_seeds, sweep_seeds, task_seed
     from bench.trainer import RunConfig, build_checked, train
 
     torch.set_num_threads(1)
@@ -103,6 +105,8 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
     metric, loss = card["metric"]["name"], card["metric"]["loss"]
     sign = 1.0 if card["metric"]["direction"] == "lower" else -1.0
     ceiling = float(card.get("divergence_ceiling", 1e6))
+    secret = public_secret()
+    task = task_seed(track.name, secret)
     module = types.ModuleType("reference_idea")
     exec(compile(idea, "idea.py", "exec"), module.__dict__)
     builders = {"baseline": track.build_baseline, "idea": module.build_model}
@@ -113,8 +117,8 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
     }
 
     def run(arm: str, lr: float, hp: dict[str, Any], seed: int, split: str) -> tuple[float, Any]:
-        seeds = run_seeds(seed)
-        splits, _ = splits_for(track, seeds.split)
+        seeds = run_seeds(seed, secret)
+        splits, _ = splits_for(track, seeds.split, task)
         spec = dict(track.spec, hparams=dict(hp))
         model = build_checked(builders[arm], spec, init_seed=seeds.init, param_cap=int(card["param_cap"]),
                               device=torch.device("cpu"), role=arm)
@@ -139,7 +143,9 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
 
     def best(arm: str) -> tuple[float, dict[str, Any]]:
         rows = sweep[arm]
-        flat = _fill_diverged([v for vals in rows.values() for v in vals], ceiling)
+        every = [v for arm_rows in sweep.values() for vals in arm_rows.values() for v in vals]
+        flat = fill_diverged([v for vals in rows.values() for v in vals],
+                             diverged_score(every, ceiling, sign > 0))
         means, i = {}, 0
         for key, vals in rows.items():
             means[key] = float(np.mean(flat[i : i + len(vals)]))
@@ -168,9 +174,9 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
             values.append(value)
             if measure is not None:
                 model.eval()
-                probe = splits_for(track, run_seeds(seed).split)[0].x_test[:256]
+                probe = splits_for(track, run_seeds(seed, secret).split, task)[0].x_test[:256]
                 measured.append(float(measure(model, probe)))
-        out[arm] = {"lr": lr, "hparams": hp, "per_seed": _fill_diverged(values, ceiling)}
+        out[arm] = {"lr": lr, "hparams": hp, "per_seed": fill_diverged(values, ceiling)}
     return time.perf_counter() - start, out
 
 

@@ -116,9 +116,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_seeds(args: argparse.Namespace) -> int:
+    """``seeds show | rotate | reveal EPOCH`` on the deployment's seed secret file."""
+    import os
+
+    from bench.seeding import SECRET_ENV, SECRET_FILE, SecretStore
+
+    if os.environ.get(SECRET_ENV):
+        print(f"error: {SECRET_ENV} is set: this deployment's epochs are managed where that "
+              "variable is set, not in a file.", file=sys.stderr)
+        return 2
+    store = SecretStore(Path(args.data_dir or os.environ.get("IDEABENCH_DATA_DIR") or "var") / SECRET_FILE)
+    if args.seeds_command == "reveal":
+        try:
+            secret = store.reveal(args.epoch)
+        except LookupError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        _print_json({**secret.report_block(), "key": secret.key.hex()})
+        return 0
+    secret = store.rotate() if args.seeds_command == "rotate" else store.current()
+    _print_json(secret.report_block())
+    return 0
+
+
 def dispatch(args: argparse.Namespace) -> int:
     """Run one engine subcommand."""
-    handlers = {"tracks": cmd_tracks, "track": cmd_track, "run": cmd_run}
+    handlers = {"tracks": cmd_tracks, "track": cmd_track, "run": cmd_run, "seeds": cmd_seeds}
     try:
         return handlers[args.command](args)
     except BenchError as exc:

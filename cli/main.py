@@ -39,6 +39,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the report JSON here")
     p.add_argument("--json", action="store_true", help="print the report JSON, no progress bar")
 
+    p = sub.add_parser(
+        "seeds", help="the seed epochs: show the current commitment, rotate, reveal a retired key",
+        description="Seeds derive from a deployment secret (PROTOCOL.md 2.5), kept in "
+        "DATA_DIR/seed_secret.json unless IDEABENCH_SEED_SECRET is set.",
+    )
+    seeds = p.add_subparsers(dest="seeds_command", required=True)
+    seeds.add_parser("show", help="the current epoch and its commitment (never the key)")
+    seeds.add_parser("rotate", help="retire the current epoch and start the next")
+    s = seeds.add_parser("reveal", help="print a retired epoch's key, to reproduce its runs")
+    s.add_argument("epoch", type=int)
+    p.add_argument("--data-dir", default=None, help="default: IDEABENCH_DATA_DIR or ./var")
+
     p = sub.add_parser("serve", help="run the API and one worker (embedded SQLite by default)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -65,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ideabench`` command."""
     args = build_parser().parse_args(argv)
     custom_track_command = args.command == "track" and args.words[0] in {"register", "deprecate"}
-    if args.command in {"tracks", "track", "run"} and not custom_track_command:
+    if args.command in {"tracks", "track", "run", "seeds"} and not custom_track_command:
         from cli import engine
 
         return engine.dispatch(args)

@@ -18,6 +18,9 @@ from typing import Any, NoReturn
 import pytest
 
 CI = os.environ.get("CI") == "true"
+# In-process judging (bench.judge) uses a fixed seed secret, so tests never write a secret
+# file into the checkout; worker processes get their own under their data directory.
+os.environ.setdefault("IDEABENCH_SEED_SECRET", "00" * 16 + "7e57" * 8)
 POSTGRES_ADMIN_URL = os.environ.get(
     "IDEABENCH_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )

@@ -16,6 +16,7 @@ from app.tracks import service as tracks_service
 from app.tracks.models import CustomTrackRow
 from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
 from bench.protocol import JudgeRequest, judge
+from bench.seeding import deployment_secret
 from workers.context import WorkerContext
 from workers.heartbeat import Heartbeat, ProgressWriter
 from workers.tracks import custom_track_of
@@ -55,6 +56,7 @@ def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
         memory_mb=ctx.settings.job_memory_mb,
         device=ctx.settings.device,
         custom_track=custom,
+        seed_secret=deployment_secret(ctx.settings.data_dir),
     )
 
 

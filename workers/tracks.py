@@ -9,6 +9,7 @@ from app.db import utcnow
 from app.tracks import service as tracks_service
 from app.tracks.models import CustomTrackRow, TrackStatus
 from bench.errors import BenchError, ErrorCode
+from bench.seeding import deployment_secret
 from workers.context import WorkerContext
 
 if TYPE_CHECKING:  # torch loads only when a track is validated or judged
@@ -45,7 +46,8 @@ def execute_validation(ctx: WorkerContext, track_id: str) -> str:
     try:
         result = validate(track, memory_mb=settings.job_memory_mb,
                           timeout_s=min(VALIDATION_TIMEOUT_S, settings.job_timeout_s),
-                          max_protocol_s=PROTOCOL_SHARE * settings.job_timeout_s)
+                          max_protocol_s=PROTOCOL_SHARE * settings.job_timeout_s,
+                          secret=deployment_secret(settings.data_dir))
     except BenchError as exc:
         error = exc.to_dict()
     except Exception as exc:

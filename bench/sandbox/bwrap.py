@@ -46,6 +46,19 @@ def code_dirs() -> list[Path]:
     return dirs
 
 
+def hidden_dirs(*, tracks: bool) -> list[Path]:
+    """Directories the child sees empty: data sets shipped inside packages (scikit-learn's
+    bundled diabetes and digits are two built-in tracks' data), and, for ``tracks``, the
+    built-in track packages themselves (only the canonical baseline's child needs them)."""
+    hidden: list[Path] = []
+    spec = importlib.util.find_spec("sklearn")
+    for root in (spec.submodule_search_locations or []) if spec is not None else []:
+        hidden += [Path(root) / "datasets" / name for name in ("data", "images", "descr")]
+    if tracks:
+        hidden += [d for d in code_dirs() if d.name != "bench"]
+    return [d for d in hidden if d.is_dir()]
+
+
 def python_dirs() -> list[Path]:
     """Python's prefix, the venv and the interpreter's real location."""
     paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.base_exec_prefix)}
@@ -59,7 +72,9 @@ def python_dirs() -> list[Path]:
     ))
 
 
-def bwrap_args(bwrap: str, workdir: Path, read_only: list[Path], env: dict[str, str]) -> list[str]:
+def bwrap_args(
+    bwrap: str, workdir: Path, read_only: list[Path], env: dict[str, str], hidden: list[Path]
+) -> list[str]:
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
     for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"):
         if os.path.islink(top):
@@ -70,6 +85,8 @@ def bwrap_args(bwrap: str, workdir: Path, read_only: list[Path], env: dict[str, 
         args += ["--ro-bind-try", etc, etc]
     for path in python_dirs() + code_dirs() + read_only:
         args += ["--ro-bind-try", str(path), str(path)]
+    for path in hidden:  # an empty tmpfs over each (the bind above stays read-only around it)
+        args += ["--tmpfs", str(path)]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
     args += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
     nvidia = sorted(str(p) for p in Path("/dev").glob("nvidia*"))

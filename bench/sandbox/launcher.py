@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError, ErrorCode
-from bench.sandbox.bwrap import bwrap_args, bwrap_path
+from bench.sandbox.bwrap import bwrap_args, bwrap_path, hidden_dirs
 from bench.sandbox.cgroups import Cgroup
 from bench.sandbox.limits import MIN_MEMORY_MB, ExitInfo, Limits
 
@@ -113,6 +113,7 @@ def launch(
     *,
     read_only: list[Path] | None = None,
     require_full_isolation: bool | None = None,
+    hide_tracks: bool = True,
 ) -> tuple[subprocess.Popen[bytes], int]:
     """Start ``python -m bench.child`` in ``workdir`` inside the sandbox.
 
@@ -124,11 +125,12 @@ def launch(
     from several threads run one at a time.
     """
     with _launch_lock:
-        return _launch(workdir, limits, read_only, require_full_isolation)
+        return _launch(workdir, limits, read_only, require_full_isolation, hidden_dirs(tracks=hide_tracks))
 
 
 def _launch(
-    workdir: Path, limits: Limits, read_only: list[Path] | None, require_full_isolation: bool | None
+    workdir: Path, limits: Limits, read_only: list[Path] | None, require_full_isolation: bool | None,
+    hidden: list[Path],
 ) -> tuple[subprocess.Popen[bytes], int]:
     global _last_layers
     required = _requires_full(require_full_isolation)
@@ -153,7 +155,7 @@ def _launch(
             group.remove()
             raise _refuse(missing)
 
-    proc, proto_fd, status = _start(workdir, limits, bwrap, group, read_only)
+    proc, proto_fd, status = _start(workdir, limits, bwrap, group, read_only, hidden)
     if status is None and bwrap is not None:
         # bwrap could not start here (no namespaces allowed?): degrade, or refuse.
         reason = _boot_log_tail(workdir)
@@ -165,7 +167,7 @@ def _launch(
         layers = [x for x in layers if x not in ("namespaces", "no_network")]
         group.remove()
         group = Cgroup.create(limits)
-        proc, proto_fd, status = _start(workdir, limits, None, group, read_only)
+        proc, proto_fd, status = _start(workdir, limits, None, group, read_only, hidden)
     if status is None:
         reason = _boot_log_tail(workdir)
         _kill_started(proc, group, proto_fd)
@@ -205,7 +207,8 @@ def _kill_started(proc: subprocess.Popen[bytes], group: Cgroup, proto_fd: int) -
 
 
 def _start(
-    workdir: Path, limits: Limits, bwrap: str | None, group: Cgroup, read_only: list[Path]
+    workdir: Path, limits: Limits, bwrap: str | None, group: Cgroup, read_only: list[Path],
+    hidden: list[Path],
 ) -> tuple[subprocess.Popen[bytes], int, dict[str, Any] | None]:
     read_fd, write_fd = os.pipe()
     status_r, status_w = os.pipe()
@@ -235,7 +238,7 @@ def _start(
     env["PYTHONPATH"] = bench_root
     inner = [sys.executable, "-m", "bench.sandbox", str(write_fd), str(status_w), str(workdir)]
     if bwrap is not None:
-        argv, popen_env = bwrap_args(bwrap, workdir, read_only, env) + inner, {}
+        argv, popen_env = bwrap_args(bwrap, workdir, read_only, env, hidden) + inner, {}
     else:
         argv, popen_env = inner, env
     boot_log = open(workdir / BOOT_LOG, "wb")  # noqa: SIM115 - handed to the child

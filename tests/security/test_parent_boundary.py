@@ -142,3 +142,34 @@ def test_the_parent_never_writes_through_a_link_the_child_planted(tmp_path: Path
     assert target.read_text() == "untouched"
     write_new_file(arm, "restore_baseline4.pt", b"ok")
     assert (arm / "restore_baseline4.pt").read_bytes() == b"ok"
+
+
+# -- label reconstruction (secret seeds, hidden data) ----------------------------------
+def test_the_label_oracle_works_on_public_seeds_and_fails_on_secret_ones(job_tmp: Path) -> None:
+    import torch
+
+    source = hostile("reconstruct_smoke_labels.py")
+    namespace: dict[str, object] = {}
+    exec(compile(source, "oracle.py", "exec"), namespace)
+    model = namespace["build_model"](SMOKE["spec"])  # type: ignore[operator]
+    model.eval()
+    # The attack is real: on the data the old public seeds made, it answers every label.
+    x, y = namespace["_smoke"](namespace["_public_split_seed"](1000))  # type: ignore[operator]
+    with torch.no_grad():
+        assert float(((model(x) - y) ** 2).mean()) < 1e-10
+    # Judged with secret seeds it is the baseline's MLP: no win (6 seeds: 2/64 is reachable).
+    report = judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=6, timeout_s=300))
+    assert report["practical_verdict"] != "helps", report["summary"]
+    assert report["bench_report"]["comparison"]["idea_mean"] > 0.01
+    assert report["bench_report"]["seed_commitment"]["commitment"]
+
+
+def test_the_idea_cannot_import_the_track_packages(job_tmp: Path) -> None:
+    error = judge_error(hostile("import_tracks.py"))
+    assert error.code == ErrorCode.INVALID_CODE, error.message
+    assert "tracks" in error.message
+
+
+def test_bundled_public_data_sets_are_invisible_to_the_idea(job_tmp: Path) -> None:
+    error = judge_error(hostile("read_sklearn_data.py"))
+    assert "EMPTY" in error.message and "LEAKED" not in error.message, error.message

@@ -78,8 +78,9 @@ def _to_input(images: np.ndarray) -> torch.Tensor:
     return (x - mean) / std
 
 
-def make_splits(split_seed: int) -> Splits:
-    """Draw the train/val subset from the training pool and the test subset from the test pool."""
+def make_splits(split_seed: int, task_seed: int | None = None) -> Splits:
+    """Draw the train/val subset from the training pool and the test subset from the test pool.
+    ``task_seed`` is unused: the task has no constants to draw."""
     train_x, train_y, test_x, test_y = _load(str(data_dir()))
     sizes = CARD["sizes"]
     n_pool = sizes["train"] + sizes["val"]

@@ -24,12 +24,12 @@ UNARY_WEIGHT = 0.3  # weight of the per-token term against the pairwise term
 NOISE_SD = 0.1  # observation noise on the standardised target
 
 
-@lru_cache(maxsize=1)
-def _task() -> tuple[torch.Tensor, torch.Tensor, float, float]:
-    """Kernel K (D, D), unary weights u (D,), and the target's mean and sd (fixed per version)."""
+@lru_cache(maxsize=4)
+def _task(task_seed: int) -> tuple[torch.Tensor, torch.Tensor, float, float]:
+    """Kernel K (D, D), unary weights u (D,), and the target's mean and sd (fixed per seed epoch)."""
     spec = CARD["spec"]
     d = spec["token_dim"]
-    gen = torch.Generator().manual_seed(CARD["data_seed_base"])
+    gen = torch.Generator().manual_seed(task_seed)
     a = torch.randn(d, d, generator=gen, dtype=torch.float64)
     kernel = (a + a.T) / (2 * d**0.5)
     unary = torch.randn(d, generator=gen, dtype=torch.float64)
@@ -53,9 +53,10 @@ def _raw_target(tokens: torch.Tensor, kernel: torch.Tensor, unary: torch.Tensor)
     return pairs + UNARY_WEIGHT * single
 
 
-def make_splits(split_seed: int) -> Splits:
-    """Draw train/val/test sets from one generator seeded by ``split_seed``."""
-    kernel, unary, mean, sd = _task()
+def make_splits(split_seed: int, task_seed: int | None = None) -> Splits:
+    """Draw train/val/test sets from one generator seeded by ``split_seed``; the task from
+    ``task_seed`` (secret in the engine; ``None``: the card's public ``data_seed_base``)."""
+    kernel, unary, mean, sd = _task(CARD["data_seed_base"] if task_seed is None else task_seed)
     spec, sizes = CARD["spec"], CARD["sizes"]
     gen = torch.Generator().manual_seed(CARD["data_seed_base"] * 1_000_003 + split_seed)
     n = sizes["train"] + sizes["val"] + sizes["test"]

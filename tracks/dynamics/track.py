@@ -80,8 +80,9 @@ def simulate(n: int, gen: torch.Generator, n_x: int, n_states: int) -> np.ndarra
     return np.fft.irfft(spectra, n=n_x) * (n_x / N_SIM)
 
 
-def make_splits(split_seed: int) -> Splits:
-    """Simulate train/val/test trajectories from one generator seeded by ``split_seed``."""
+def make_splits(split_seed: int, task_seed: int | None = None) -> Splits:
+    """Simulate train/val/test trajectories from one generator seeded by ``split_seed``.
+    ``task_seed`` is unused: the task has no constants to draw."""
     gen = torch.Generator().manual_seed(CARD["data_seed_base"] * 1_000_003 + split_seed)
     spec, sizes = CARD["spec"], CARD["sizes"]
     n = sizes["train"] + sizes["val"] + sizes["test"]

@@ -25,19 +25,19 @@ SLOPE_SD = 0.03  # slope of each trend regime, per step
 NOISE_SD, NOISE_AR = 0.1, 0.5  # AR(1) observation noise
 
 
-def _task_constants(n_channels: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Channel loadings on the components and on the trend, fixed by the track version."""
-    gen = torch.Generator().manual_seed(CARD["data_seed_base"])
+def _task_constants(n_channels: int, task_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Channel loadings on the components and on the trend, fixed per seed epoch."""
+    gen = torch.Generator().manual_seed(task_seed)
     loadings = torch.randn(n_channels, N_COMPONENTS, generator=gen, dtype=torch.float64)
     loadings = loadings / loadings.norm(dim=1, keepdim=True)
     trend_loadings = 0.5 + torch.rand(n_channels, generator=gen, dtype=torch.float64)
     return loadings, trend_loadings
 
 
-def generate(n: int, gen: torch.Generator, n_channels: int, length: int) -> torch.Tensor:
+def generate(n: int, gen: torch.Generator, n_channels: int, length: int, task_seed: int) -> torch.Tensor:
     """``n`` series of ``length`` steps; returns ``(n, length, n_channels)`` float64."""
     f64 = torch.float64
-    loadings, trend_loadings = _task_constants(n_channels)
+    loadings, trend_loadings = _task_constants(n_channels, task_seed)
     lo, hi = math.log(PERIOD_RANGE[0]), math.log(PERIOD_RANGE[1])
     period = torch.exp(lo + (hi - lo) * torch.rand(n, N_COMPONENTS, generator=gen, dtype=f64))
     phase = 2 * math.pi * torch.rand(n, N_COMPONENTS, generator=gen, dtype=f64)
@@ -66,13 +66,15 @@ def generate(n: int, gen: torch.Generator, n_channels: int, length: int) -> torc
     return series + noise
 
 
-def make_splits(split_seed: int) -> Splits:
-    """Draw train/val/test series from one generator seeded by ``split_seed``."""
+def make_splits(split_seed: int, task_seed: int | None = None) -> Splits:
+    """Draw train/val/test series from one generator seeded by ``split_seed``; the channel
+    loadings from ``task_seed`` (secret in the engine; ``None``: the card's ``data_seed_base``)."""
     gen = torch.Generator().manual_seed(CARD["data_seed_base"] * 1_000_003 + split_seed)
     spec, sizes = CARD["spec"], CARD["sizes"]
     n = sizes["train"] + sizes["val"] + sizes["test"]
     length = spec["seq_len"] + spec["horizon"]
-    series = generate(n, gen, spec["n_channels"], length).to(torch.float32)
+    task = CARD["data_seed_base"] if task_seed is None else task_seed
+    series = generate(n, gen, spec["n_channels"], length, task).to(torch.float32)
     x = series[:, : spec["seq_len"]].contiguous()
     y = series[:, spec["seq_len"] :].contiguous()
     a, b = sizes["train"], sizes["train"] + sizes["val"]

@@ -12,14 +12,16 @@ from bench.track import Splits, Track, load_card
 CARD = load_card(__file__)
 
 
-def make_splits(split_seed: int) -> Splits:
-    """Draw train/val/test from one generator seeded by ``split_seed``."""
+def make_splits(split_seed: int, task_seed: int | None = None) -> Splits:
+    """Draw train/val/test from one generator seeded by ``split_seed``; the task (the two
+    projections) from ``task_seed``: the engine passes a secret one, ``None`` means the
+    card's public ``data_seed_base`` (tests and docs only)."""
     gen = torch.Generator().manual_seed(CARD["data_seed_base"] * 1_000_003 + split_seed)
     sizes = CARD["sizes"]
     n = sizes["train"] + sizes["val"] + sizes["test"]
     d = CARD["spec"]["n_features"]
-    # The task itself (the projections) is fixed by the track version, not the seed.
-    task_gen = torch.Generator().manual_seed(CARD["data_seed_base"])
+    # The task itself (the projections) is fixed per seed epoch, not per split seed.
+    task_gen = torch.Generator().manual_seed(CARD["data_seed_base"] if task_seed is None else task_seed)
     w = torch.randn(2, d, generator=task_gen) / d**0.5
     x = torch.randn(n, d, generator=gen)
     z = x @ w.T

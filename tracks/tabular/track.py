@@ -30,8 +30,9 @@ def _diabetes() -> tuple[np.ndarray, np.ndarray]:
     ]
 
 
-def make_splits(split_seed: int) -> Splits:
-    """Permute rows with a generator seeded by ``split_seed``; standardise on the train rows."""
+def make_splits(split_seed: int, task_seed: int | None = None) -> Splits:
+    """Permute rows with a generator seeded by ``split_seed``; standardise on the train rows.
+    ``task_seed`` is unused: the task has no constants to draw."""
     features, target = _diabetes()
     sizes = CARD["sizes"]
     gen = torch.Generator().manual_seed(CARD["data_seed_base"] * 1_000_003 + split_seed)

@@ -28,8 +28,9 @@ def _digits() -> tuple[np.ndarray, np.ndarray]:
     return images, np.asarray(data.target, dtype=np.int64)
 
 
-def make_splits(split_seed: int) -> Splits:
-    """Permute the rows with a generator seeded by ``split_seed`` and cut the splits."""
+def make_splits(split_seed: int, task_seed: int | None = None) -> Splits:
+    """Permute the rows with a generator seeded by ``split_seed`` and cut the splits.
+    ``task_seed`` is unused: the task has no constants to draw."""
     images, labels = _digits()
     sizes = CARD["sizes"]
     gen = torch.Generator().manual_seed(CARD["data_seed_base"] * 1_000_003 + split_seed)

@@ -1,0 +1,88 @@
+"""Seeds derive from a deployment secret: disjoint, reproducible, unguessable without it."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from bench.registry import load_track
+from bench.seeding import (
+    SECRET_ENV,
+    SecretStore,
+    SeedSecret,
+    deployment_secret,
+    final_seeds,
+    public_secret,
+    run_seeds,
+    sweep_seeds,
+    task_seed,
+)
+
+A = SeedSecret(key=b"a" * 32, epoch=1)
+B = SeedSecret(key=b"b" * 32, epoch=1)
+
+
+def test_the_same_secret_gives_the_same_seeds_and_another_secret_other_seeds() -> None:
+    assert run_seeds(1000, A) == run_seeds(1000, SeedSecret(key=b"a" * 32, epoch=1))
+    assert run_seeds(1000, A) != run_seeds(1000, B)
+    assert run_seeds(1000, A) != run_seeds(1000, SeedSecret(key=b"a" * 32, epoch=2))
+    seeds = run_seeds(3, A)
+    assert len({seeds.split, seeds.order, seeds.init}) == 3
+    assert all(0 <= s < 2**31 for s in (seeds.split, seeds.order, seeds.init))
+
+
+def test_sweep_and_final_seeds_are_disjoint_and_expand_to_distinct_splits() -> None:
+    sweep, final = sweep_seeds(4), final_seeds(32)
+    assert not set(sweep) & set(final)
+    splits = [run_seeds(s, A).split for s in sweep + final]
+    assert len(set(splits)) == len(splits)
+
+
+def test_synthetic_task_constants_come_from_the_secret() -> None:
+    smoke = load_track("smoke")
+    split = run_seeds(0, A).split
+    a = smoke.make_splits(split, task_seed("smoke", A))
+    b = smoke.make_splits(split, task_seed("smoke", B))
+    assert a.x_train.equal(b.x_train)  # same split seed: same inputs
+    assert not a.y_train.equal(b.y_train)  # another secret: another task
+    again = smoke.make_splits(split, task_seed("smoke", A))
+    assert a.checksum() == again.checksum()
+
+
+def test_the_commitment_binds_the_epoch_and_key_and_is_not_the_key() -> None:
+    assert A.commitment != B.commitment
+    assert A.key.hex() not in A.commitment
+    block = A.report_block()
+    assert block == {"scheme": "hmac-sha256/v1", "epoch": 1, "commitment": A.commitment}
+    assert public_secret().commitment != A.commitment
+
+
+def test_the_store_generates_rotates_and_reveals_only_retired_epochs(tmp_path: Path) -> None:
+    store = SecretStore(tmp_path / "var" / "seed_secret.json")
+    first = store.current()
+    assert first.epoch == 1 and len(first.key) == 32
+    assert stat.S_IMODE((tmp_path / "var" / "seed_secret.json").stat().st_mode) == 0o600
+    assert store.current() == first  # stable across calls (and processes: it is a file)
+    with pytest.raises(LookupError):
+        store.reveal(1)  # the current epoch is never revealed
+    second = store.rotate()
+    assert second.epoch == 2 and second.key != first.key
+    revealed = store.reveal(1)
+    assert revealed == first and revealed.commitment == first.commitment
+    with pytest.raises(LookupError):
+        store.reveal(2)
+    with pytest.raises(LookupError):
+        store.reveal(7)
+
+
+def test_the_deployment_secret_comes_from_the_environment_or_the_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SECRET_ENV, "ab" * 32)
+    monkeypatch.setenv("IDEABENCH_SEED_EPOCH", "5")
+    assert deployment_secret(tmp_path) == SeedSecret(key=bytes.fromhex("ab" * 32), epoch=5)
+    monkeypatch.delenv(SECRET_ENV)
+    from_file = deployment_secret(tmp_path)
+    assert from_file == SecretStore(tmp_path / "seed_secret.json").current()

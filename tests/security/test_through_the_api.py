@@ -1,0 +1,49 @@
+"""The hostile files of ``hostile/`` through the REST API with a real Celery worker: each
+fails with its code or gets no win, nothing of the worker leaks, and the worker goes on to
+judge the next, honest job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import bearer
+from tests.workers.test_end_to_end import EXAMPLE, poll_job, stack  # noqa: F401 - the fixture
+
+HOSTILE = Path(__file__).parent / "hostile"
+ENDED = {"succeeded", "failed", "cancelled"}
+
+
+def submit(client: Any, token: str, code: str, n_seeds: int = 2) -> str:
+    response = client.post("/v1/ideas", json={"track": "smoke", "code": code, "n_seeds": n_seeds},
+                           headers=bearer(token))
+    assert response.status_code in (200, 201, 202), response.text
+    return str(response.json()["job_id"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stack", ["embedded"], indirect=True)
+def test_hostile_files_through_the_api_with_a_real_worker(stack: Any) -> None:  # noqa: F811
+    _app, client, token, log = stack
+    expected = {
+        "forge_baseline_events.py": "sandbox_violation",
+        "eval_shape.py": "bad_output_shape",
+        "log_link.py": "crashed",
+        "log_fifo.py": "crashed",
+        "diverge_in_eval.py": "diverged",
+        "import_tracks.py": "invalid_code",
+    }
+    for name, code in expected.items():
+        job = poll_job(client, token, submit(client, token, (HOSTILE / name).read_text()), ENDED, 180, log)
+        assert job["status"] == "failed" and job["error"]["code"] == code, (name, job)
+        assert "DATABASE_URL" not in job["error"]["message"] and "sqlite" not in job["error"]["message"]
+    oracle = poll_job(client, token, submit(client, token, (HOSTILE / "reconstruct_smoke_labels.py").read_text(),
+                                            n_seeds=6), ENDED, 300, log)
+    assert oracle["status"] == "succeeded", oracle
+    report = client.get(f"/v1/jobs/{oracle['job_id']}/report", headers=bearer(token)).json()["report"]
+    assert report["practical_verdict"] != "helps"
+    assert report["bench_report"]["seed_commitment"]["epoch"] == 1
+    good = poll_job(client, token, submit(client, token, EXAMPLE), ENDED, 180, log)
+    assert good["status"] == "succeeded", good
