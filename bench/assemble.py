@@ -88,7 +88,7 @@ def summary_text(
 
 
 def build_report(
-    *, job: _Job, finals: dict[str, list[RunRecord]], lrs: list[float],
+    *, job: _Job, finals: dict[str, list[RunRecord]],
     measured: dict[str, list[float]] | None, device: str, wall_s: float,
 ) -> dict[str, Any]:
     """Assemble, validate and return the report of one judged idea."""
@@ -113,6 +113,8 @@ def build_report(
             "idea_mean": float(np.mean(measured["idea"])),
             "baseline_mean": float(np.mean(measured["baseline"])),
             "confirmed": confirmed, "detail": detail,
+            # measure() is the idea's own function: its numbers are the idea's, not the bench's.
+            "self_measured": True,
         }
     m = float(card["smallest_effect_rel_pct"]) / 100.0 * abs(comparison["baseline_mean"])
     verdicts = decide(comparison, mechanism_ok, m)
@@ -124,12 +126,7 @@ def build_report(
             row.pop("_cfg", None)
     n_params = {a: finals[a][0].n_params for a in ARMS}
     warnings = list(job.warnings)
-    ratio = max(n_params.values()) / max(1, min(n_params.values()))
-    if ratio > float(card.get("param_parity_ratio", 1.10)):
-        warnings.append(
-            f"parameter parity: baseline {n_params['baseline']} vs idea {n_params['idea']} "
-            f"trainable parameters (ratio {ratio:.2f} > {card.get('param_parity_ratio', 1.10)})."
-        )
+    ratio = n_params["idea"] / max(1, n_params["baseline"])
     budget = {a: len(tables[a]) for a in ARMS}
     if budget["idea"] > budget["baseline"]:
         warnings.append(
@@ -148,7 +145,7 @@ def build_report(
     def arm_block(arm: str) -> dict[str, Any]:
         return {
             "best_cfg": bests[arm]["cfg"], "sweep": tables[arm], "full": _full(values[arm]),
-            "union_lr_grid": lrs, "n_params": n_params[arm], "wall_time_s": wall[arm],
+            "union_lr_grid": job.lr_grids[arm], "n_params": n_params[arm], "wall_time_s": wall[arm],
             "diverged": diverged[arm],
         }
 
@@ -170,14 +167,16 @@ def build_report(
         "mechanism_signature": mechanism,
         "idea_sweep": tables["idea"],
         "best_idea_cfg": bests["idea"]["cfg"],
-        "parameter_parity": {**n_params, "ratio": ratio},
+        "parameter_parity": {**n_params, "ratio": ratio, "buffers": job.buffers,
+                             "max_ratio": float(card.get("param_parity_ratio", 1.10)), "counted_by": "bench"},
+        "capture": {arm: job.capture_info[arm].report_block() for arm in ARMS},
         "custom_track": request.custom_track.report_block() if request.custom_track else None,
         "track_justification": card.get("justification") if request.custom_track else None,
         "data_checksum": _checksum(job),
         "seeds": {"sweep": job.sweep_seed_list, "final": [r.seed for r in finals["idea"]]},
         "seed_commitment": job.secret.report_block(),
         "public_data": bool(card.get("public_data", False)),
-        "lr_grid": lrs,
+        "lr_grid": job.lr_grids["idea"],
         "budget": {"configs": budget, "sweep_seeds": len(job.sweep_seed_list)},
         "wall_time_s": {**wall, "total": wall_s},
         "versions": _versions(),

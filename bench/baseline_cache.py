@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-FORMAT = 1
+FORMAT = 2  # 2: trained on the captured graph; a kept model's tensors as .npz
 # The engine code a baseline run's numbers depend on (hashed into every key).
-CODE_FILES = ("trainer.py", "vectorized.py", "child.py", "data.py", "seeding.py", "metrics.py")
+CODE_FILES = ("trainer.py", "vectorized.py", "child.py", "data.py", "seeding.py", "metrics.py", "graph.py")
 
 
 def cache_root() -> Path:

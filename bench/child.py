@@ -1,8 +1,15 @@
-"""The child process that runs one arm's code: ``python -m bench.child PROTO_FD``.
+"""A sandboxed child process: ``python -m bench.child PROTO_FD``.
 
-It reads JSON commands on stdin and answers JSON lines on the protocol fd; the
-arm's own stdout/stderr go to ``child.log`` in its working directory. It never
-sees validation or test labels: the parent scores the predictions it returns.
+It reads JSON commands on stdin and answers JSON lines on the protocol fd; its
+stdout/stderr go to ``child.log`` in its working directory. A child serves one side
+for its whole life, set by its first command:
+
+- a *capture* child (``bench.capture``) executes one submitted file and exports its
+  model as graphs; it holds no data;
+- a *trainer* child (``ArmRunner``) never executes submitted code: it rebuilds the
+  captured graphs (``bench.graph``), trains them with the engine's trainer and writes
+  predictions; it never sees validation or test labels (the parent scores);
+- a *track data* child runs a custom track's ``make_splits`` (``make_data``).
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from bench.sandbox import violation
 
 LOG_NAME = "child.log"
 MAX_DATA_DIRS = 40
+CAPTURE_OPS = frozenset({"capture_load", "capture", "measure"})  # run submitted code
+TRAINER_OPS = frozenset({"load", "check", "train"})  # never run submitted code
 
 
 def _user_frame_hint(exc: BaseException, filename: str) -> str:
@@ -122,68 +131,42 @@ def make_data(cmd: dict[str, Any]) -> dict[str, Any]:
 
 
 class ArmRunner:
-    """State of the child: the arm's builder, its data and its kept models."""
+    """The trusted trainer's state in its child: the arm's captured graphs, data, kept models.
+
+    It imports no submitted code: each model is rebuilt from the capture (``bench.graph``)
+    that the parent checked and copied into the job's data directory.
+    """
 
     def __init__(self) -> None:
         import torch
 
         self.torch = torch
-        self.build: Any = None
-        self.filename = "baseline (track)"
         self.spec: dict[str, Any] = {}
         self.param_cap = 0
         self.role = "idea"
-        self.module: types.ModuleType | None = None
+        self.filename = "idea.py"
+        self.capture_dir = Path()
+        self.configs: list[str] = []  # canonical JSON of each config's hparams
+        self.init_seeds: list[int] = []
+        self.graphs: dict[int, Any] = {}
         self.data: dict[str, dict[str, Any]] = {}
-        self.kept: dict[str, Any] = {}
         self.device = torch.device("cpu")
 
     # -- commands -------------------------------------------------------------
     def load(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """Import the arm's code (or the track's canonical baseline)."""
+        """Take the arm's capture: where it lies, its configs and the init seeds it was built for."""
         torch = self.torch
         self.role = cmd["role"]
+        self.filename = f"{self.role}.py"
         self.spec = cmd["spec"]
         self.param_cap = int(cmd["param_cap"])
         wanted = cmd.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
         self.device = torch.device(wanted)
-        answer: dict[str, Any] = {"device": str(self.device), "hparams": {}, "mechanism": None}
-        if cmd.get("code") is None:
-            if cmd.get("track_source") is not None:  # a custom track's canonical baseline
-                self.filename = TRACK_FILE
-                self.build = track_module(cmd["track_source"]).build_baseline
-            else:
-                from bench.registry import load_track
-
-                self.build = load_track(cmd["track"]).build_baseline
-            answer["has_measure"] = False
-            return answer
-        self.filename = f"{self.role}.py"
-        module = types.ModuleType(f"submitted_{self.role}")
-        module.__file__ = self.filename
-        try:
-            exec(compile(cmd["code"], self.filename, "exec"), module.__dict__)
-        except Exception as exc:
-            raise classify(exc, self.filename, ErrorCode.INVALID_CODE) from None
-        self.module = module
-        build = getattr(module, "build_model", None)
-        if not callable(build):
-            raise BenchError(
-                ErrorCode.MISSING_BUILD_MODEL, f"The {self.role} file defines no callable build_model."
-            )
-        self.build = build
-        hparams = getattr(module, "HPARAMS", {}) or {}
-        mechanism = getattr(module, "MECHANISM", None)
-        try:
-            json.dumps([hparams, mechanism])
-        except (TypeError, ValueError):
-            raise BenchError(
-                ErrorCode.INVALID_HPARAMS, "HPARAMS and MECHANISM must be plain JSON data."
-            ) from None
-        answer.update(
-            hparams=hparams, mechanism=mechanism, has_measure=callable(getattr(module, "measure", None))
-        )
-        return answer
+        captured = cmd["captured"]
+        self.capture_dir = Path(captured["dir"])
+        self.configs = [json.dumps(c, sort_keys=True) for c in captured["configs"]]
+        self.init_seeds = [int(s) for s in captured["init_seeds"]]
+        return {"device": str(self.device)}
 
     def _arrays(self, data_dir: str) -> dict[str, Any]:
         if data_dir not in self.data:
@@ -200,35 +183,55 @@ class ArmRunner:
         return self.data[data_dir]
 
     def _build(self, hparams: dict[str, Any], init_seed: int) -> Any:
-        from bench.trainer import build_checked
+        """The captured model of config ``hparams`` with the init of ``init_seed``."""
+        import numpy as np
 
-        spec = dict(self.spec, hparams=dict(hparams))
-        try:
-            return build_checked(
-                self.build, spec, init_seed=init_seed, param_cap=self.param_cap,
-                device=self.device, role=self.role,
+        from bench.capture import graph_path, tensor_path
+        from bench.graph import CapturedModel, build_graph
+
+        config = self.configs.index(json.dumps(hparams, sort_keys=True))
+        seed = self.init_seeds.index(init_seed)
+        if config not in self.graphs:
+            self.graphs[config] = {
+                mode: build_graph(json.loads((self.capture_dir / graph_path(config, mode)).read_text()), self.device)
+                for mode in ("train", "eval")
+            }
+        graphs = self.graphs[config]
+        targets = [t for kind, t in graphs["train"][1].inputs if kind != "user"]
+        tensors = {
+            target: self.torch.from_numpy(
+                np.load(self.capture_dir / tensor_path(config, seed, j), allow_pickle=False)
             )
-        except BenchError:
-            raise
-        except Exception as exc:
-            raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
+            for j, target in enumerate(targets)
+        }
+        model = CapturedModel(graphs, tensors, self.device)
+        n_params, _ = model.counts()
+        if n_params > self.param_cap:
+            raise BenchError(
+                ErrorCode.TOO_MANY_PARAMETERS,
+                f"The {self.role} holds {n_params} parameters (counted by the bench); this track's cap "
+                f"is {self.param_cap}.",
+            )
+        return model
 
     def check(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """Build one model per hparams config; check output shape; count parameters."""
-        from bench.trainer import check_output_shape, count_parameters
+        """Rebuild one model per config; check its output shape; count what it holds."""
+        from bench.trainer import check_output_shape
 
         x = self._arrays(cmd["data_dir"])["x_train"]
-        counts = []
+        counts, buffers = [], []
         for hparams in cmd["configs"]:
-            model = self._build(hparams, init_seed=0)
+            model = self._build(hparams, init_seed=self.init_seeds[0])
             try:
                 check_output_shape(model, x, self.spec["output_shape"], self.role)
             except BenchError:
                 raise
             except Exception as exc:
                 raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
-            counts.append(count_parameters(model))
-        answer: dict[str, Any] = {"n_params": counts}
+            n_params, n_buffers = model.counts()
+            counts.append(n_params)
+            buffers.append(n_buffers)
+        answer: dict[str, Any] = {"n_params": counts, "n_buffers": buffers}
         if cmd.get("probe"):
             answer["vectorizable"], answer["why"] = self._probe(cmd)
         return answer
@@ -238,9 +241,10 @@ class ArmRunner:
         from bench.vectorized import probe
 
         arrays = self._arrays(cmd["data_dir"])
+        seeds = self.init_seeds[:2] if len(self.init_seeds) > 1 else self.init_seeds * 2
         for hparams in cmd["configs"]:
             try:
-                models = [self._build(hparams, init_seed=s) for s in (0, 1)]
+                models = [self._build(hparams, init_seed=s) for s in seeds]
             except BenchError as exc:
                 return False, exc.message
             reason = probe(models, arrays["x_train"], arrays["y_train"], cmd.get("loss", "mse"))
@@ -255,13 +259,10 @@ class ArmRunner:
         (bench.vectorized); a group that turns out not to batch falls back to one run
         at a time, and its events say so. Otherwise each run trains on its own.
         """
-        runs = [run for run in cmd["runs"] if "restore" not in run]
+        runs = cmd["runs"]
         needed = {run["data_dir"] for run in runs}
         for stale in [d for d in self.data if d not in needed]:  # free earlier stages' data
             del self.data[stale]
-        for run in cmd["runs"]:
-            if "restore" in run:
-                self._restore(run)
         if cmd.get("path") != "vectorized":
             for run in runs:
                 self._train_one(run, send)
@@ -274,14 +275,6 @@ class ArmRunner:
                 for run in group:
                     self._train_one(run, send)
         return {}
-
-    def _restore(self, run: dict[str, Any]) -> None:
-        """Keep a model rebuilt from a stored state_dict (a cached baseline run) for ``measure``."""
-        model = self._build(run["cfg"].get("hparams", {}), run["init_seed"])
-        state = self.torch.load(run["restore"], map_location=self.device, weights_only=True)
-        model.load_state_dict(state)
-        model.eval()
-        self.kept[run["run_id"]] = model
 
     @staticmethod
     def _config(run: dict[str, Any]) -> Any:
@@ -296,22 +289,14 @@ class ArmRunner:
     def _finish(self, run: dict[str, Any], result: Any, path: str, send: Any) -> None:
         import numpy as np
 
-        from bench.trainer import count_parameters
-
-        pred_path = Path(f"pred_{run['run_id']}.npy")
-        np.save(pred_path, result.predictions.numpy())
-        if run.get("keep"):
-            self.kept[run["run_id"]] = result.model
-        event = {
-            "event": "run", "run_id": run["run_id"], "pred_path": str(pred_path.resolve()),
-            "diverged": result.diverged, "seconds": result.seconds,
-            "n_params": count_parameters(result.model), "path": path,
-        }
-        if run.get("save_state"):  # for the baseline cache: measure() needs the trained model
-            state_path = Path(f"state_{run['run_id']}.pt")
-            self.torch.save(result.model.state_dict(), state_path)
-            event["state_path"] = str(state_path.resolve())
-        send(event)
+        np.save(f"pred_{run['run_id']}.npy", result.predictions.numpy())
+        if run.get("keep"):  # a final model the mechanism is measured on: its trained tensors
+            for j, tensor in enumerate(result.model.tensors()):
+                np.save(f"kept_{run['run_id']}_{j}.npy", tensor.detach().cpu().numpy(), allow_pickle=False)
+        send({
+            "event": "run", "run_id": run["run_id"], "diverged": result.diverged,
+            "seconds": result.seconds, "n_params": result.model.counts()[0], "path": path,
+        })
 
     def _train_one(self, run: dict[str, Any], send: Any) -> None:
         from bench.trainer import train
@@ -359,37 +344,6 @@ class ArmRunner:
             self._finish(run, result, "vectorized", send)
         return True
 
-    def measure(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """Call the arm's ``measure(model, x)`` on kept models with the given probes."""
-        import math
-
-        import numpy as np
-
-        measure = getattr(self.module, "measure", None) if cmd.get("measure_code") is None else None
-        if cmd.get("measure_code") is not None:
-            # The idea's measurement applied to the baseline's trained models.
-            namespace: dict[str, Any] = {}
-            try:
-                exec(compile(cmd["measure_code"], "idea.py", "exec"), namespace)
-            except Exception as exc:
-                raise classify(exc, "idea.py", ErrorCode.INVALID_CODE) from None
-            measure = namespace.get("measure")
-        if not callable(measure):
-            raise BenchError(ErrorCode.INVALID_MECHANISM, "The idea declares MECHANISM but no measure().")
-        values = []
-        for item in cmd["runs"]:
-            model = self.kept[item["run_id"]]
-            probe = self.torch.from_numpy(np.load(item["probe_path"])).to(self.device)
-            model.eval()
-            try:
-                value = float(measure(model, probe))
-            except Exception as exc:
-                raise classify(exc, "idea.py", ErrorCode.MECHANISM_ERROR) from None
-            if not math.isfinite(value):
-                raise BenchError(ErrorCode.MECHANISM_ERROR, f"measure() returned {value}.")
-            values.append(value)
-        return {"values": values}
-
 
 def main() -> None:
     """Serve commands until stdin closes or an ``exit`` command arrives."""
@@ -405,25 +359,46 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(1)
-        runner = ArmRunner()
+        trainer = ArmRunner()
+        from bench.capture import Capturer
+
+        capturer = Capturer()
     except Exception as exc:  # torch itself failed to import: the environment, not the idea
         send({"error": BenchError(ErrorCode.INTERNAL, f"child start failed: {exc}").to_dict()})
         return
     send({"ready": True, "torch": torch.__version__})
+    # One child serves one side for its whole life: the first command decides which. A
+    # trainer child never executes submitted code; a capture child never trains.
+    side: str | None = None
     for line in sys.stdin:
         cmd = json.loads(line)
         op = cmd.get("op")
         if op == "exit":
             break
         try:
-            if op == "load":
-                reply = runner.load(cmd)
-            elif op == "check":
-                reply = runner.check(cmd)
-            elif op == "train":
-                reply = runner.train(cmd, send)
+            wanted: str | None
+            if op in CAPTURE_OPS:
+                wanted = "capture"
+            elif op in TRAINER_OPS:
+                wanted = "trainer"
+            else:
+                wanted = side
+            if side is None:
+                side = wanted
+            elif wanted is not None and wanted != side:
+                raise BenchError(ErrorCode.INTERNAL, f"a {side} child got the {op!r} command")
+            if op == "capture_load":
+                reply = capturer.load(cmd)
+            elif op == "capture":
+                reply = capturer.capture(cmd)
             elif op == "measure":
-                reply = runner.measure(cmd)
+                reply = capturer.measure(cmd)
+            elif op == "load":
+                reply = trainer.load(cmd)
+            elif op == "check":
+                reply = trainer.check(cmd)
+            elif op == "train":
+                reply = trainer.train(cmd, send)
             elif op == "make_data":
                 reply = make_data(cmd)
             elif op == "warm":

@@ -14,6 +14,7 @@ from typing import Any
 from bench.errors import BenchError, ErrorCode
 
 MAX_SOURCE_BYTES = 64 * 1024
+MAX_RTOL, MAX_ATOL = 0.25, 0.01  # a close_to expectation's tolerances, at most
 EXPECT_KINDS = {
     "close_to",
     "less_than",
@@ -138,9 +139,15 @@ def check_mechanism(mechanism: Any) -> dict[str, Any]:
         key = numeric[kind]
         if not isinstance(expect.get(key), int | float) or isinstance(expect.get(key), bool):
             raise BenchError(ErrorCode.INVALID_MECHANISM, f"expect kind {kind!r} needs a number {key!r}.")
-    for tol in ("rtol", "atol"):
-        if tol in expect and (not isinstance(expect[tol], int | float) or expect[tol] < 0):
-            raise BenchError(ErrorCode.INVALID_MECHANISM, f"expect {tol!r} must be a number >= 0.")
+    for tol, bound in (("rtol", MAX_RTOL), ("atol", MAX_ATOL)):
+        value = expect.get(tol, 0)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= bound:
+            raise BenchError(
+                ErrorCode.INVALID_MECHANISM,
+                f"expect {tol!r} must be a number between 0 and {bound:g}; got {value!r}.",
+                "A tolerance wide enough to accept anything confirms nothing: state the quantity "
+                "so that its expected value is measurable within these bounds.",
+            )
     return {
         "quantity": str(mechanism["quantity"]),
         "prediction": str(mechanism["prediction"]),

@@ -11,6 +11,7 @@ sizes, a baseline smoke run and the time a protocol would take.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import shutil
@@ -29,7 +30,7 @@ from bench.errors import BenchError, ErrorCode
 from bench.metrics import score
 from bench.runner import ArmSession, load_npy, open_output
 from bench.sandbox import Limits
-from bench.seeding import SeedSecret, deployment_secret, run_seeds
+from bench.seeding import SeedSecret, deployment_secret, final_seeds, run_seeds, sweep_seeds
 from bench.tempdirs import OwnedDir
 from bench.track import Splits, Track
 from bench.track_source import parse_track_source, source_sha256
@@ -51,6 +52,8 @@ class CustomTrack:
     author: str | None = None
     file: str | None = None
     sizes: dict[str, int] = field(default_factory=dict)
+    # sha256 of each split seed's six arrays as validated (``validate``), by split seed
+    checksums: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_source(
@@ -179,23 +182,59 @@ def _run_make_data(
     return [float(s) for s in answer["seconds"]]
 
 
+def arrays_checksum(arrays: dict[str, np.ndarray]) -> str:
+    """sha256 over the six arrays' bytes in ``SPLIT_NAMES`` order."""
+    digest = hashlib.sha256()
+    for name in SPLIT_NAMES:
+        digest.update(np.ascontiguousarray(arrays[name]).tobytes())
+    return digest.hexdigest()
+
+
+def _generate(
+    track: CustomTrack, split_seeds: list[int], *, memory_mb: int, deadline: float,
+    cancel: threading.Event, timeout_s: float,
+) -> tuple[dict[int, dict[str, np.ndarray]], list[float]]:
+    """``make_splits`` for ``split_seeds`` in one fresh sandboxed child, its arrays checked.
+
+    Jobs and validation call it the same way (directory names, order, one child per call),
+    so a track file cannot tell a validation from a job."""
+    with OwnedDir("track") as tmp:
+        workdir = Path(tmp) / "track"  # the sandbox's read-only data dir is then tmp/data (empty)
+        seconds = _run_make_data(
+            track, [(seed, f"seed_{seed}") for seed in split_seeds], workdir, memory_mb=memory_mb,
+            deadline=deadline, cancel=cancel, timeout_s=timeout_s,
+        )
+        return {seed: check_arrays(workdir, f"seed_{seed}", track.card) for seed in split_seeds}, seconds
+
+
 def ensure_data(
     track: CustomTrack, split_seeds: list[int], *, memory_mb: int = 6144,
     deadline: float | None = None, cancel: threading.Event | None = None, timeout_s: float = 600.0,
 ) -> None:
-    """Generate (in the sandbox) and cache every split seed this worker does not have yet."""
+    """Generate (in the sandbox) and cache every split seed this worker does not have yet.
+
+    Data generated for a job must match what validation saw: the sizes of every split, and
+    the checksum of every seed that validation generated (``track.checksums``)."""
     missing = sorted({s for s in split_seeds if not (cache_dir(track) / str(s)).is_dir()})
     if not missing:
         return
-    with OwnedDir("track") as tmp:
-        workdir = Path(tmp) / "track"  # the sandbox's read-only data dir is then tmp/data (empty)
-        _run_make_data(
-            track, [(seed, f"seed_{seed}") for seed in missing], workdir, memory_mb=memory_mb,
-            deadline=deadline if deadline is not None else time.monotonic() + timeout_s,
-            cancel=cancel or threading.Event(), timeout_s=timeout_s,
-        )
-        for seed in missing:
-            _store(track, seed, check_arrays(workdir, f"seed_{seed}", track.card))
+    generated, _ = _generate(
+        track, missing, memory_mb=memory_mb,
+        deadline=deadline if deadline is not None else time.monotonic() + timeout_s,
+        cancel=cancel or threading.Event(), timeout_s=timeout_s,
+    )
+    for seed, arrays in generated.items():
+        sizes = {split: len(arrays[f"x_{split}"]) for split in ("train", "val", "test")}
+        validated = track.checksums.get(str(seed))
+        if (track.sizes and sizes != track.sizes) or (validated and validated != arrays_checksum(arrays)):
+            raise _invalid(
+                f"make_splits gave other data for seed {seed} in this job than at validation "
+                f"(sizes {sizes}, validated {track.sizes or 'unknown'}).",
+                "A track's data must depend only on make_splits' seed argument: register a new "
+                "version whose make_splits is a pure function of its seed.",
+            )
+    for seed, arrays in generated.items():
+        _store(track, seed, arrays)
 
 
 def _no_baseline_in_parent(spec: dict[str, Any]) -> torch.nn.Module:
@@ -250,6 +289,7 @@ def validate(
     Raises ``BenchError`` (``invalid_track`` and the sandbox's codes).
     """
     from bench import data as data_mod
+    from bench.captured import import_capture
 
     started = time.monotonic()
     deadline = started + timeout_s
@@ -257,45 +297,67 @@ def validate(
     card = track.card
     warnings: list[str] = []
     secret = secret or deployment_secret()
-    # The job's own first two sweep seeds of this epoch: the data validated is the data judged.
-    seed_a, seed_b = run_seeds(0, secret).split, run_seeds(1, secret).split
-    with OwnedDir("validate") as tmp:
-        work = Path(tmp)
-        seconds = _run_make_data(
-            track, [(seed_a, "a"), (seed_a, "a_again"), (seed_b, "b")], work / "track",
-            memory_mb=memory_mb, deadline=deadline, cancel=cancel, timeout_s=timeout_s,
-        )
-        first = check_arrays(work / "track", "a", card)
-        again = check_arrays(work / "track", "a_again", card)
-        other = check_arrays(work / "track", "b", card)
+    # Every split seed a default job of this epoch uses, made exactly as a job makes them,
+    # twice, in two separate children: the data validated is the data judged.
+    d = card["defaults"]
+    protocol_seeds = sweep_seeds(d["sweep_seeds"]) + final_seeds(d["n_seeds"])
+    split_seeds = [run_seeds(s, secret).split for s in protocol_seeds]
+    seed_a, seed_b = split_seeds[0], split_seeds[1]
+    generated, seconds = _generate(track, split_seeds, memory_mb=memory_mb, deadline=deadline,
+                                   cancel=cancel, timeout_s=timeout_s)
+    again, _ = _generate(track, split_seeds, memory_mb=memory_mb, deadline=deadline,
+                         cancel=cancel, timeout_s=timeout_s)
+    for seed in split_seeds:
         for name in SPLIT_NAMES:
-            if first[name].shape != again[name].shape or first[name].tobytes() != again[name].tobytes():
+            one, two = generated[seed][name], again[seed][name]
+            if one.shape != two.shape or one.tobytes() != two.tobytes():
                 raise _invalid(
-                    f"make_splits is not deterministic: two calls with seed {seed_a} gave different {name}.",
+                    f"make_splits is not deterministic: two calls with seed {seed} gave different {name}.",
                     "Draw every random number from a generator seeded by make_splits' seed argument "
                     "(numpy.random.default_rng(seed) or torch.Generator().manual_seed(seed)).",
                 )
-        if all(first[n].tobytes() == other[n].tobytes() for n in SPLIT_NAMES):
-            warnings.append("make_splits ignores its seed: every protocol seed gets the same data, so "
-                            "seed-to-seed variance comes from the init and data order only.")
-        _store(track, seed_a, first)
-        _store(track, seed_b, other)
+    first, other = generated[seed_a], generated[seed_b]
+    if all(first[n].tobytes() == other[n].tobytes() for n in SPLIT_NAMES):
+        warnings.append("make_splits ignores its seed: every protocol seed gets the same data, so "
+                        "seed-to-seed variance comes from the init and data order only.")
+    sizes_of = {seed: {split: len(a[f"x_{split}"]) for split in ("train", "val", "test")}
+                for seed, a in generated.items()}
+    if any(s != sizes_of[seed_a] for s in sizes_of.values()):
+        raise _invalid("make_splits gives splits of other sizes for other seeds.",
+                       "Keep the sizes of the three splits fixed; draw only their contents from the seed.")
+    for seed, arrays in generated.items():
+        _store(track, seed, arrays)
+    checksums = {str(seed): arrays_checksum(arrays) for seed, arrays in generated.items()}
+    with OwnedDir("validate") as tmp:
+        work = Path(tmp)
         sizes = {split: len(first[f"x_{split}"]) for split in ("train", "val", "test")}
         engine_track = as_track(track)
         exported = data_mod.export(engine_track, seed_a, None, work / "data")  # what the baseline child reads
-        lr = sorted(card["defaults"]["lr_grid"])[len(card["defaults"]["lr_grid"]) // 2]
-        d = card["defaults"]
+        lr = sorted(d["lr_grid"])[len(d["lr_grid"]) // 2]
         cfg = {"lr": lr, "epochs": d["epochs"], "batch_size": d["batch_size"],
                "weight_decay": d["weight_decay"], "hparams": {}}
         seeds = run_seeds(0, secret)
         events: list[dict[str, Any]] = []
-        session = ArmSession("baseline", work / "baseline", Limits(memory_mb=memory_mb), deadline, cancel,
-                             timeout_s)
+        limits = Limits(memory_mb=memory_mb)
+        # As in a job: the track's baseline is captured in a child with no data, then trained
+        # from the checked graph by a trainer child that runs no track code.
+        capture = ArmSession("baseline", work / "capture_baseline", limits, deadline, cancel, timeout_s,
+                             read_only=[])
+        try:
+            capture.request({
+                "op": "capture_load", "role": "baseline", "track": track.name, "spec": card["spec"],
+                "param_cap": card["param_cap"], "code": None, "track_source": track.source,
+            })
+            capture.request({"op": "capture", "configs": [{}], "init_seeds": [seeds.init]})
+            captured = import_capture(capture, [{}], 1, work / "data" / "capture_baseline")
+        finally:
+            capture.close()
+        session = ArmSession("baseline", work / "baseline", limits, deadline, cancel, timeout_s)
         try:
             session.request({
-                "op": "load", "role": "baseline", "track": track.name, "spec": card["spec"],
-                "param_cap": card["param_cap"], "device": None, "code": None,
-                "track_source": track.source,
+                "op": "load", "role": "baseline", "spec": card["spec"], "param_cap": card["param_cap"],
+                "device": None, "captured": {"dir": str(captured.directory), "configs": [{}],
+                                             "init_seeds": [seeds.init]},
             })
             checked = session.request({
                 "op": "check", "data_dir": str(exported.data_dir), "configs": [{}], "probe": False,
@@ -339,6 +401,8 @@ def validate(
         "sizes": sizes,
         "bytes_per_seed": int(sum(a.nbytes for a in first.values())),
         "deterministic": True,
+        "checksums": checksums,
+        "seed_epoch": secret.epoch,
         "data_seconds_per_seed": round(data_s, 3),
         "baseline_n_params": int(checked["n_params"][0]),
         "baseline_smoke": {

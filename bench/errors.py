@@ -12,6 +12,8 @@ class ErrorCode(StrEnum):
     MISSING_BUILD_MODEL = "missing_build_model"
     BAD_OUTPUT_SHAPE = "bad_output_shape"
     NOT_A_MODULE = "not_a_module"
+    NOT_CAPTURABLE = "not_capturable"
+    PARAMETER_PARITY = "parameter_parity"
     TOO_MANY_PARAMETERS = "too_many_parameters"
     INVALID_HPARAMS = "invalid_hparams"
     INVALID_MECHANISM = "invalid_mechanism"
@@ -40,6 +42,12 @@ DEFAULT_HINTS: dict[ErrorCode, str] = {
     ErrorCode.BAD_OUTPUT_SHAPE: "The model must map a batch of shape (B, *spec['input_shape']) to "
     "(B, *spec['output_shape']); read the track's spec.",
     ErrorCode.NOT_A_MODULE: "`build_model(spec)` must return an instance of torch.nn.Module.",
+    ErrorCode.NOT_CAPTURABLE: "The model must export with torch.export as a fixed graph of tensor ops "
+    "for a batch of any size: no control flow on tensor values (use torch.where), no Python-side "
+    "state changed in forward, no .item()/numpy in forward; see docs/idea-contract.md.",
+    ErrorCode.PARAMETER_PARITY: "Shrink the model to at most the track's param_parity_ratio times the "
+    "baseline's parameters (and its buffers to the track's buffer_cap), or send a matched baseline "
+    "of the same size.",
     ErrorCode.TOO_MANY_PARAMETERS: "Shrink the model below the track's param_cap (trainable "
     "parameters), e.g. fewer hidden units.",
     ErrorCode.INVALID_HPARAMS: "HPARAMS must be a dict mapping a name to a non-empty list of "

@@ -24,11 +24,19 @@ import numpy as np
 from bench import baseline_cache, warm
 from bench import custom_track as custom_mod
 from bench import data as data_mod
+from bench.captured import (
+    ArmCapture,
+    hand_over_for_measure,
+    import_capture,
+    pack,
+    read_kept,
+    unpack,
+)
 from bench.contract import check_hparams, check_mechanism, check_source
 from bench.errors import BenchError, ErrorCode
 from bench.metrics import check_predictions, score
 from bench.registry import load_track
-from bench.runner import ArmSession, load_npy, open_output, write_new_file
+from bench.runner import ArmSession, load_npy, open_output
 from bench.sandbox import Limits
 from bench.seeding import (
     SeedSecret,
@@ -180,8 +188,14 @@ class _Job:
         self._prefetcher: ThreadPoolExecutor | None = None
         self._prefetched: dict[int, Future[data_mod.SeedData]] = {}
         self.tracker = _Tracker(on_progress, 0)
-        self.sessions: dict[str, ArmSession] = {}
-        self.adopted: set[str] = set()  # arms whose child came from a warm slot
+        self.sessions: dict[str, ArmSession] = {}  # the trusted trainers, one per arm
+        self.captures: dict[str, ArmSession] = {}  # the capture children (submitted code)
+        self.capture_info: dict[str, ArmCapture] = {}
+        self.kept: dict[str, list[np.ndarray]] = {}  # run id -> trained tensors of a final model
+        self.all_seeds: list[int] = []
+        self.buffers: dict[str, int] = {}  # buffer and constant elements per arm (trusted count)
+        self.lr_grids: dict[str, list[float]] = {}  # each arm's swept learning rates
+        self.adopted: set[str] = set()  # arms whose trainer came from a warm slot
         self.runs: list[RunRecord] = []
         self.warnings: list[str] = []
         self._counter = itertools.count()
@@ -222,11 +236,16 @@ class _Job:
         Launches run one at a time (``sandbox.launch`` serialises them); the torch imports overlap.
         """
         limits = Limits(memory_mb=self.request.memory_mb)
-        # Only the track's own built-in baseline needs the track packages on its path; every
-        # child that runs submitted code (idea, matched baseline, a custom track) sees them empty.
+        # Only the capture child of a built-in track's own baseline needs the track packages
+        # on its path; every child that runs submitted code sees them empty, and no capture
+        # child sees any data (read_only=[]: not even the job's data directory).
         canonical = self.request.baseline_code is None and self.request.custom_track is None
-        if slot is not None and not canonical:
-            slot.drop("baseline")  # warm with the track packages visible: not for submitted code
+        for arm in ARMS:
+            self.captures[arm] = ArmSession(
+                arm, self.workdir / f"capture_{arm}", limits, self.deadline, self.cancel,
+                self.request.timeout_s, wait_ready=False, read_only=[],
+                hide_tracks=not (arm == "baseline" and canonical),
+            )
         for arm in ARMS:
             launched = slot.launched.get(arm) if slot else None
             if launched is not None:
@@ -234,16 +253,15 @@ class _Job:
             self.sessions[arm] = ArmSession(
                 arm, self.workdir / arm, limits, self.deadline, self.cancel, self.request.timeout_s,
                 launched=launched, pending=1 if launched else 0, wait_ready=False,
-                hide_tracks=not (arm == "baseline" and canonical),
             )
-        for session in self.sessions.values():
+        for session in [*self.captures.values(), *self.sessions.values()]:
             session.wait_ready()
 
     def close(self) -> None:
         """Close both children at once; stop making data nobody will use."""
         if self._prefetcher is not None:
             self._prefetcher.shutdown(wait=True, cancel_futures=True)
-        sessions = list(self.sessions.values())
+        sessions = [*self.captures.values(), *self.sessions.values()]
         if not sessions:
             return
         with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
@@ -268,9 +286,35 @@ class _Job:
             return results
 
     def cancel_siblings(self) -> None:
-        for session in self.sessions.values():
+        for session in [*self.captures.values(), *self.sessions.values()]:
             if session.proc.poll() is None:
                 session._kill(ErrorCode.CANCELLED)
+
+    def check_parity(self, checked: dict[str, dict[str, Any]]) -> None:
+        """Parity as a rule (PROTOCOL.md section 1), on the trusted trainers' counts: every idea
+        config holds at most ``param_parity_ratio`` times the baseline's parameters, and at
+        most ``buffer_cap`` (default: the baseline's parameter count) buffer and constant
+        elements, room for normalisation statistics and none for a table of the data."""
+        base = max(int(n) for n in checked["baseline"]["n_params"])
+        ratio = float(self.card.get("param_parity_ratio", 1.10))
+        cap = int(self.card.get("buffer_cap") or base)
+        for hparams, n_params, n_buffers in zip(
+            self.grids["idea"], checked["idea"]["n_params"], checked["idea"]["n_buffers"], strict=True
+        ):
+            where = f" (config {hparams})" if hparams else ""
+            if n_params > ratio * base:
+                raise BenchError(
+                    ErrorCode.PARAMETER_PARITY,
+                    f"The idea holds {n_params} parameters{where}, more than {ratio:g} x the baseline's "
+                    f"{base}: it is not judged.",
+                )
+            if n_buffers > cap:
+                raise BenchError(
+                    ErrorCode.PARAMETER_PARITY,
+                    f"The idea holds {n_buffers} buffer and constant elements{where}; this track allows "
+                    f"{cap} (its buffer_cap): room for normalisation statistics, not for a table.",
+                )
+        self.buffers = {arm: max(int(n) for n in checked[arm]["n_buffers"]) for arm in ARMS}
 
     def enable_cache(self, device: str) -> None:
         """Reuse the canonical baseline's runs (bench.baseline_cache) when allowed."""
@@ -284,6 +328,7 @@ class _Job:
             or baseline_cache.source_hash(self.track.build_baseline),
             "device": device, "versions": baseline_cache.versions(),
             "code": baseline_cache.code_version(), "path": self.path, "threads": 1,
+            "graph": list(self.capture_info["baseline"].graph_sha256),
         }
 
     @property
@@ -348,20 +393,14 @@ class _Job:
                 keys = [baseline_cache.digest({**self.cache_context, "run": d, "group": signature}) for d in described]
                 hits = [self.cache.get(k) for k in keys]
                 kept = keep and members[0].split == "test"
-                if all(h is not None and (h.state_path is not None or not kept) for h in hits):
-                    for record, hit in zip(members, hits, strict=True):
+                states = [self._cached_state(h, members[0]) if kept and h is not None else None for h in hits]
+                if all(h is not None and (s is not None or not kept) for h, s in zip(hits, states, strict=True)):
+                    for record, hit, state in zip(members, hits, states, strict=True):
                         assert hit is not None
                         self._score(record, hit.predictions, hit.diverged, 0.0, hit.n_params)
                         self.cache_hits += 1
-                        if kept and hit.state_path is not None:
-                            # measure() runs on the baseline's final models: the child rebuilds
-                            # them from the cached state_dicts instead of training them again.
-                            name = f"restore_{record.run_id}.pt"
-                            write_new_file(self.workdir / "baseline", name, hit.state_path.read_bytes())
-                            batches["baseline"].append({
-                                "run_id": record.run_id, "cfg": record.cfg, "restore": name,
-                                "init_seed": self.seeds(record.seed).init,
-                            })
+                        if state is not None:  # the mechanism is measured on the cached trained model
+                            self.kept[record.run_id] = state
                     continue
                 cache_keys.update({r.run_id: k for r, k in zip(members, keys, strict=True)})
             for record in members:
@@ -371,12 +410,11 @@ class _Job:
                     "data_dir": str(self.data(record.seed).data_dir), "init_seed": seeds.init,
                     "order_seed": seeds.order, "loss": self.card["metric"]["loss"],
                     "keep": record.split == "test" and keep, "group": group_id,
-                    "save_state": record.run_id in cache_keys and record.split == "test" and keep,
                 })
 
         # Only the child that owns a run may report it, only for runs of this command, and
         # only once: the idea's child cannot speak for the baseline's runs.
-        pending = {arm: {run["run_id"] for run in batches[arm] if "restore" not in run} for arm in ARMS}
+        pending = {arm: {run["run_id"] for run in batches[arm]} for arm in ARMS}
 
         def on_event_for(arm: str) -> Callable[[dict[str, Any]], None]:
             expected = pending[arm]
@@ -400,18 +438,20 @@ class _Job:
                     self.paths_used[arm].add(path)
                 diverged, seconds, n_params = _event_numbers(event, arm)
                 self._score(record, pred, diverged, seconds, n_params)
+                state = None
+                if keep and record.split == "test":  # the trained tensors, for the mechanism
+                    shapes = self.capture_info[arm].shapes[self._config_index(record)]
+                    state = read_kept(session, record.run_id, shapes)
+                    with self._lock:
+                        self.kept[record.run_id] = state
                 key = cache_keys.get(record.run_id)
                 if key is not None and self.cache is not None:
                     with self._lock:
                         self.cache_misses += 1
                     if path == self.path:  # a group that fell back is not what its key describes
                         try:
-                            state = None
-                            if event.get("state_path"):
-                                with open_output(session.workdir, f"state_{record.run_id}.pt", arm) as fh:
-                                    state = fh.read()
-                            self.cache.put(key, pred, diverged=diverged, seconds=seconds,
-                                           n_params=n_params, state=state)
+                            self.cache.put(key, pred, diverged=diverged, seconds=seconds, n_params=n_params,
+                                           state=pack(state) if state is not None else None)
                         except OSError as exc:
                             self.warnings.append(f"baseline cache not written: {exc}")
 
@@ -473,14 +513,28 @@ class _Job:
             for hp in self.grids[arm]
         ]
 
-    def sweep(self, lrs: list[float]) -> None:
-        """Train every config of both arms on the sweep seeds, scored on validation."""
+    def budget_factor(self, arm: str) -> int:
+        """How many times as many learning rates ``arm`` sweeps as the idea: the baseline gets a
+        denser lr grid over the same range when the idea has more hyperparameter configs, so
+        both arms' tuning budgets are equal by construction (PROTOCOL.md section 1)."""
+        if arm == "idea":
+            return 1
+        return max(1, math.ceil(len(self.grids["idea"]) / len(self.grids[arm])))
+
+    def sweep(self, lrs: list[float], part: str) -> None:
+        """Train every config of both arms on the sweep seeds, scored on validation.
+
+        ``lrs`` are the idea's learning rates for ``part`` of the sweep (``grid``, or one
+        edge step ``below``/``above``); each arm sweeps ``densify`` of them.
+        """
         records = [
             RunRecord(arm, cfg, seed, "val")
             for seed in self.sweep_seed_list
             for arm in ARMS
-            for cfg in self.configs(arm, lrs)
+            for cfg in self.configs(arm, densify(lrs, self.budget_factor(arm), part))
         ]
+        self.lr_grids = {arm: sorted({*self.lr_grids.get(arm, []), *densify(lrs, self.budget_factor(arm), part)})
+                         for arm in ARMS}
         self.train(records)
 
     def sweep_table(self, arm: str) -> list[dict[str, Any]]:
@@ -505,28 +559,29 @@ class _Job:
         sign = 1.0 if self.card["metric"]["direction"] == "lower" else -1.0
         return min(self.sweep_table(arm), key=lambda row: sign * row["mean"])
 
-    def run_sweep_with_edges(self) -> list[float]:
-        """Sweep the union lr grid; extend it once where an arm's best lr is at an edge."""
+    def run_sweep_with_edges(self) -> None:
+        """Sweep the lr grid; extend it once (both arms) where an arm's best lr is at an edge."""
         lrs = sorted(float(v) for v in self.defaults["lr_grid"])
-        self.sweep(lrs)
-        extra = []
+        self.sweep(lrs, "grid")
         bests = {arm: self.best(arm)["cfg"]["lr"] for arm in ARMS}
-        if any(lr == lrs[0] for lr in bests.values()):
-            extra.append(lrs[0] / 2)
-        if any(lr == lrs[-1] for lr in bests.values()):
-            extra.append(lrs[-1] * 2)
-        if extra:
-            self.tracker.add_total(sum(len(self.configs(a, extra)) for a in ARMS) * len(self.sweep_seed_list))
-            self.sweep(extra)
-            lrs = sorted(lrs + extra)
-            for arm in ARMS:
-                lr = self.best(arm)["cfg"]["lr"]
-                if lr in (lrs[0], lrs[-1]):
-                    self.warnings.append(
-                        f"{arm}: best lr {lr:g} is still at the edge of the extended grid "
-                        f"[{lrs[0]:g}, {lrs[-1]:g}]; its optimum may lie outside."
-                    )
-        return lrs
+        below = any(lr == self.lr_grids[arm][0] for arm, lr in bests.items())
+        above = any(lr == self.lr_grids[arm][-1] for arm, lr in bests.items())
+        parts = [(p, [v]) for p, v, wanted in (("below", lrs[0] / 2, below), ("above", lrs[-1] * 2, above)) if wanted]
+        if not parts:
+            return
+        self.tracker.add_total(sum(
+            len(self.configs(a, densify(v, self.budget_factor(a), p))) for a in ARMS for p, v in parts
+        ) * len(self.sweep_seed_list))
+        for part, values in parts:
+            self.sweep(values, part)
+        for arm in ARMS:
+            grid = self.lr_grids[arm]
+            lr = self.best(arm)["cfg"]["lr"]
+            if lr in (grid[0], grid[-1]):
+                self.warnings.append(
+                    f"{arm}: best lr {lr:g} is still at the edge of the extended grid "
+                    f"[{grid[0]:g}, {grid[-1]:g}]; its optimum may lie outside."
+                )
 
     def final(self, n_seeds: int) -> dict[str, list[RunRecord]]:
         """Train each arm's best config on fresh paired seeds, scored on test."""
@@ -546,25 +601,66 @@ class _Job:
                 )
         return finals
 
+    def _config_index(self, record: RunRecord) -> int:
+        return self.capture_info[record.arm].config_index(record.cfg.get("hparams", {}))
+
+    def _cached_state(self, hit: baseline_cache.CachedRun, record: RunRecord) -> list[np.ndarray] | None:
+        """A cache hit's trained tensors, if they match this job's capture of the baseline."""
+        if hit.state_path is None:
+            return None
+        shapes = self.capture_info[record.arm].shapes[self._config_index(record)]
+        try:
+            return unpack(hit.state_path.read_bytes(), shapes)
+        except OSError:
+            return None
+
     def measure(self, finals: dict[str, list[RunRecord]]) -> dict[str, list[float]]:
-        """The idea's ``measure`` on every final model of both arms."""
+        """The idea's ``measure`` on every final model of both arms, in the capture children.
+
+        Each arm's capture child builds its final models again and loads the weights the
+        trusted trainer trained; the baseline's child runs the idea's ``measure`` code. The
+        values are the idea's own numbers: the report marks them ``self_measured``.
+        """
         self.tracker.stage = "mechanism"
         self.tracker.emit("measuring the mechanism signature")
 
         def measure_arm(arm: str) -> list[float]:
-            command: dict[str, Any] = {
-                "op": "measure",
-                "runs": [
-                    {"run_id": r.run_id, "probe_path": str(self.seed_data[r.seed].probe_path)}
-                    for r in finals[arm]
-                ],
-            }
+            session = self.captures[arm]
+            runs = []
+            for record in finals[arm]:
+                probe = np.load(self.seed_data[record.seed].probe_path, allow_pickle=False)
+                names = hand_over_for_measure(session, record.run_id, self.kept[record.run_id], probe)
+                runs.append({"config": self._config_index(record),
+                             "seed_index": self.all_seeds.index(record.seed), **names})
+            command: dict[str, Any] = {"op": "measure", "runs": runs}
             if arm == "baseline":
                 command["measure_code"] = self.request.idea_code
-            values: list[float] = self.sessions[arm].request(command)["values"]
-            return values
+            values = session.request(command).get("values")
+            if (not isinstance(values, list) or len(values) != len(runs)
+                    or not all(isinstance(v, int | float) and math.isfinite(v) for v in values)):
+                raise BenchError(ErrorCode.MECHANISM_ERROR, f"measure() gave no usable values for the {arm}.")
+            return [float(v) for v in values]
 
         return self.both(measure_arm)
+
+
+def densify(lrs: list[float], factor: int, part: str) -> list[float]:
+    """``factor`` times as many learning rates as ``lrs``, geometrically over the same range.
+
+    ``part`` ``grid``: ``lrs`` is the track's grid ([lo, hi] gets ``factor * len(lrs)``
+    points); ``below`` / ``above``: ``lrs`` is one edge step (lo/2 or 2*hi), which becomes
+    ``factor`` points in [lo/2, lo) or (hi, 2*hi]. ``factor == 1`` returns ``lrs``.
+    """
+    if factor <= 1:
+        return list(lrs)
+    if part == "grid":
+        if lrs[0] == lrs[-1]:
+            return list(lrs)
+        return [float(v) for v in np.geomspace(lrs[0], lrs[-1], len(lrs) * factor)]
+    (lr,) = lrs
+    if part == "below":
+        return [float(v) for v in np.geomspace(lr, 2 * lr, factor + 1)[:-1]]
+    return [float(v) for v in np.geomspace(lr / 2, lr, factor + 1)[1:]]
 
 
 def report_cfg(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -638,9 +734,9 @@ def _judge(
             job.tracker.emit("starting the sandboxed children")
             job.prefetch(all_seeds)
             job.start_sessions(slot)
-            loaded = job.both(lambda arm: job.sessions[arm].request({
-                "op": "load", "role": arm, "track": track.name, "spec": track.spec,
-                "param_cap": track.card["param_cap"], "device": request.device,
+            loaded = job.both(lambda arm: job.captures[arm].request({
+                "op": "capture_load", "role": arm, "track": track.name, "spec": track.spec,
+                "param_cap": track.card["param_cap"],
                 "code": request.idea_code if arm == "idea" else request.baseline_code,
                 "track_source": custom.source if custom is not None and arm == "baseline" else None,
             }))
@@ -656,18 +752,37 @@ def _judge(
                 if not loaded["idea"]["has_measure"]:
                     raise BenchError(ErrorCode.INVALID_MECHANISM, "MECHANISM is declared but the idea defines no measure(model, x).")
             job.sweep_seed_list = sweep_seeds(int(track.card["defaults"]["sweep_seeds"]))
+            job.all_seeds = all_seeds
+            init_seeds = [job.seeds(s).init for s in all_seeds]
+            job.tracker.emit("capturing both arms' models as graphs")
+            job.both(lambda arm: job.captures[arm].request({
+                "op": "capture", "configs": job.grids[arm], "init_seeds": init_seeds,
+            }))
+            job.capture_info = job.both(lambda arm: import_capture(
+                job.captures[arm], job.grids[arm], len(init_seeds), job.workdir / "data" / f"capture_{arm}"
+            ))
+            trainers = job.both(lambda arm: job.sessions[arm].request({
+                "op": "load", "role": arm, "spec": track.spec, "param_cap": track.card["param_cap"],
+                "device": request.device,
+                "captured": {"dir": str(job.capture_info[arm].directory), "configs": job.grids[arm],
+                             "init_seeds": init_seeds},
+            }))
             first = job.data(job.sweep_seed_list[0])
             want_vectorized = os.environ.get("IDEABENCH_EXECUTION", "auto").strip().lower() != "sequential"
             checked = job.both(lambda arm: job.sessions[arm].request({
                 "op": "check", "data_dir": str(first.data_dir), "configs": job.grids[arm],
                 "probe": want_vectorized, "loss": track.card["metric"]["loss"],
             }))
+            job.check_parity(checked)
             job.choose_path(checked, want_vectorized)
-            job.enable_cache(loaded["baseline"]["device"])
+            device = str(trainers["idea"]["device"])
+            job.enable_cache(device)
             n_lrs = len(track.card["defaults"]["lr_grid"])
-            per_arm_sweep = {a: n_lrs * len(job.grids[a]) * len(job.sweep_seed_list) for a in ARMS}
+            per_arm_sweep = {
+                a: n_lrs * job.budget_factor(a) * len(job.grids[a]) * len(job.sweep_seed_list) for a in ARMS
+            }
             job.tracker.add_total(sum(per_arm_sweep.values()) + 2 * n_seeds)
-            lrs = job.run_sweep_with_edges()
+            job.run_sweep_with_edges()
             finals = job.final(n_seeds)
             measured = job.measure(finals) if job.mechanism is not None else None
         finally:
@@ -675,6 +790,6 @@ def _judge(
             if slot is not None:  # a failure before both sessions adopted their child
                 slot.release(job.adopted)
         return build_report(
-            job=job, finals=finals, lrs=lrs, measured=measured, device=loaded["idea"]["device"],
+            job=job, finals=finals, measured=measured, device=device,
             wall_s=time.monotonic() - started,
         )

@@ -126,11 +126,13 @@ class ArmSession:
         pending: int = 0,
         wait_ready: bool = True,
         hide_tracks: bool = True,
+        read_only: list[Path] | None = None,
     ) -> None:
         """Start the child (or adopt ``launched``, a child started earlier with ``pending``
         commands whose answers are still to be read); ``wait_ready=False`` returns before the
         child has imported torch: call ``wait_ready()`` before the first request.
-        ``hide_tracks=False`` only for the child that builds a built-in track's own baseline."""
+        ``hide_tracks=False`` only for the child that builds a built-in track's own baseline;
+        ``read_only`` as for ``sandbox.launch`` (``[]``: no data directory at all)."""
         self.role = role
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -140,7 +142,7 @@ class ArmSession:
         self.timeout_s = timeout_s
         self._buffer = b""
         self.proc, self._fd = launched if launched is not None else sandbox.launch(
-            workdir, limits, hide_tracks=hide_tracks
+            workdir, limits, hide_tracks=hide_tracks, read_only=read_only
         )
         self.layers = sandbox.layers_of(self.proc)
         self._killed_for: ErrorCode | None = None

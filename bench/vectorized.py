@@ -57,6 +57,8 @@ def _math_attention() -> Iterator[None]:
 def _static_reason(models: Sequence[nn.Module]) -> str | None:
     """A reason the group cannot be batched that needs no forward pass, or None."""
     first = models[0]
+    if getattr(first, "mutates_buffers", False):  # a captured model (bench.graph) with BatchNorm
+        return "the model updates buffers in training (running statistics)"
     for module in first.modules():
         if isinstance(module, nn.modules.batchnorm._NormBase) and module.track_running_stats:
             return f"{type(module).__name__} keeps running statistics (buffers updated in training)"

@@ -62,16 +62,6 @@ class Slot:
                     pass
         self.launched = {}
 
-    def drop(self, arm: str) -> None:
-        """Kill ``arm``'s child now (the job starts a fresh one in its place)."""
-        launched = self.launched.pop(arm, None)
-        if launched is not None:
-            sandbox.kill(launched[0])
-            try:
-                os.close(launched[1])
-            except OSError:
-                pass
-
     def discard(self) -> None:
         """Kill the children and remove the directory."""
         self.release(set())
@@ -89,9 +79,7 @@ def _start_slot(limits: sandbox.Limits) -> Slot:
     slot = Slot(JobDir(), limits, {})
     try:
         for arm in ARMS:
-            # The baseline's warm child is for the track's own baseline (bench.protocol drops it
-            # for a matched or custom baseline); the idea's never sees the track packages.
-            proc, fd = sandbox.launch(Path(slot.tmp.name) / arm, limits, hide_tracks=arm != "baseline")
+            proc, fd = sandbox.launch(Path(slot.tmp.name) / arm, limits)  # a trainer: no submitted code
             slot.launched[arm] = (proc, fd)
             assert proc.stdin is not None
             proc.stdin.write(WARM_COMMAND)

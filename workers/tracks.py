@@ -25,9 +25,10 @@ def custom_track_of(row: CustomTrackRow) -> CustomTrack:
     """The engine's view of a stored track version (its card as registered, never re-read)."""
     from bench.custom_track import CustomTrack
 
-    sizes = (row.validation or {}).get("sizes") or {}
+    validation = row.validation or {}
     return CustomTrack(name=row.name, version=row.version, source=row.source, sha256=row.sha256,
-                       card=row.card, author=row.author, file=row.file_name, sizes=sizes)
+                       card=row.card, author=row.author, file=row.file_name,
+                       sizes=validation.get("sizes") or {}, checksums=validation.get("checksums") or {})
 
 
 def execute_validation(ctx: WorkerContext, track_id: str) -> str:

@@ -143,8 +143,9 @@ def test_a_job_failing_before_its_children_start_kills_the_warm_ones() -> None:
 
 @pytest.mark.slow
 def test_an_idea_cannot_hand_the_parent_a_link_to_cached_labels() -> None:
-    """The labels of a custom track sit in the worker's cache; a prediction file that links
-    there is refused (the parent opens only its own names, never through a link)."""
+    """The labels of a custom track sit in the worker's cache. An idea that patches np.save
+    to leave a link to them as its prediction file patches only its capture child: the
+    predictions come from the trainer child, which runs no submitted code."""
     track = CustomTrack.from_source(TINY, version=5)
     judge(JudgeRequest(track=track.id, idea_code=IDEA, custom_track=track, n_seeds=2))  # fills the cache
     labels = next(cache_dir(track).glob("*/y_test.npy"))
@@ -166,7 +167,5 @@ np.save = _save_or_link
 def build_model(spec):
     return nn.Linear(4, 1)
 """
-    with pytest.raises(BenchError) as exc:
-        judge(JudgeRequest(track=track.id, idea_code=evil, custom_track=track, n_seeds=2))
-    assert _code(exc) == "sandbox_violation", exc.value.to_dict()
-    assert "pred_" in exc.value.message
+    report = judge(JudgeRequest(track=track.id, idea_code=evil, custom_track=track, n_seeds=2))
+    assert report["bench_report"]["idea"]["full"]["mean"] > 1e-6  # not the labels themselves

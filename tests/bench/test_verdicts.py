@@ -140,3 +140,19 @@ def test_mechanism_rejects_bad_input() -> None:
         mechanism_confirmed({"kind": "less_than", "value": 1.0}, [float("nan")], BASE)
     with pytest.raises(ValueError):
         mechanism_confirmed({"kind": "lower_than_baseline"}, [1.0, 2.0], BASE)
+
+
+@pytest.mark.parametrize("expect", [
+    {"kind": "close_to", "target": 1.0, "rtol": 1e9},  # anything is close to 1 within 1e9
+    {"kind": "close_to", "target": 0.0, "atol": 5.0},
+    {"kind": "close_to", "target": 0.0, "atol": -1.0},
+    {"kind": "close_to", "target": 0.0, "atol": True},
+])
+def test_unbounded_tolerances_are_refused(expect: dict[str, object]) -> None:
+    from bench.contract import check_mechanism
+    from bench.errors import BenchError, ErrorCode
+
+    with pytest.raises(BenchError) as info:
+        check_mechanism({"quantity": "q", "prediction": "p", "expect": expect})
+    assert info.value.code == ErrorCode.INVALID_MECHANISM
+    check_mechanism({"quantity": "q", "prediction": "p", "expect": {"kind": "close_to", "target": 1.0, "rtol": 0.05}})

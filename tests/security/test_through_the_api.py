@@ -34,16 +34,14 @@ def test_hostile_files_through_the_api_with_a_real_worker(stack: Any) -> None:  
         "log_fifo.py": "crashed",
         "diverge_in_eval.py": "diverged",
         "import_tracks.py": "invalid_code",
+        "reconstruct_smoke_labels.py": "not_capturable",
     }
     for name, code in expected.items():
         job = poll_job(client, token, submit(client, token, (HOSTILE / name).read_text()), ENDED, 180, log)
         assert job["status"] == "failed" and job["error"]["code"] == code, (name, job)
         assert "DATABASE_URL" not in job["error"]["message"] and "sqlite" not in job["error"]["message"]
-    oracle = poll_job(client, token, submit(client, token, (HOSTILE / "reconstruct_smoke_labels.py").read_text(),
-                                            n_seeds=6), ENDED, 300, log)
-    assert oracle["status"] == "succeeded", oracle
-    report = client.get(f"/v1/jobs/{oracle['job_id']}/report", headers=bearer(token)).json()["report"]
-    assert report["practical_verdict"] != "helps"
-    assert report["bench_report"]["seed_commitment"]["epoch"] == 1
     good = poll_job(client, token, submit(client, token, EXAMPLE), ENDED, 180, log)
     assert good["status"] == "succeeded", good
+    report = client.get(f"/v1/jobs/{good['job_id']}/report", headers=bearer(token)).json()["report"]
+    assert report["bench_report"]["seed_commitment"]["epoch"] == 1
+    assert report["bench_report"]["parameter_parity"]["counted_by"] == "bench"

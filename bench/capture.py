@@ -1,0 +1,196 @@
+"""The capture child: the only process where submitted Python runs during a job.
+
+It holds no data at all: no split, no label, no input of the track (the sandbox binds
+no data directory into it, and the built-in ``tracks`` packages and bundled data sets
+are hidden from every child but the one that builds a built-in track's own baseline).
+It executes the arm's file, builds its model for every configuration and init seed of
+the job, and exports each as a graph (``bench.graph``) on random inputs of the spec's
+shape. Everything that decides a verdict (training, counting, predictions, scores)
+happens elsewhere, in trusted code, on what it wrote.
+
+After the final runs it may be asked to ``measure``: the idea's own ``measure`` on the
+trained models (weights trained by the trusted trainer, loaded into models this child
+builds again). The report marks those values ``self_measured``.
+
+Files it writes in its working directory, by names the parent chooses:
+``capture/{config}/train.json``, ``capture/{config}/eval.json`` and
+``capture/{config}/{seed}_{tensor}.npy`` (tensor ``j`` in the graph's input order).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError, ErrorCode
+
+EXAMPLE_BATCH = 4
+CAPTURE_DIR = "capture"
+
+
+def graph_path(config: int, mode: str) -> str:
+    """Where a config's graph of ``mode`` (train / eval) lies, relative to the child's directory."""
+    return f"{CAPTURE_DIR}/{config}/{mode}.json"
+
+
+def tensor_path(config: int, seed: int, index: int) -> str:
+    """Where tensor ``index`` (graph input order) of init seed number ``seed`` lies."""
+    return f"{CAPTURE_DIR}/{config}/{seed}_{index}.npy"
+
+
+class Capturer:
+    """Holds the arm's builder (a submitted file, or a track's baseline) in the capture child."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.build: Any = None
+        self.module: types.ModuleType | None = None
+        self.filename = "baseline (track)"
+        self.role = "idea"
+        self.spec: dict[str, Any] = {}
+        self.param_cap = 0
+        self.targets: dict[int, list[str]] = {}  # per config: tensor targets in graph order
+        self.configs: list[dict[str, Any]] = []
+        self.init_seeds: list[int] = []
+
+    def load(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Execute the arm's code (or load the track's baseline); report its declared data."""
+        from bench.child import classify, track_module
+
+        self.role = cmd["role"]
+        self.spec = cmd["spec"]
+        self.param_cap = int(cmd["param_cap"])
+        answer: dict[str, Any] = {"hparams": {}, "mechanism": None, "has_measure": False}
+        if cmd.get("code") is None:
+            if cmd.get("track_source") is not None:  # a custom track's canonical baseline
+                self.filename = "track.py"
+                self.build = track_module(cmd["track_source"]).build_baseline
+            else:
+                from bench.registry import load_track
+
+                self.build = load_track(cmd["track"]).build_baseline
+            return answer
+        self.filename = f"{self.role}.py"
+        module = types.ModuleType(f"submitted_{self.role}")
+        module.__file__ = self.filename
+        try:
+            exec(compile(cmd["code"], self.filename, "exec"), module.__dict__)
+        except Exception as exc:
+            raise classify(exc, self.filename, ErrorCode.INVALID_CODE) from None
+        self.module = module
+        build = getattr(module, "build_model", None)
+        if not callable(build):
+            raise BenchError(
+                ErrorCode.MISSING_BUILD_MODEL, f"The {self.role} file defines no callable build_model."
+            )
+        self.build = build
+        hparams = getattr(module, "HPARAMS", {}) or {}
+        mechanism = getattr(module, "MECHANISM", None)
+        try:
+            json.dumps([hparams, mechanism])
+        except (TypeError, ValueError):
+            raise BenchError(ErrorCode.INVALID_HPARAMS, "HPARAMS and MECHANISM must be plain JSON data.") from None
+        answer.update(hparams=hparams, mechanism=mechanism, has_measure=callable(getattr(module, "measure", None)))
+        return answer
+
+    def _model(self, config: int, init_seed: int) -> Any:
+        from bench.child import classify
+        from bench.trainer import build_checked
+
+        spec = dict(self.spec, hparams=dict(self.configs[config]))
+        try:
+            return build_checked(self.build, spec, init_seed=init_seed, param_cap=self.param_cap,
+                                 device=self.torch.device("cpu"), role=self.role)
+        except BenchError:
+            raise
+        except Exception as exc:
+            raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
+
+    def capture(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Build and export every config; write its graphs and every init seed's tensors."""
+        import numpy as np
+
+        from bench.child import classify
+        from bench.graph import export_graph, not_capturable
+
+        torch = self.torch
+        self.configs = list(cmd["configs"])
+        self.init_seeds = [int(s) for s in cmd["init_seeds"]]
+        gen = torch.Generator().manual_seed(0)  # random inputs of the spec's shape: no data here
+        example = torch.randn(EXAMPLE_BATCH, *self.spec["input_shape"], generator=gen)
+        answer = []
+        for config in range(len(self.configs)):
+            Path(CAPTURE_DIR, str(config)).mkdir(parents=True, exist_ok=True)
+            model = self._model(config, self.init_seeds[0])
+            docs = {}
+            tensors: dict[str, Any] = {}
+            for mode in ("train", "eval"):
+                model.train(mode == "train")
+                try:
+                    docs[mode], found = export_graph(model, example)
+                except BenchError as exc:
+                    raise BenchError(exc.code, f"{self.role}: {exc.message}", exc.hint) from None
+                except Exception as exc:  # the model's forward raised while being traced
+                    raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
+                tensors.update(found)
+            targets = [i["target"] for i in docs["train"]["inputs"] if i["kind"] != "user"]
+            if [i["target"] for i in docs["eval"]["inputs"] if i["kind"] != "user"] != targets:
+                raise not_capturable(f"the {self.role}'s train-mode and eval-mode graphs hold other tensors")
+            self.targets[config] = targets
+            for mode, doc in docs.items():
+                Path(graph_path(config, mode)).write_text(json.dumps(doc))
+            for index, seed in enumerate(self.init_seeds):
+                if index:
+                    model = self._model(config, seed)
+                state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+                for j, target in enumerate(targets):
+                    value = state.get(target, tensors[target]) if index else tensors[target]
+                    if index and target in tensors and tuple(value.shape) != tuple(tensors[target].shape):
+                        raise not_capturable(f"the {self.role}'s tensor {target!r} changes shape with the seed")
+                    np.save(tensor_path(config, index, j), value.detach().cpu().numpy(), allow_pickle=False)
+            answer.append({"n_tensors": len(targets)})
+        return {"configs": answer}
+
+    def measure(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """The idea's ``measure(model, x)`` on trained models: each is built again here (same
+        config and init seed) and given the weights the trusted trainer trained."""
+        import numpy as np
+
+        from bench.child import classify
+
+        torch = self.torch
+        measure = getattr(self.module, "measure", None)
+        if cmd.get("measure_code") is not None:  # the idea's measurement, on this arm's models
+            namespace: dict[str, Any] = {}
+            try:
+                exec(compile(cmd["measure_code"], "idea.py", "exec"), namespace)
+            except Exception as exc:
+                raise classify(exc, "idea.py", ErrorCode.INVALID_CODE) from None
+            measure = namespace.get("measure")
+        if not callable(measure):
+            raise BenchError(ErrorCode.INVALID_MECHANISM, "The idea declares MECHANISM but no measure().")
+        values = []
+        for item in cmd["runs"]:
+            config = int(item["config"])
+            model = self._model(config, self.init_seeds[int(item["seed_index"])])
+            state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+            with torch.no_grad():
+                for j, target in enumerate(self.targets[config]):
+                    if target in state:
+                        trained = torch.from_numpy(np.load(f"{item['prefix']}{j}.npy", allow_pickle=False))
+                        state[target].copy_(trained.reshape(state[target].shape))
+            model.eval()
+            probe = torch.from_numpy(np.load(item["probe"], allow_pickle=False))
+            try:
+                value = float(measure(model, probe))
+            except Exception as exc:
+                raise classify(exc, "idea.py", ErrorCode.MECHANISM_ERROR) from None
+            if not math.isfinite(value):
+                raise BenchError(ErrorCode.MECHANISM_ERROR, f"measure() returned {value}.")
+            values.append(value)
+        return {"values": values}

@@ -1,0 +1,158 @@
+"""The parent's side of a capture: read what a capture child wrote, check it, pass it on.
+
+The capture child (``bench.capture``) runs submitted code, so the parent reads its files
+only by names it chose, without following links, with bounded sizes
+(``bench.runner.open_output``), parses the graphs as plain JSON and checks them against
+the op allowlist (``bench.graph.build_graph``) before a trainer sees them, loads tensors
+with ``allow_pickle=False`` and checks that every init seed's tensors have the shapes
+and dtypes of the first. What passes is written again, by the parent, into the job's
+data directory, which the trainer children read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.capture import graph_path, tensor_path
+from bench.errors import BenchError, ErrorCode
+from bench.graph import DTYPES, build_graph, not_capturable
+from bench.runner import ArmSession, load_npy, open_output, write_new_file
+
+MAX_GRAPH_BYTES = 8 << 20
+MAX_TENSOR_ELEMENTS = 50_000_000  # all of one arm's tensors of one init seed
+
+
+@dataclass(frozen=True)
+class ArmCapture:
+    """One arm's checked capture: configs, tensor shapes and dtypes, graph hashes, where it lies."""
+
+    arm: str
+    configs: tuple[str, ...]  # canonical JSON of each config's hparams
+    shapes: tuple[tuple[tuple[tuple[int, ...], str], ...], ...]  # per config, per tensor
+    graph_sha256: tuple[str, ...]
+    directory: Path
+
+    def config_index(self, hparams: dict[str, Any]) -> int:
+        return self.configs.index(json.dumps(hparams, sort_keys=True))
+
+    def report_block(self) -> dict[str, Any]:
+        """What the report says of the capture: each config's graph hash and tensor count."""
+        return {"graph_sha256": list(self.graph_sha256), "n_tensors": [len(s) for s in self.shapes]}
+
+
+def _read(session: ArmSession, relative: str, limit: int) -> bytes:
+    with open_output(session.workdir, relative, session.role) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise not_capturable(f"the {session.role}'s capture wrote more than {limit} bytes to {relative}")
+    return data
+
+
+def _checked_array(session: ArmSession, relative: str) -> np.ndarray:
+    with open_output(session.workdir, relative, session.role) as fh:
+        array = load_npy(fh, session.role, "captured tensor")
+    if array.dtype.name not in DTYPES:
+        raise not_capturable(f"the {session.role}'s capture holds a tensor of dtype {array.dtype}")
+    return np.ascontiguousarray(array)
+
+
+def import_capture(
+    session: ArmSession, configs: list[dict[str, Any]], n_seeds: int, dest: Path
+) -> ArmCapture:
+    """Check and copy the capture ``session`` (a capture child) wrote for ``configs`` x ``n_seeds``."""
+    import torch
+
+    dest.mkdir(parents=True, exist_ok=True)
+    shapes, hashes = [], []
+    for config in range(len(configs)):
+        (dest / graph_path(config, "train")).parent.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256()
+        n_tensors = None
+        for mode in ("train", "eval"):
+            raw = _read(session, graph_path(config, mode), MAX_GRAPH_BYTES)
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                raise not_capturable(f"the {session.role}'s capture wrote a graph that is not JSON") from None
+            _, signature = build_graph(doc, torch.device("cpu"))  # the allowlist, before any trainer
+            count = sum(1 for kind, _ in signature.inputs if kind != "user")
+            if n_tensors is not None and count != n_tensors:
+                raise not_capturable(f"the {session.role}'s train and eval graphs hold other tensors")
+            n_tensors = count
+            digest.update(raw)
+            (dest / graph_path(config, mode)).write_bytes(raw)
+        assert n_tensors is not None
+        first: list[tuple[tuple[int, ...], str]] = []
+        for seed in range(n_seeds):
+            total = 0
+            for j in range(n_tensors):
+                array = _checked_array(session, tensor_path(config, seed, j))
+                total += array.size
+                if seed == 0:
+                    first.append((tuple(array.shape), array.dtype.name))
+                elif (tuple(array.shape), array.dtype.name) != first[j]:
+                    raise not_capturable(f"the {session.role}'s tensors change shape or dtype with the seed")
+                np.save(dest / tensor_path(config, seed, j), array, allow_pickle=False)
+            if total > MAX_TENSOR_ELEMENTS:
+                raise not_capturable(f"the {session.role} holds {total} tensor elements; the limit is "
+                                     f"{MAX_TENSOR_ELEMENTS}")
+        shapes.append(tuple(first))
+        hashes.append(digest.hexdigest())
+    return ArmCapture(
+        arm=session.role, configs=tuple(json.dumps(c, sort_keys=True) for c in configs),
+        shapes=tuple(shapes), graph_sha256=tuple(hashes), directory=dest,
+    )
+
+
+def read_kept(session: ArmSession, run_id: str, expected: tuple[tuple[tuple[int, ...], str], ...]) -> list[np.ndarray]:
+    """The trained tensors a trainer child wrote for a kept run, checked against the capture."""
+    arrays = []
+    for j, (shape, dtype) in enumerate(expected):
+        with open_output(session.workdir, f"kept_{run_id}_{j}.npy", session.role) as fh:
+            array = load_npy(fh, session.role, "trained tensor")
+        if tuple(array.shape) != shape or array.dtype.name != dtype:
+            raise BenchError(ErrorCode.INTERNAL, f"a trained tensor of the {session.role} changed shape")
+        arrays.append(array)
+    return arrays
+
+
+def pack(arrays: list[np.ndarray]) -> bytes:
+    """Arrays as one .npz (no pickles), as the baseline cache stores a kept model."""
+    buffer = io.BytesIO()
+    np.savez(buffer, *arrays)
+    return buffer.getvalue()
+
+
+def unpack(data: bytes, expected: tuple[tuple[tuple[int, ...], str], ...]) -> list[np.ndarray] | None:
+    """``pack``'s arrays, or None when they do not match ``expected`` (a stale cache entry)."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            arrays = [archive[f"arr_{j}"] for j in range(len(expected))]
+    except (OSError, ValueError, KeyError):
+        return None
+    if [(tuple(a.shape), a.dtype.name) for a in arrays] != list(expected):
+        return None
+    return arrays
+
+
+def hand_over_for_measure(session: ArmSession, run_id: str, arrays: list[np.ndarray], probe: np.ndarray) -> dict[str, str]:
+    """Write a trained model's tensors and its probe batch into a capture child's directory.
+
+    New files only (``write_new_file``): the child owns the directory and may have planted
+    links under the names. Returns the paths the ``measure`` command names."""
+    for j, array in enumerate(arrays):
+        buffer = io.BytesIO()
+        np.save(buffer, array, allow_pickle=False)
+        write_new_file(session.workdir, f"measure_{run_id}_{j}.npy", buffer.getvalue())
+    buffer = io.BytesIO()
+    np.save(buffer, probe, allow_pickle=False)
+    write_new_file(session.workdir, f"probe_{run_id}.npy", buffer.getvalue())
+    return {"prefix": f"measure_{run_id}_", "probe": f"probe_{run_id}.npy"}
+

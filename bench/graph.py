@@ -1,0 +1,422 @@
+"""A submitted model as data: capture it as a graph, check it, rebuild it in trusted code.
+
+Submitted code only *builds* a model, in a capture sandbox with no data
+(``bench.child``'s ``capture`` command). There the model is exported with
+``torch.export`` (a dynamic batch dimension, non-strict) and lowered to core ATen
+(``run_decompositions()``), once in train mode and once in eval mode. ``serialize``
+writes the graph as our own plain JSON: nodes, the op of each call as a name, and the
+argument structure; the model's tensors go out as ``.npy`` arrays. No pickle anywhere:
+``torch.export.load`` and ``torch.load`` unpickle, so nothing a capture child wrote is
+ever given to them.
+
+``rebuild`` (in the trusted trainer, which imports no submitted code) parses that JSON,
+refuses any op that is not on the allowlist (core ATen, a few ATen ops that core
+decompositions keep, and integer arithmetic on the batch size), any non-tensor
+constant and any input or output kind but parameters, buffers, tensor constants, one
+user input, buffer mutations and one user output, and returns a ``CapturedModel``: a
+plain ``nn.Module`` whose forward runs the graph on its own parameters, so the engine's
+trainers (one at a time and vectorized) train it as any module, and count every tensor
+it holds.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+import torch
+from torch import fx, nn
+
+from bench.errors import BenchError, ErrorCode
+
+FORMAT = 1
+DECOMPOSITIONS: dict[Any, Any] | None = {}
+MAX_NODES = 20_000
+# ATen ops outside torch.Tag.core that core-ATen graphs of ordinary models still hold.
+EXTRA_OPS = frozenset({
+    "aten.sym_size.int",
+    "aten._native_batch_norm_legit_functional.default",
+    "aten._native_batch_norm_legit_no_training.default",
+    "aten.native_dropout.default",
+    "aten.alias.default",
+    "aten.lift_fresh_copy.default",
+    "aten.polar.default",
+    "aten.complex.default",
+    "aten.view_as_real.default",
+    "aten.view_as_complex.default",
+    "aten._fft_r2c.default",
+    "aten._fft_c2r.default",
+    "aten._fft_c2c.default",
+    "aten.real.default",
+    "aten.imag.default",
+    "aten.conj_physical.default",
+    "aten._conj.default",
+})
+# Ops that read uninitialised memory or reinterpret storage: results that depend on
+# whatever the trainer's memory held. Decompositions of ordinary models do not need them.
+DENIED_OPS = frozenset({
+    "aten.empty_strided.default",
+    "aten.as_strided.default",
+    "aten.as_strided_scatter.default",
+    "aten.set_.source_Tensor",
+    "aten.resize_.default",
+})
+# Python callables a graph may hold: integer arithmetic on symbolic sizes, tuple access.
+PYTHON_OPS: dict[str, Any] = {
+    "operator.getitem": operator.getitem,
+    "operator.add": operator.add,
+    "operator.sub": operator.sub,
+    "operator.mul": operator.mul,
+    "operator.floordiv": operator.floordiv,
+    "operator.truediv": operator.truediv,
+    "operator.mod": operator.mod,
+    "operator.neg": operator.neg,
+    "operator.pow": operator.pow,
+}
+INPUT_KINDS = ("parameter", "buffer", "constant", "user")
+OUTPUT_KINDS = ("user", "buffer_mutation")
+DTYPES = {
+    name: getattr(torch, name)
+    for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
+                 "complex64", "complex128")
+}
+LAYOUTS = {"strided": torch.strided}
+MEMORY_FORMATS = {"contiguous_format": torch.contiguous_format, "preserve_format": torch.preserve_format,
+                  "channels_last": torch.channels_last}
+
+
+def not_capturable(message: str, hint: str | None = None) -> BenchError:
+    """The error of a model that cannot be captured as a plain ATen graph."""
+    return BenchError(ErrorCode.NOT_CAPTURABLE, message[:900], hint)
+
+
+# -- capture side (in the sandbox that runs submitted code) -------------------------
+def _op_name(target: Any) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)  # "aten.mm.default"
+    module = getattr(target, "__module__", "") or ""
+    name = f"{'operator' if module == '_operator' else module}.{getattr(target, '__name__', '?')}"
+    return name
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, fx.Node):
+        return {"$node": value.name}
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    if isinstance(value, tuple):
+        return {"$tuple": [_encode(v) for v in value]}
+    if isinstance(value, torch.dtype):
+        return {"$dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"$device": value.type}
+    if isinstance(value, torch.layout):
+        return {"$layout": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.memory_format):
+        return {"$memory_format": str(value).removeprefix("torch.")}
+    raise not_capturable(
+        f"the captured graph holds a value of type {type(value).__name__}, which ideabench cannot send",
+        "Keep Python objects out of forward: only tensors, numbers, shapes and dtypes can cross.",
+    )
+
+
+CAPTURE_ERROR_MODULES = ("torch._dynamo", "torch.fx", "torch.export", "torch._export", "torch._subclasses",
+                         "torch.utils._sympy", "torch._guards")
+
+
+def _is_capture_error(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from torch.export's tracing (data-dependent control flow, an op it
+    cannot trace, ...) rather than from the model's own code or a plain shape error."""
+    return any(type(exc).__module__.startswith(m) for m in CAPTURE_ERROR_MODULES)
+
+
+def export_graph(model: nn.Module, example: torch.Tensor) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """``model`` (in its current train/eval mode) as graph JSON and its tensors by target name."""
+    from torch.export import Dim, export
+
+    try:
+        program = export(model, (example,), dynamic_shapes=({0: Dim("batch", min=1)},), strict=False)
+        program = program.run_decompositions(decomp_table=DECOMPOSITIONS)
+    except BenchError:
+        raise
+    except Exception as exc:
+        if not _is_capture_error(exc):
+            raise  # the model's own error (the caller names its line): not a capture problem
+        raise not_capturable(
+            f"torch.export could not capture the model: {type(exc).__name__}: {exc}",
+            "The model must be a fixed graph of tensor ops for a batch of any size: no control flow "
+            "on tensor values (use torch.where), no Python-side state changed in forward, no "
+            ".item()/.tolist()/numpy inside forward.",
+        ) from None
+    return serialize(program)
+
+
+def serialize(program: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """An ``ExportedProgram`` (core ATen) as JSON data and its tensors by target name."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    sig = program.graph_signature
+    kinds = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
+             InputKind.CONSTANT_TENSOR: "constant", InputKind.USER_INPUT: "user"}
+    inputs = []
+    tensors: dict[str, torch.Tensor] = {}
+    state = program.state_dict
+    for spec in sig.input_specs:
+        if spec.kind not in kinds:
+            raise not_capturable(f"the model has an input of kind {spec.kind.name}, which ideabench refuses")
+        kind = kinds[spec.kind]
+        inputs.append({"kind": kind, "name": spec.arg.name, "target": spec.target})
+        if kind in ("parameter", "buffer"):
+            tensors[spec.target] = state[spec.target] if spec.target in state else program.constants[spec.target]
+        elif kind == "constant":
+            value = program.constants[spec.target]
+            if not isinstance(value, torch.Tensor):
+                raise not_capturable("the model holds a constant that is not a tensor")
+            tensors[spec.target] = value
+    out_kinds = {OutputKind.USER_OUTPUT: "user", OutputKind.BUFFER_MUTATION: "buffer_mutation"}
+    outputs = []
+    for spec in sig.output_specs:
+        if spec.kind not in out_kinds:
+            raise not_capturable(
+                f"the model's forward has an output of kind {spec.kind.name} (it changes its input "
+                "or something but a buffer)", "Do not modify the input tensor in place.")
+        outputs.append({"kind": out_kinds[spec.kind], "target": spec.target})
+    nodes = []
+    for node in program.graph_module.graph.nodes:
+        entry: dict[str, Any] = {"name": node.name, "op": node.op}
+        if node.op == "call_function":
+            entry["target"] = _op_name(node.target)
+            entry["args"] = _encode(list(node.args))
+            entry["kwargs"] = {k: _encode(v) for k, v in node.kwargs.items()}
+        elif node.op == "output":
+            entry["args"] = _encode(list(node.args))
+        elif node.op != "placeholder":
+            raise not_capturable(f"the graph holds a node of kind {node.op}, which ideabench refuses")
+        nodes.append(entry)
+    return {"format": FORMAT, "inputs": inputs, "outputs": outputs, "nodes": nodes}, {
+        k: v.detach() for k, v in tensors.items()
+    }
+
+
+# -- trusted side ---------------------------------------------------------------------
+@cache
+def _decomposable_ops() -> frozenset[str]:
+    """ATen ops that core ATen decomposes (``torch._decomp.core_aten_decompositions``): pure
+    tensor functions by construction, kept whole in graphs for eager kernels and speed."""
+    from torch._decomp import core_aten_decompositions
+
+    return frozenset(str(op) for op in core_aten_decompositions() if isinstance(op, torch._ops.OpOverload))
+
+
+def resolve_op(name: Any) -> Any:
+    """The callable of an op name, if the allowlist has it; else ``not_capturable``.
+
+    Allowed: integer arithmetic on sizes (``PYTHON_OPS``), and ATen ops that are core ATen,
+    or that core ATen decomposes, or ``EXTRA_OPS``; never an in-place op or ``DENIED_OPS``.
+    """
+    if not isinstance(name, str):
+        raise not_capturable("a graph node names no op")
+    if name in PYTHON_OPS:
+        return PYTHON_OPS[name]
+    parts = name.split(".")
+    refused = not_capturable(f"the graph calls {name[:80]!r}, which is not on ideabench's op allowlist",
+                             "Use ordinary torch tensor operations; see docs/idea-contract.md.")
+    if len(parts) != 3 or parts[0] != "aten" or name in DENIED_OPS:
+        raise refused
+    try:
+        op = getattr(getattr(torch.ops.aten, parts[1]), parts[2])
+    except (AttributeError, RuntimeError):
+        raise refused from None
+    if not isinstance(op, torch._ops.OpOverload):
+        raise refused
+    if not (torch.Tag.core in op.tags or name in EXTRA_OPS or name in _decomposable_ops()):
+        raise refused
+    if op._schema.is_mutable:
+        raise not_capturable(f"the graph calls the in-place op {name[:80]!r}")
+    return op
+
+
+def _decode(value: Any, env: dict[str, fx.Node], device: torch.device) -> Any:
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, list):
+        return [_decode(v, env, device) for v in value]
+    if isinstance(value, dict) and len(value) == 1:
+        (key, inner), = value.items()
+        if key == "$node" and inner in env:
+            return env[inner]
+        if key == "$tuple" and isinstance(inner, list):
+            return tuple(_decode(v, env, device) for v in inner)
+        if key == "$float" and inner in ("inf", "-inf", "nan"):
+            return float(inner)
+        if key == "$dtype" and inner in DTYPES:
+            return DTYPES[inner]
+        if key == "$device" and inner in ("cpu", "cuda"):
+            return device  # the trainer's device, whatever the capture saw
+        if key == "$layout" and inner in LAYOUTS:
+            return LAYOUTS[inner]
+        if key == "$memory_format" and inner in MEMORY_FORMATS:
+            return MEMORY_FORMATS[inner]
+    raise not_capturable(f"the graph holds an argument ideabench does not accept: {str(value)[:80]}")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a checked graph takes and gives: tensor targets by kind, in call order."""
+
+    inputs: tuple[tuple[str, str], ...]  # (kind, target); "user" has target ""
+    mutations: tuple[str, ...]  # buffer targets the graph returns new values for, in order
+
+
+def build_graph(doc: Any, device: torch.device) -> tuple[fx.GraphModule, Signature]:
+    """Check graph JSON ``doc`` against the allowlist and build it as an fx GraphModule."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise not_capturable("the captured graph is not in ideabench's format")
+    inputs, outputs, nodes = doc.get("inputs"), doc.get("outputs"), doc.get("nodes")
+    if not (isinstance(inputs, list) and isinstance(outputs, list) and isinstance(nodes, list)):
+        raise not_capturable("the captured graph is malformed")
+    if len(nodes) > MAX_NODES:
+        raise not_capturable(f"the captured graph has {len(nodes)} nodes; the limit is {MAX_NODES}")
+    kinds = [i.get("kind") if isinstance(i, dict) else None for i in inputs]
+    if any(k not in INPUT_KINDS for k in kinds) or kinds.count("user") != 1:
+        raise not_capturable("the model must take exactly one tensor input, plus its own tensors")
+    out_kinds = [o.get("kind") if isinstance(o, dict) else None for o in outputs]
+    if any(k not in OUTPUT_KINDS for k in out_kinds) or out_kinds.count("user") != 1 or out_kinds[-1] != "user":
+        raise not_capturable("the model must return exactly one tensor")
+    targets = [str(i.get("target", "")) for i in inputs if i["kind"] != "user"]
+    if len(set(targets)) != len(targets):
+        raise not_capturable("the captured graph names one tensor twice")
+    buffers = {str(i["target"]) for i in inputs if i["kind"] == "buffer"}
+    mutations = tuple(str(o.get("target")) for o in outputs if o["kind"] == "buffer_mutation")
+    if not set(mutations) <= buffers or len(set(mutations)) != len(mutations):
+        raise not_capturable("the graph updates a tensor that is not one of its buffers")
+
+    graph = fx.Graph()
+    env: dict[str, fx.Node] = {}
+    placeholders = [n for n in nodes if isinstance(n, dict) and n.get("op") == "placeholder"]
+    if [n.get("name") for n in placeholders] != [i.get("name") for i in inputs]:
+        raise not_capturable("the graph's inputs do not match its signature")
+    saw_output = False
+    for index, node in enumerate(nodes):
+        if not isinstance(node, dict) or saw_output:
+            raise not_capturable("the captured graph is malformed")
+        name, op = node.get("name"), node.get("op")
+        if not isinstance(name, str) or name in env:
+            raise not_capturable("the captured graph is malformed (node names)")
+        if op == "placeholder":
+            env[name] = graph.placeholder(f"in_{index}")
+        elif op == "call_function":
+            target = resolve_op(node.get("target"))
+            args = _decode(node.get("args"), env, device)
+            kwargs = node.get("kwargs")
+            if not isinstance(args, list) or not isinstance(kwargs, dict):
+                raise not_capturable("the captured graph is malformed (arguments)")
+            env[name] = graph.call_function(
+                target, tuple(args), {str(k): _decode(v, env, device) for k, v in kwargs.items()}
+            )
+        elif op == "output":
+            result = _decode(node.get("args"), env, device)
+            if not isinstance(result, list) or len(result) != 1:
+                raise not_capturable("the captured graph is malformed (output)")
+            values = result[0]
+            if not isinstance(values, list | tuple) or len(values) != len(outputs):
+                raise not_capturable("the graph's outputs do not match its signature")
+            if not all(isinstance(v, fx.Node) for v in values):
+                raise not_capturable("the model must return tensors only")
+            graph.output(tuple(values))
+            saw_output = True
+        else:
+            raise not_capturable(f"the graph holds a node of kind {str(op)[:20]}, which ideabench refuses")
+    if not saw_output:
+        raise not_capturable("the captured graph has no output")
+    module = fx.GraphModule(nn.Module(), graph)
+    signature = Signature(
+        inputs=tuple((str(i["kind"]), str(i.get("target", "")) if i["kind"] != "user" else "") for i in inputs),
+        mutations=mutations,
+    )
+    return module, signature
+
+
+def _slot(target: str) -> str:
+    return target.replace(".", "__")
+
+
+class CapturedModel(nn.Module):
+    """A captured model rebuilt by trusted code: its forward runs the train or eval graph on
+    the module's own tensors. Every parameter trains (a capture cannot hide a table behind
+    ``requires_grad=False``); buffers and tensor constants are buffers, counted apart."""
+
+    # Set through __dict__ in __init__ (plain attributes, not submodules or tensors).
+    _graphs: dict[str, tuple[fx.GraphModule, tuple[str, ...], tuple[str, ...]]]
+    _user_index: int
+    _order: list[str]
+
+    def __init__(self, graphs: dict[str, tuple[fx.GraphModule, Signature]],
+                 tensors: dict[str, torch.Tensor], device: torch.device) -> None:
+        super().__init__()
+        train_sig = graphs["train"][1]
+        for mode, (_, sig) in graphs.items():
+            if sig.inputs != train_sig.inputs:
+                raise not_capturable(f"the {mode}-mode graph takes other tensors than the train-mode one")
+        for kind, target in train_sig.inputs:
+            if kind == "user":
+                continue
+            value = tensors.get(target)
+            if value is None:
+                raise not_capturable(f"the capture sent no values for {target[:80]!r}")
+            value = value.to(device)
+            if kind == "parameter":
+                if not value.dtype.is_floating_point:
+                    raise not_capturable(f"parameter {target[:80]!r} is not floating point")
+                self._parameters[_slot(target)] = nn.Parameter(value, requires_grad=True)
+            else:
+                self._buffers[_slot(target)] = value
+                if kind == "constant":
+                    self._non_persistent_buffers_set.add(_slot(target))
+        self.mutates_buffers = any(sig.mutations for _, sig in graphs.values())
+        # Plain attributes, not submodules: the graphs hold no tensors of their own.
+        self.__dict__["_graphs"] = {mode: (module, tuple(_slot(t) for k, t in sig.inputs if k != "user"),
+                                           tuple(_slot(t) for t in sig.mutations))
+                                    for mode, (module, sig) in graphs.items()}
+        self.__dict__["_user_index"] = [k for k, _ in train_sig.inputs].index("user")
+        self.__dict__["_order"] = [_slot(t) for k, t in train_sig.inputs if k != "user"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        module, names, mutated = self._graphs["train" if self.training else "eval"]
+        values = [self._parameters[n] if n in self._parameters else self._buffers[n] for n in names]
+        values.insert(self._user_index, x)
+        outputs = module(*values)
+        # New buffer values (BatchNorm's running statistics) replace the old tensors, which
+        # autograd may still hold for this step's backward: never written in place.
+        for name, new in zip(mutated, outputs[: len(mutated)], strict=True):
+            self._buffers[name] = new.detach()
+        out: torch.Tensor = outputs[-1]
+        return out
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor the model holds, in the graph's input order (as the capture sent them)."""
+        tensors = [self._parameters[n] if n in self._parameters else self._buffers[n] for n in self._order]
+        return [t for t in tensors if t is not None]
+
+    def counts(self) -> tuple[int, int]:
+        """(parameter elements, buffer and constant elements): what the model holds."""
+        n_params = sum(p.numel() for p in self._parameters.values() if p is not None)
+        n_buffers = sum(b.numel() for b in self._buffers.values() if b is not None)
+        return n_params, n_buffers
+
+
+def rebuild(docs: dict[str, Any], tensors: dict[str, np.ndarray], device: torch.device) -> CapturedModel:
+    """The ``CapturedModel`` of graph JSON ``docs`` (``{"train": .., "eval": ..}``) and arrays."""
+    if set(docs) != {"train", "eval"}:
+        raise not_capturable("a capture needs a train-mode and an eval-mode graph")
+    graphs = {mode: build_graph(doc, device) for mode, doc in docs.items()}
+    as_tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in tensors.items()}
+    return CapturedModel(graphs, as_tensors, device)

@@ -1,0 +1,54 @@
+"""Custom-track validation binds: it makes every seed of a job exactly as a job does (same
+directory names, same calls, one child per call, twice), and a job's data must match the
+validated checksums and sizes."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bench.custom_track import CustomTrack, cache_dir, ensure_data, validate
+from bench.errors import BenchError, ErrorCode
+from bench.seeding import deployment_secret, final_seeds, run_seeds, sweep_seeds
+
+HOSTILE = Path(__file__).parent / "hostile"
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _job_seeds(track: CustomTrack) -> list[int]:
+    d = track.card["defaults"]
+    secret = deployment_secret()
+    return [run_seeds(s, secret).split for s in sweep_seeds(d["sweep_seeds"]) + final_seeds(d["n_seeds"])]
+
+
+def test_a_two_faced_track_shows_its_job_face_to_validation(cache: Path) -> None:
+    track = CustomTrack.from_source((HOSTILE / "two_faced_track.py").read_text())
+    result = validate(track, timeout_s=600)
+    validated = replace(track, sizes=result["sizes"], checksums=result["checksums"])
+    assert set(validated.checksums) == {str(s) for s in _job_seeds(track)}
+    # A job on another worker (an empty cache) makes its data again: the same bytes.
+    shutil.rmtree(cache_dir(track))
+    ensure_data(validated, _job_seeds(track), timeout_s=300)
+    assert {p.name for p in cache_dir(track).iterdir()} >= {str(s) for s in _job_seeds(track)}
+
+
+def test_a_job_whose_data_differs_from_the_validated_data_is_refused(cache: Path) -> None:
+    source = (Path(__file__).resolve().parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text()
+    track = CustomTrack.from_source(source)
+    seeds = _job_seeds(track)
+    forged = replace(track, checksums={str(seeds[0]): "0" * 64})
+    with pytest.raises(BenchError) as info:
+        ensure_data(forged, seeds[:2], timeout_s=300)
+    assert info.value.code == ErrorCode.INVALID_TRACK
+    assert "other data" in info.value.message
+    resized = replace(track, sizes={"train": 1, "val": 1, "test": 1})
+    with pytest.raises(BenchError):
+        ensure_data(resized, seeds[2:3], timeout_s=300)
