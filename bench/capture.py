@@ -57,6 +57,7 @@ class Capturer:
         self.targets: dict[int, list[str]] = {}  # per config: tensor targets in graph order
         self.configs: list[dict[str, Any]] = []
         self.init_seeds: list[int] = []
+        self.source = ""  # the text that defines the builder (for ``_mode_dependent``)
 
     def load(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Execute the arm's code (or load the track's baseline); report its declared data."""
@@ -69,12 +70,17 @@ class Capturer:
         if cmd.get("code") is None:
             if cmd.get("track_source") is not None:  # a custom track's canonical baseline
                 self.filename = "track.py"
+                self.source = cmd["track_source"]
                 self.build = track_module(cmd["track_source"]).build_baseline
             else:
+                import inspect
+
                 from bench.registry import load_track
 
                 self.build = load_track(cmd["track"]).build_baseline
+                self.source = inspect.getsource(inspect.getmodule(self.build))  # type: ignore[arg-type]
             return answer
+        self.source = cmd["code"]
         self.filename = f"{self.role}.py"
         module = types.ModuleType(f"submitted_{self.role}")
         module.__file__ = self.filename
@@ -111,6 +117,23 @@ class Capturer:
         except Exception as exc:
             raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
 
+    def _mode_dependent(self, model: Any) -> bool:
+        """Whether the model may compute otherwise in eval mode, so that it needs an eval-mode
+        capture of its own: a torch module that does (dropout, normalisation with running
+        statistics, recurrent or attention layers with dropout), or a source that reads
+        ``training``. A model claimed mode-independent is judged on its train-mode graph in
+        both modes, which can only take power from the file, never give it any."""
+        nn = self.torch.nn
+        for m in model.modules():
+            if isinstance(m, nn.modules.dropout._DropoutNd | nn.MultiheadAttention | nn.RNNBase):
+                if float(getattr(m, "p", getattr(m, "dropout", 0.0)) or 0.0) > 0:
+                    return True
+            elif isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats:
+                return True
+        # A torch layer that only takes a fused inference path in eval mode (a transformer
+        # layer) computes the same function: its train-mode graph serves both modes.
+        return "training" in self.source or "train(" in self.source or ".eval" in self.source
+
     def capture(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Build and export every config; write its graphs and every init seed's tensors."""
         import numpy as np
@@ -129,7 +152,8 @@ class Capturer:
             model = self._model(config, self.init_seeds[0])
             docs = {}
             tensors: dict[str, Any] = {}
-            for mode in ("train", "eval"):
+            modes = ("train", "eval") if self._mode_dependent(model) else ("train",)
+            for mode in modes:
                 model.train(mode == "train")
                 try:
                     docs[mode], found = export_graph(model, example)
@@ -138,6 +162,7 @@ class Capturer:
                 except Exception as exc:  # the model's forward raised while being traced
                     raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
                 tensors.update(found)
+            docs.setdefault("eval", docs["train"])
             targets = [i["target"] for i in docs["train"]["inputs"] if i["kind"] != "user"]
             if [i["target"] for i in docs["eval"]["inputs"] if i["kind"] != "user"] != targets:
                 raise not_capturable(f"the {self.role}'s train-mode and eval-mode graphs hold other tensors")

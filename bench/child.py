@@ -80,14 +80,22 @@ def track_module(source: str) -> types.ModuleType:
     return module
 
 
-def warm() -> dict[str, Any]:
+def warm(cmd: dict[str, Any]) -> dict[str, Any]:
     """Do the first-use work of training early (bench.warm): import ``torch.func`` and
     ``torch._dynamo``, which the first functional gradient of a recurrent model would
     import (1-7 s). Nothing is trained: once these are imported, a child's first
-    batched group costs no more than its later ones (measured on the built-in tracks)."""
+    batched group costs no more than its later ones (measured on the built-in tracks).
+    ``export``: a capture child also exports a tiny model once (torch.export's first call
+    loads its tracing machinery); no submitted code is involved."""
     import torch._dynamo  # noqa: F401 - imported for its side effect: the module is loaded
     import torch.func  # noqa: F401
 
+    if cmd.get("export"):
+        import torch
+
+        from bench.graph import export_graph
+
+        export_graph(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.zeros(4, 2))
     return {}
 
 
@@ -402,7 +410,7 @@ def main() -> None:
             elif op == "make_data":
                 reply = make_data(cmd)
             elif op == "warm":
-                reply = warm()
+                reply = warm(cmd)
             else:
                 raise BenchError(ErrorCode.INTERNAL, f"unknown child op {op!r}")
             send({"ok": True, **reply})

@@ -138,13 +138,27 @@ def _is_capture_error(exc: BaseException) -> bool:
     return any(type(exc).__module__.startswith(m) for m in CAPTURE_ERROR_MODULES)
 
 
+def _is_functional_aten(program: Any) -> bool:
+    """Whether an exported graph already holds only ops of the allowlist (non-mutating ATen
+    ops and size arithmetic; most models): then functionalising it again changes nothing
+    and costs ~0.1 s. The trusted side checks the allowlist again, whatever this says."""
+    try:
+        for node in program.graph_module.graph.nodes:
+            if node.op == "call_function":
+                resolve_op(_op_name(node.target))
+    except BenchError:
+        return False
+    return True
+
+
 def export_graph(model: nn.Module, example: torch.Tensor) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """``model`` (in its current train/eval mode) as graph JSON and its tensors by target name."""
     from torch.export import Dim, export
 
     try:
         program = export(model, (example,), dynamic_shapes=({0: Dim("batch", min=1)},), strict=False)
-        program = program.run_decompositions(decomp_table=DECOMPOSITIONS)
+        if not _is_functional_aten(program):  # in-place ops, grad-mode switches: functionalise
+            program = program.run_decompositions(decomp_table=DECOMPOSITIONS)
     except BenchError:
         raise
     except Exception as exc:
@@ -216,11 +230,18 @@ def _decomposable_ops() -> frozenset[str]:
     return frozenset(str(op) for op in core_aten_decompositions() if isinstance(op, torch._ops.OpOverload))
 
 
+def _is_composite(op: Any) -> bool:
+    """Whether an ATen op is defined in terms of other ATen ops (a CompositeImplicitAutograd
+    kernel: ``reshape``, ``contiguous``, ``unflatten``...), never by a kernel of its own."""
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"))
+
+
 def resolve_op(name: Any) -> Any:
     """The callable of an op name, if the allowlist has it; else ``not_capturable``.
 
     Allowed: integer arithmetic on sizes (``PYTHON_OPS``), and ATen ops that are core ATen,
-    or that core ATen decomposes, or ``EXTRA_OPS``; never an in-place op or ``DENIED_OPS``.
+    or that core ATen decomposes, or that are composites of other ATen ops, or
+    ``EXTRA_OPS``; never an in-place op or ``DENIED_OPS``.
     """
     if not isinstance(name, str):
         raise not_capturable("a graph node names no op")
@@ -237,7 +258,8 @@ def resolve_op(name: Any) -> Any:
         raise refused from None
     if not isinstance(op, torch._ops.OpOverload):
         raise refused
-    if not (torch.Tag.core in op.tags or name in EXTRA_OPS or name in _decomposable_ops()):
+    if not (torch.Tag.core in op.tags or name in EXTRA_OPS or name in _decomposable_ops()
+            or _is_composite(op)):
         raise refused
     if op._schema.is_mutable:
         raise not_capturable(f"the graph calls the in-place op {name[:80]!r}")
@@ -315,6 +337,10 @@ def build_graph(doc: Any, device: torch.device) -> tuple[fx.GraphModule, Signatu
             env[name] = graph.placeholder(f"in_{index}")
         elif op == "call_function":
             target = resolve_op(node.get("target"))
+            if target is torch.ops.aten.view.default:
+                # A functional graph needs no aliasing: reshape gives the same values, and also
+                # works on the non-contiguous (batched) tensors of the vectorized trainer.
+                target = torch.ops.aten.reshape.default
             args = _decode(node.get("args"), env, device)
             kwargs = node.get("kwargs")
             if not isinstance(args, list) or not isinstance(kwargs, dict):

@@ -195,7 +195,7 @@ class _Job:
         self.all_seeds: list[int] = []
         self.buffers: dict[str, int] = {}  # buffer and constant elements per arm (trusted count)
         self.lr_grids: dict[str, list[float]] = {}  # each arm's swept learning rates
-        self.adopted: set[str] = set()  # arms whose trainer came from a warm slot
+        self.adopted: set[str] = set()  # children (by slot name) adopted from a warm slot
         self.runs: list[RunRecord] = []
         self.warnings: list[str] = []
         self._counter = itertools.count()
@@ -240,16 +240,24 @@ class _Job:
         # on its path; every child that runs submitted code sees them empty, and no capture
         # child sees any data (read_only=[]: not even the job's data directory).
         canonical = self.request.baseline_code is None and self.request.custom_track is None
+        if slot is not None and not canonical:
+            slot.drop("capture_baseline")  # it sees the track packages: not for submitted code
+
+        def adopt(name: str) -> Any:
+            launched = slot.launched.get(name) if slot else None
+            if launched is not None:
+                self.adopted.add(name)
+            return launched
+
         for arm in ARMS:
+            launched = adopt(f"capture_{arm}")
             self.captures[arm] = ArmSession(
                 arm, self.workdir / f"capture_{arm}", limits, self.deadline, self.cancel,
-                self.request.timeout_s, wait_ready=False, read_only=[],
-                hide_tracks=not (arm == "baseline" and canonical),
+                self.request.timeout_s, launched=launched, pending=1 if launched else 0,
+                wait_ready=False, read_only=[], hide_tracks=not (arm == "baseline" and canonical),
             )
         for arm in ARMS:
-            launched = slot.launched.get(arm) if slot else None
-            if launched is not None:
-                self.adopted.add(arm)
+            launched = adopt(arm)
             self.sessions[arm] = ArmSession(
                 arm, self.workdir / arm, limits, self.deadline, self.cancel, self.request.timeout_s,
                 launched=launched, pending=1 if launched else 0, wait_ready=False,

@@ -21,6 +21,7 @@ import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench import sandbox
 from bench.tempdirs import OwnedDir
@@ -28,6 +29,17 @@ from bench.tempdirs import OwnedDir
 log = logging.getLogger("ideabench.warm")
 ARMS = ("baseline", "idea")
 WARM_COMMAND = b'{"op": "warm"}\n'
+# A capture child also pays torch.export's first-use work (imports, tracing machinery).
+WARM_CAPTURE_COMMAND = b'{"op": "warm", "export": true}\n'
+# The children of a slot, by working-directory name: each arm's trainer, and each arm's
+# capture child (no data directory; only the baseline's may see the built-in track
+# packages, and bench.protocol adopts it only for a built-in track's own baseline).
+CHILDREN: dict[str, dict[str, Any]] = {
+    "baseline": {},
+    "idea": {},
+    "capture_baseline": {"read_only": [], "hide_tracks": False},
+    "capture_idea": {"read_only": []},
+}
 
 
 class JobDir(OwnedDir):
@@ -62,6 +74,16 @@ class Slot:
                     pass
         self.launched = {}
 
+    def drop(self, name: str) -> None:
+        """Kill child ``name`` now (the job starts a fresh one in its place)."""
+        launched = self.launched.pop(name, None)
+        if launched is not None:
+            sandbox.kill(launched[0])
+            try:
+                os.close(launched[1])
+            except OSError:
+                pass
+
     def discard(self) -> None:
         """Kill the children and remove the directory."""
         self.release(set())
@@ -78,11 +100,11 @@ _launcher: threading.Thread | None = None
 def _start_slot(limits: sandbox.Limits) -> Slot:
     slot = Slot(JobDir(), limits, {})
     try:
-        for arm in ARMS:
-            proc, fd = sandbox.launch(Path(slot.tmp.name) / arm, limits)  # a trainer: no submitted code
-            slot.launched[arm] = (proc, fd)
+        for name, options in CHILDREN.items():
+            proc, fd = sandbox.launch(Path(slot.tmp.name) / name, limits, **options)
+            slot.launched[name] = (proc, fd)
             assert proc.stdin is not None
-            proc.stdin.write(WARM_COMMAND)
+            proc.stdin.write(WARM_CAPTURE_COMMAND if name.startswith("capture_") else WARM_COMMAND)
             proc.stdin.flush()
     except BaseException:
         slot.discard()

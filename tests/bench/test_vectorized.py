@@ -185,5 +185,6 @@ def test_the_warm_up_command_succeeds() -> None:
 
     from bench.child import warm
 
-    assert warm() == {}  # it once failed on every call (a GRU with unbatched weights), unnoticed
+    assert warm({}) == {}  # it once failed on every call (a GRU with unbatched weights), unnoticed
     assert "torch._dynamo" in sys.modules
+    assert warm({"export": True}) == {}  # a capture child's: one tiny export
