@@ -113,8 +113,9 @@ def build_report(
             "idea_mean": float(np.mean(measured["idea"])),
             "baseline_mean": float(np.mean(measured["baseline"])),
             "confirmed": confirmed, "detail": detail,
-            # measure() is the idea's own function: its numbers are the idea's, not the bench's.
-            "self_measured": True,
+            # measure() is the idea's own function: its numbers are the idea's, not the bench's;
+            # a declared probe (bench.probes) is measured by the trusted trainer.
+            "self_measured": "probe" not in job.mechanism,
         }
     m = float(card["smallest_effect_rel_pct"]) / 100.0 * abs(comparison["baseline_mean"])
     verdicts = decide(comparison, mechanism_ok, m)

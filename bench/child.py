@@ -29,7 +29,7 @@ from bench.sandbox import violation
 LOG_NAME = "child.log"
 MAX_DATA_DIRS = 40
 CAPTURE_OPS = frozenset({"capture_load", "capture", "measure"})  # run submitted code
-TRAINER_OPS = frozenset({"load", "check", "train"})  # never run submitted code
+TRAINER_OPS = frozenset({"load", "check", "train", "probe"})  # never run submitted code
 
 
 def _user_frame_hint(exc: BaseException, filename: str) -> str:
@@ -284,6 +284,29 @@ class ArmRunner:
                     self._train_one(run, send)
         return {}
 
+    def probe(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """A service-owned probe (``bench.probes``) on trained models: each rebuilt from the
+        capture, given the trained tensors the parent wrote, measured on its probe batch."""
+        import numpy as np
+
+        from bench.probes import measure
+
+        torch = self.torch
+        values = []
+        for item in cmd["runs"]:
+            model = self._build(item["hparams"], int(item["init_seed"]))
+            with torch.no_grad():
+                for j, tensor in enumerate(model.tensors()):
+                    trained = np.load(f"{item['prefix']}{j}.npy", allow_pickle=False)
+                    tensor.copy_(torch.from_numpy(trained).to(tensor.device))
+            x = torch.from_numpy(np.load(item["probe"], allow_pickle=False)).to(self.device)
+            try:
+                values.append(measure(cmd["probe"], model, x))
+            except Exception as exc:
+                raise BenchError(ErrorCode.MECHANISM_ERROR, f"the {cmd['probe']['kind']} probe failed on the "
+                                 f"{self.role}'s model: {type(exc).__name__}: {exc}"[:600]) from None
+        return {"values": values}
+
     @staticmethod
     def _config(run: dict[str, Any]) -> Any:
         from bench.trainer import RunConfig
@@ -407,6 +430,8 @@ def main() -> None:
                 reply = trainer.check(cmd)
             elif op == "train":
                 reply = trainer.train(cmd, send)
+            elif op == "probe":
+                reply = trainer.probe(cmd)
             elif op == "make_data":
                 reply = make_data(cmd)
             elif op == "warm":

@@ -120,6 +120,48 @@ def check_hparams(hparams: Any, *, max_configs: int) -> dict[str, list[Any]]:
     return {k: list(v) for k, v in hparams.items()}
 
 
+PROBE_KINDS = ("token_permutation", "input_gradient", "equivariance")
+TRANSFORMS = ("roll", "flip", "add")
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_probe(probe: Any) -> dict[str, Any]:
+    """Validate a service-owned probe (``bench.probes``); returns it normalised."""
+    def bad(message: str) -> BenchError:
+        return BenchError(ErrorCode.INVALID_MECHANISM, f"MECHANISM['probe']: {message}",
+                          "See docs/idea-contract.md for the probes the bench measures itself.")
+
+    if not isinstance(probe, dict) or probe.get("kind") not in PROBE_KINDS:
+        raise bad(f"'kind' must be one of {list(PROBE_KINDS)}")
+    kind = probe["kind"]
+    if kind == "input_gradient":
+        return {"kind": kind}
+    if kind == "token_permutation":
+        dim, swap = probe.get("dim", 1), probe.get("swap", [0, 1])
+        if not _int(dim) or not 1 <= dim <= 8:
+            raise bad("'dim' must be an axis of the input after the batch axis (1..8)")
+        if not (isinstance(swap, list) and len(swap) == 2 and all(_int(v) and 0 <= v < 4096 for v in swap)
+                and swap[0] != swap[1]):
+            raise bad("'swap' must be two different positions along 'dim'")
+        return {"kind": kind, "dim": dim, "swap": list(swap)}
+    transform, output = probe.get("transform"), probe.get("output", "same")
+    if not isinstance(transform, dict) or len(transform) != 1 or next(iter(transform)) not in TRANSFORMS:
+        raise bad(f"'transform' must be one of {[{t: '...'} for t in TRANSFORMS]}")
+    (name, args), = transform.items()
+    if name == "add":
+        if not isinstance(args, int | float) or isinstance(args, bool) or not abs(args) <= 1e6:
+            raise bad("'add' takes one number")
+    elif not (isinstance(args, dict) and _int(args.get("dim")) and -8 <= args["dim"] <= 8 and args["dim"] != 0
+              and (name == "flip" or (_int(args.get("shift")) and abs(args["shift"]) < 4096))):
+        raise bad(f"'{name}' takes {{'dim': axis (not the batch axis)" + (", 'shift': int}" if name == "roll" else "}"))
+    if output not in ("same", "none"):
+        raise bad("'output' must be 'same' (equivariance) or 'none' (invariance)")
+    return {"kind": kind, "transform": {name: args}, "output": output}
+
+
 def check_mechanism(mechanism: Any) -> dict[str, Any]:
     """Validate a declarative mechanism expectation; returns it normalised."""
     if not isinstance(mechanism, dict):
@@ -148,8 +190,11 @@ def check_mechanism(mechanism: Any) -> dict[str, Any]:
                 "A tolerance wide enough to accept anything confirms nothing: state the quantity "
                 "so that its expected value is measurable within these bounds.",
             )
-    return {
+    checked = {
         "quantity": str(mechanism["quantity"]),
         "prediction": str(mechanism["prediction"]),
         "expect": dict(expect),
     }
+    if "probe" in mechanism:
+        checked["probe"] = check_probe(mechanism["probe"])
+    return checked

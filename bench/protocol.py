@@ -609,6 +609,21 @@ class _Job:
                 )
         return finals
 
+    def _probe_arm(self, arm: str, finals: list[RunRecord]) -> list[float]:
+        """The declared service probe on the arm's final models, in its trusted trainer."""
+        assert self.mechanism is not None
+        directory = self.workdir / "data" / f"trained_{arm}"
+        directory.mkdir(parents=True, exist_ok=True)
+        runs = []
+        for record in finals:
+            for j, array in enumerate(self.kept[record.run_id]):
+                np.save(directory / f"{record.run_id}_{j}.npy", array, allow_pickle=False)
+            runs.append({"hparams": record.cfg.get("hparams", {}), "init_seed": self.seeds(record.seed).init,
+                         "prefix": str(directory / f"{record.run_id}_"),
+                         "probe": str(self.seed_data[record.seed].probe_path)})
+        values = self.sessions[arm].request({"op": "probe", "probe": self.mechanism["probe"], "runs": runs})["values"]
+        return [float(v) for v in values]
+
     def _config_index(self, record: RunRecord) -> int:
         return self.capture_info[record.arm].config_index(record.cfg.get("hparams", {}))
 
@@ -631,6 +646,9 @@ class _Job:
         """
         self.tracker.stage = "mechanism"
         self.tracker.emit("measuring the mechanism signature")
+        assert self.mechanism is not None
+        if "probe" in self.mechanism:
+            return self.both(lambda arm: self._probe_arm(arm, finals[arm]))
 
         def measure_arm(arm: str) -> list[float]:
             session = self.captures[arm]
@@ -757,8 +775,9 @@ def _judge(
             declared = request.mechanism if request.mechanism is not None else loaded["idea"]["mechanism"]
             if declared is not None:
                 job.mechanism = check_mechanism(declared)
-                if not loaded["idea"]["has_measure"]:
-                    raise BenchError(ErrorCode.INVALID_MECHANISM, "MECHANISM is declared but the idea defines no measure(model, x).")
+                if "probe" not in job.mechanism and not loaded["idea"]["has_measure"]:
+                    raise BenchError(ErrorCode.INVALID_MECHANISM,
+                                     "MECHANISM is declared with no 'probe' and the idea defines no measure(model, x).")
             job.sweep_seed_list = sweep_seeds(int(track.card["defaults"]["sweep_seeds"]))
             job.all_seeds = all_seeds
             init_seeds = [job.seeds(s).init for s in all_seeds]

@@ -67,10 +67,12 @@ def validate_submission(session: Session, body: IdeaSubmission) -> Checked:
         check_hparams(hparams, max_configs=max_configs)
     mechanism = body.mechanism if body.mechanism is not None else literals.get("MECHANISM")
     if mechanism is not None:
-        check_mechanism(mechanism)
-        if "measure" not in info.defines:
+        if "probe" not in check_mechanism(mechanism) and "measure" not in info.defines:
             raise BenchError(
-                ErrorCode.INVALID_MECHANISM, "A MECHANISM is declared but the idea defines no measure(model, x)."
+                ErrorCode.INVALID_MECHANISM,
+                "A MECHANISM is declared with no 'probe' and the idea defines no measure(model, x).",
+                "Declare one of the bench's probes in MECHANISM['probe'] (measured by the bench "
+                "itself), or define measure(model, x) (reported as self_measured).",
             )
     return Checked(track=track, card=card, hparams=hparams)
 

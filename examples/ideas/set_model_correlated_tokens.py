@@ -20,6 +20,8 @@ MECHANISM = {
     "quantity": "token-swap sensitivity: mean |f(x) - f(x with tokens 0 and 1 swapped)|",
     "prediction": "a permutation-invariant model does not change under a token swap",
     "expect": {"kind": "close_to", "target": 0.0, "atol": 1e-4},
+    # measured by the bench itself on both arms' trained models (bench.probes)
+    "probe": {"kind": "token_permutation", "dim": 1, "swap": [0, 1]},
 }
 
 
@@ -42,10 +44,3 @@ class PairSetModel(nn.Module):
 
 def build_model(spec):
     return PairSetModel(spec["n_tokens"], spec["token_dim"], spec["hparams"]["width"])
-
-
-def measure(model, x):
-    swapped = x.clone()
-    swapped[:, [0, 1]] = x[:, [1, 0]]
-    with torch.no_grad():
-        return float((model(x) - model(swapped)).abs().mean())

@@ -179,3 +179,19 @@ def test_data_dependent_control_flow_is_not_capturable(job_tmp: Path) -> None:
 def test_the_capture_child_sees_no_data(job_tmp: Path) -> None:
     report = judge(JudgeRequest(track="smoke", idea_code=(HOSTILE / "snoop_data.py").read_text(), n_seeds=2))
     assert report["system_judged"] is True  # it ran, and found no .npy file anywhere near it
+
+
+def test_a_declared_probe_is_measured_by_the_bench_not_by_the_idea(job_tmp: Path) -> None:
+    source = (HOSTILE / "forge_mechanism.py").read_text()
+    report = judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2))
+    mechanism = report["bench_report"]["mechanism_signature"]
+    assert mechanism["self_measured"] is False
+    assert all(v > 1e-3 for v in mechanism["idea_values"])  # its measure() said 0.0
+
+
+def test_an_own_measure_is_reported_as_self_measured(job_tmp: Path) -> None:
+    source = (HOSTILE / "forge_mechanism.py").read_text().replace('    "probe": {"kind": "input_gradient"},\n', "")
+    report = judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2))
+    mechanism = report["bench_report"]["mechanism_signature"]
+    assert mechanism["self_measured"] is True
+    assert mechanism["idea_values"] == [0.0, 0.0]

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 
+from bench import probes
 from bench.contract import check_hparams, check_mechanism, check_source
 from bench.track import Splits, Track
 
@@ -245,10 +246,15 @@ def test_example_idea_builds_and_measures(name: str, path: Path) -> None:
     assert tuple(out.shape) == (8, *spec["output_shape"])
     assert bool(torch.isfinite(out).all())
     if "MECHANISM" in idea:
-        check_mechanism(idea["MECHANISM"])
-        value = idea["measure"](model, x)
+        mechanism = check_mechanism(idea["MECHANISM"])
+        probe = mechanism.get("probe")
+
+        def quantity(m: torch.nn.Module) -> float:
+            return probes.measure(probe, m, x) if probe else idea["measure"](m, x)
+
+        value = quantity(model)
         assert isinstance(value, float) and math.isfinite(value)
-        baseline_value = idea["measure"](track.build_baseline({**track.spec, "hparams": {}}), x)
+        baseline_value = quantity(track.build_baseline({**track.spec, "hparams": {}}))
         assert isinstance(baseline_value, float) and math.isfinite(baseline_value)
 
 
@@ -287,7 +293,7 @@ def test_mechanisms_hold_by_construction_on_untrained_models() -> None:
     tok = load_track("correlated_tokens")
     sets = exec_idea(EXAMPLES / "set_model_correlated_tokens.py")
     model = sets["build_model"]({**tok.spec, "hparams": {"width": 50}})
-    assert sets["measure"](model, torch.randn(16, 6, 4)) < 1e-5
+    assert probes.measure(sets["MECHANISM"]["probe"], model, torch.randn(16, 6, 4)) < 1e-5
 
 
 # -- cifar10 loader -------------------------------------------------------------------

@@ -9,7 +9,7 @@ done in the same batch.
 
 Contract: build_model(spec) -> torch.nn.Module mapping (B, *spec["input_shape"]) to
 (B, *spec["output_shape"]) logits. Optional: HPARAMS (extra sweep grid, values reach
-build_model as spec["hparams"][name]), MECHANISM + measure(model, x) -> float.
+build_model as spec["hparams"][name]), MECHANISM (a bench probe, or measure(model, x) -> float).
 """
 
 import torch
@@ -22,6 +22,8 @@ MECHANISM = {
     "prediction": "averaging over the mirror image makes the trained classifier exactly "
     "invariant to horizontal flips (the baseline is not)",
     "expect": {"kind": "close_to", "target": 0.0, "atol": 1e-4},
+    # measured by the bench itself on both arms' trained models (bench.probes)
+    "probe": {"kind": "equivariance", "transform": {"flip": {"dim": -1}}, "output": "none"},
 }
 
 
@@ -48,10 +50,3 @@ def build_model(spec):
         nn.Linear(32 * 4 * 4, spec["n_classes"]),
     )
     return FlipSymmetric(net)
-
-
-def measure(model, x):
-    with torch.no_grad():
-        logits = model(x)
-        flipped = model(torch.flip(x, dims=[-1]))
-    return float((logits - flipped).abs().mean() / logits.abs().mean())

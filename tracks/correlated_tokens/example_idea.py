@@ -7,10 +7,9 @@ second MLP. Widths 56/32 give 5,329 parameters (baseline: 5,825).
 
 Contract: build_model(spec) -> torch.nn.Module mapping (B, *spec["input_shape"]) to
 (B, *spec["output_shape"]). Optional: HPARAMS (extra sweep grid, values reach
-build_model as spec["hparams"][name]), MECHANISM + measure(model, x) -> float.
+build_model as spec["hparams"][name]), MECHANISM (a bench probe, or measure(model, x) -> float).
 """
 
-import torch
 from torch import nn
 
 HPARAMS = {"width": [56]}
@@ -20,6 +19,8 @@ MECHANISM = {
     "prediction": "sum pooling makes the trained model (near) invariant to token order, "
     "so it changes less under a token swap than the flattened baseline",
     "expect": {"kind": "lower_than_baseline"},
+    # measured by the bench itself on both arms' trained models (bench.probes)
+    "probe": {"kind": "token_permutation", "dim": 1, "swap": [0, 1]},
 }
 
 
@@ -39,10 +40,3 @@ class DeepSets(nn.Module):
 
 def build_model(spec):
     return DeepSets(spec["token_dim"], spec["hparams"]["width"])
-
-
-def measure(model, x):
-    swapped = x.clone()
-    swapped[:, [0, 1]] = x[:, [1, 0]]
-    with torch.no_grad():
-        return float((model(x) - model(swapped)).abs().mean())

@@ -8,10 +8,9 @@ the baseline.
 
 Contract: build_model(spec) -> torch.nn.Module mapping (B, *spec["input_shape"]) to
 (B, *spec["output_shape"]). Optional: HPARAMS (extra sweep grid, values reach
-build_model as spec["hparams"][name]), MECHANISM + measure(model, x) -> float.
+build_model as spec["hparams"][name]), MECHANISM (a bench probe, or measure(model, x) -> float).
 """
 
-import torch
 from torch import nn
 
 HPARAMS = {"kernel": [5]}
@@ -21,6 +20,8 @@ MECHANISM = {
     "prediction": "circular convolutions make the trained forecaster exactly equivariant to "
     "shifts along x (the baseline's dense GRU is not)",
     "expect": {"kind": "close_to", "target": 0.0, "atol": 1e-4},
+    # measured by the bench itself on both arms' trained models (bench.probes)
+    "probe": {"kind": "equivariance", "transform": {"roll": {"shift": 3, "dim": -1}}, "output": "same"},
 }
 
 
@@ -42,11 +43,3 @@ class CircularCNN(nn.Module):
 
 def build_model(spec):
     return CircularCNN(spec["window"], channels=22, kernel=spec["hparams"]["kernel"])
-
-
-def measure(model, x):
-    with torch.no_grad():
-        y = model(x)
-        y_shifted = model(torch.roll(x, shifts=3, dims=-1))
-        err = (y_shifted - torch.roll(y, shifts=3, dims=-1)).norm() / y.norm()
-    return float(err)

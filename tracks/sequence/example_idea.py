@@ -9,7 +9,7 @@ d_model 32), written out here because an idea file is self-contained.
 
 Contract: build_model(spec) -> torch.nn.Module mapping (B, *spec["input_shape"]) to
 (B, *spec["output_shape"]). Optional: HPARAMS (extra sweep grid, values reach
-build_model as spec["hparams"][name]), MECHANISM + measure(model, x) -> float.
+build_model as spec["hparams"][name]), MECHANISM (a bench probe, or measure(model, x) -> float).
 """
 
 import torch
@@ -23,6 +23,8 @@ MECHANISM = {
     "prediction": "instance centring makes the trained forecaster exactly equivariant to "
     "level shifts; the baseline is not",
     "expect": {"kind": "close_to", "target": 0.0, "atol": 1e-3},
+    # measured by the bench itself on both arms' trained models (bench.probes)
+    "probe": {"kind": "equivariance", "transform": {"add": 1.0}, "output": "same"},
 }
 
 
@@ -60,10 +62,3 @@ class CentredTransformer(nn.Module):
 
 def build_model(spec):
     return CentredTransformer(spec)
-
-
-def measure(model, x):
-    with torch.no_grad():
-        y = model(x)
-        err = (model(x + 1.0) - (y + 1.0)).norm() / y.norm()
-    return float(err)

@@ -2,7 +2,7 @@
 
 Contract: define build_model(spec) -> torch.nn.Module mapping (B, *spec["input_shape"])
 to (B, *spec["output_shape"]). Optional: HPARAMS (extra sweep grid, values reach
-build_model as spec["hparams"][name]), MECHANISM + measure(model, x) -> float.
+build_model as spec["hparams"][name]), MECHANISM (a bench probe, or measure(model, x) -> float).
 """
 
 from torch import nn
@@ -13,6 +13,8 @@ MECHANISM = {
     "quantity": "mean |d output / d input| on the probe batch (input sensitivity)",
     "prediction": "a smooth (SiLU) network is less sensitive to its inputs than the ReLU baseline",
     "expect": {"kind": "lower_than_baseline"},
+    # measured by the bench itself on both arms' trained models (bench.probes)
+    "probe": {"kind": "input_gradient"},
 }
 
 
@@ -23,9 +25,3 @@ def build_model(spec):
         nn.SiLU(),
         nn.Linear(width, spec["output_shape"][0]),
     )
-
-
-def measure(model, x):
-    x = x.clone().requires_grad_(True)
-    model(x).sum().backward()
-    return float(x.grad.abs().mean())

@@ -1,0 +1,54 @@
+"""Service-owned mechanism probes: quantities the bench measures itself on trained models.
+
+An idea declares its mechanism as data, ``MECHANISM = {..., "probe": {"kind": ...}}``, and
+the trusted trainer measures the quantity on every final model of both arms (the probe
+batch: the first 256 test inputs, no labels). No submitted code runs: the report marks
+the values ``self_measured: false``. Kinds (``bench.contract.check_probe`` validates them):
+
+- ``token_permutation`` ``{"dim": 1, "swap": [0, 1]}``: mean |f(x) - f(x with positions
+  ``swap`` exchanged along ``dim``)| (0 for a permutation-invariant model);
+- ``input_gradient`` ``{}``: mean |d sum f(x) / d x| (input sensitivity);
+- ``equivariance`` ``{"transform": T, "output": "same" | "none"}``: ||f(T x) - T'(f(x))|| /
+  ||f(x)||, where T' is T (``same``: equivariance) or the identity (``none``: invariance)
+  and T is ``{"roll": {"shift": k, "dim": d}}``, ``{"flip": {"dim": d}}`` or
+  ``{"add": c}`` (a constant added to every value).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def _transform(spec: dict[str, Any], x: torch.Tensor) -> torch.Tensor:
+    (name, args), = spec.items()
+    if name == "roll":
+        return torch.roll(x, shifts=int(args["shift"]), dims=int(args["dim"]))
+    if name == "flip":
+        return torch.flip(x, dims=[int(args["dim"])])
+    return x + float(args)  # "add"
+
+
+def measure(probe: dict[str, Any], model: nn.Module, x: torch.Tensor) -> float:
+    """The quantity ``probe`` names, on ``model`` (put in eval mode) and probe batch ``x``."""
+    model.eval()
+    kind = probe["kind"]
+    if kind == "input_gradient":
+        x = x.clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(model(x).sum(), x)
+        return float(grad.abs().mean())
+    with torch.no_grad():
+        y = model(x)
+        if kind == "token_permutation":
+            dim = int(probe.get("dim", 1))
+            i, j = (int(v) for v in probe.get("swap", [0, 1]))
+            order = list(range(x.shape[dim]))
+            order[i], order[j] = order[j], order[i]
+            swapped = x.index_select(dim, torch.tensor(order, device=x.device))
+            return float((model(swapped) - y).abs().mean())
+        transform = probe["transform"]
+        moved = model(_transform(transform, x))
+        target = _transform(transform, y) if probe.get("output", "same") == "same" else y
+        return float((moved - target).norm() / y.norm())
