@@ -25,6 +25,28 @@ log = logging.getLogger("ideabench.runner")
 POLL_S = 0.2
 LOG_TAIL_CHARS = 600
 MAX_MESSAGE_BYTES = 1 << 20  # one line from a child; ours are a few hundred bytes
+DISK_CHECK_S = 1.0  # how often the parent measures a child's working directory
+
+
+def directory_usage(root: Path, max_entries: int) -> tuple[int, int]:
+    """(bytes, entries) under ``root``, not following links; stops counting past
+    ``max_entries`` (a child that made millions of files must not make the parent walk them)."""
+    total, entries = 0, 0
+    stack = [str(root)]
+    while stack and entries <= max_entries:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    entries += 1
+                    if entries > max_entries:
+                        break
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_blocks * 512
+        except OSError:
+            continue
+    return total, entries
 
 
 def open_output(root: Path, relative: str, role: str) -> BinaryIO:
@@ -146,6 +168,7 @@ class ArmSession:
         )
         self.layers = sandbox.layers_of(self.proc)
         self._killed_for: ErrorCode | None = None
+        self._disk_checked = time.monotonic()
         self._ready = False
         self._pending = pending
         if wait_ready:
@@ -191,8 +214,27 @@ class ArmSession:
             )
         return message
 
+    def _check_disk(self) -> None:
+        """The child's working directory holds at most ``disk_mb`` and ``disk_entries`` (each
+        file is capped by RLIMIT_FSIZE; this caps their sum and their number)."""
+        now = time.monotonic()
+        if now - self._disk_checked < DISK_CHECK_S:
+            return
+        self._disk_checked = now
+        used, entries = directory_usage(self.workdir, self.limits.disk_entries)
+        if used > self.limits.disk_mb * 1024 * 1024 or entries > self.limits.disk_entries:
+            self._kill(ErrorCode.OUTPUT_LIMIT)
+            raise BenchError(
+                ErrorCode.OUTPUT_LIMIT,
+                f"The {self.role} process filled its directory past its quota "
+                f"({self.limits.disk_mb} MB, {self.limits.disk_entries} files).",
+                "Write no files: the bench needs none from submitted code.",
+            )
+
     def _check_limits(self) -> None:
-        """Raise (killing the child) when the job was cancelled or ran past its deadline."""
+        """Raise (killing the child) when the job was cancelled, ran past its deadline, or
+        its child filled its directory past the quota."""
+        self._check_disk()
         if self.cancel.is_set():
             self._kill(ErrorCode.CANCELLED)
             raise BenchError(ErrorCode.CANCELLED, "The job was cancelled; its child was killed.")

@@ -65,13 +65,8 @@ class Slot:
 
     def release(self, adopted: set[str]) -> None:
         """Kill the children no session adopted (their sessions close the others)."""
-        for arm, (proc, fd) in self.launched.items():
-            if arm not in adopted:
-                sandbox.kill(proc)
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        for name in [n for n in self.launched if n not in adopted]:
+            self.drop(name)
         self.launched = {}
 
     def drop(self, name: str) -> None:

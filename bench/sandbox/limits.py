@@ -17,6 +17,8 @@ class Limits:
     open_files: int = 256
     pids: int = 128  # processes and threads (torch's thread pools count)
     cpu_s: int = 4 * 3600
+    disk_mb: int = 2048  # everything in the child's working directory together
+    disk_entries: int = 10_000  # files and directories in it
 
 
 @dataclass(frozen=True)

@@ -182,3 +182,46 @@ def test_the_idea_cannot_import_the_track_packages(job_tmp: Path) -> None:
 def test_bundled_public_data_sets_are_invisible_to_the_idea(job_tmp: Path) -> None:
     error = judge_error(hostile("read_sklearn_data.py"))
     assert "EMPTY" in error.message and "LEAKED" not in error.message, error.message
+
+
+def test_a_child_that_fills_its_directory_is_stopped(job_tmp: Path) -> None:
+    error = judge_error(hostile("fill_disk.py"))
+    assert error.code == ErrorCode.OUTPUT_LIMIT, error.message
+    assert "quota" in error.message
+
+
+def test_directory_usage_counts_bytes_and_stops_counting_entries(tmp_path: Path) -> None:
+    from bench.runner import directory_usage
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "big").write_bytes(b"x" * 100_000)
+    for i in range(50):
+        (tmp_path / f"f{i}").write_text("x")
+    (tmp_path / "link").symlink_to("/etc")  # not followed
+    used, entries = directory_usage(tmp_path, 10_000)
+    assert used >= 100_000 and entries == 53
+    assert directory_usage(tmp_path, 10)[1] == 11  # it stops one past the bound
+
+
+def test_the_seed_secret_is_out_of_reach_of_submitted_code(
+    job_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench.seeding import SECRET_FILE, deployment_secret
+
+    monkeypatch.delenv("IDEABENCH_SEED_SECRET")
+    monkeypatch.setenv("IDEABENCH_DATA_DIR", str(job_tmp / "var"))
+    secret = deployment_secret()  # generated into the data dir, as in embedded mode
+    path = job_tmp / "var" / SECRET_FILE
+    source = (
+        "import os\n"
+        f"found = [os.environ.get('IDEABENCH_SEED_SECRET'), os.environ.get('IDEABENCH_DATA_DIR')]\n"
+        "try:\n"
+        f"    found.append(open({str(path)!r}).read())\n"
+        "except OSError as exc:\n"
+        "    found.append(type(exc).__name__)\n"
+        "raise RuntimeError(f'FOUND {found}')\n"
+        "def build_model(spec):\n    pass\n"
+    )
+    error = judge_error(source)
+    assert "FOUND [None, None," in error.message, error.message
+    assert secret.key.hex() not in error.message
