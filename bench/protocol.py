@@ -39,6 +39,7 @@ from bench.registry import load_track
 from bench.runner import ArmSession, load_npy, open_output
 from bench.sandbox import Limits
 from bench.seeding import (
+    RunSeeds,
     SeedSecret,
     deployment_secret,
     final_seeds,
@@ -214,7 +215,7 @@ class _Job:
     def _export(self, seed: int) -> data_mod.SeedData:
         return data_mod.export(self.track, self.seeds(seed).split, self.task_seed, self.workdir / "data" / str(seed))
 
-    def seeds(self, seed: int) -> Any:
+    def seeds(self, seed: int) -> RunSeeds:
         """The split / order / init seeds of protocol seed ``seed`` in this job's epoch."""
         return run_seeds(seed, self.secret)
 

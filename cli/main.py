@@ -44,12 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Seeds derive from a deployment secret (PROTOCOL.md 2.5), kept in "
         "DATA_DIR/seed_secret.json unless IDEABENCH_SEED_SECRET is set.",
     )
+    data_dir = argparse.ArgumentParser(add_help=False)
+    data_dir.add_argument("--data-dir", default=None, help="default: IDEABENCH_DATA_DIR or ./var")
     seeds = p.add_subparsers(dest="seeds_command", required=True)
-    seeds.add_parser("show", help="the current epoch and its commitment (never the key)")
-    seeds.add_parser("rotate", help="retire the current epoch and start the next")
-    s = seeds.add_parser("reveal", help="print a retired epoch's key, to reproduce its runs")
+    seeds.add_parser("show", parents=[data_dir], help="the current epoch and its commitment (never the key)")
+    seeds.add_parser("rotate", parents=[data_dir], help="retire the current epoch and start the next")
+    s = seeds.add_parser("reveal", parents=[data_dir], help="print a retired epoch's key, to reproduce its runs")
     s.add_argument("epoch", type=int)
-    p.add_argument("--data-dir", default=None, help="default: IDEABENCH_DATA_DIR or ./var")
 
     p = sub.add_parser("serve", help="run the API and one worker (embedded SQLite by default)")
     p.add_argument("--host", default="127.0.0.1")

@@ -86,3 +86,24 @@ def test_the_deployment_secret_comes_from_the_environment_or_the_data_dir(
     monkeypatch.delenv(SECRET_ENV)
     from_file = deployment_secret(tmp_path)
     assert from_file == SecretStore(tmp_path / "seed_secret.json").current()
+
+
+def test_the_seeds_command_shows_rotates_and_reveals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from cli.main import main
+
+    monkeypatch.delenv(SECRET_ENV)
+    where = ["--data-dir", str(tmp_path)]
+    assert main(["seeds", "show", *where]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert "key" not in first and first["epoch"] == 1
+    assert main(["seeds", "reveal", "1", *where]) == 2  # still current
+    assert main(["seeds", "rotate", *where]) == 0
+    assert json.loads(capsys.readouterr().out)["epoch"] == 2
+    assert main(["seeds", "reveal", "1", *where]) == 0
+    revealed = json.loads(capsys.readouterr().out)
+    key = SeedSecret(key=bytes.fromhex(revealed["key"]), epoch=1)
+    assert key.commitment == first["commitment"] == revealed["commitment"]

@@ -23,7 +23,8 @@ HOSTILE = Path(__file__).parent / "hostile"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "ideas"
 SEED_EXAMPLES = {"butterfly_sequence.py": "sequence", "kinetic_mixing_dynamics.py": "dynamics",
                  "set_model_correlated_tokens.py": "correlated_tokens"}
-TRACKS = ("smoke", "tabular", "correlated_tokens", "dynamics", "sequence", "vision")
+TRACKS = ("smoke", "tabular", "correlated_tokens", "dynamics", "sequence", "vision", "cifar10")
+CUSTOM = Path(__file__).resolve().parents[2] / "examples" / "tracks" / "so3_spectral.py"
 
 
 @pytest.fixture
@@ -58,6 +59,16 @@ def _models() -> list[tuple[str, Any, dict[str, Any]]]:
         exec((EXAMPLES / file).read_text(), module.__dict__)
         hparams = {k: v[0] for k, v in (getattr(module, "HPARAMS", {}) or {}).items()}
         cases.append((file, module.build_model, dict(load_track(name).spec, hparams=hparams)))
+    # The custom-track example and its seed idea.
+    from bench.child import track_module
+    from bench.custom_track import CustomTrack
+
+    so3 = CustomTrack.from_source(CUSTOM.read_text())
+    cases.append(("so3_spectral:baseline", track_module(so3.source).build_baseline, dict(so3.card["spec"], hparams={})))
+    module = types.ModuleType("so3")
+    exec((EXAMPLES / "so3_exact_generator.py").read_text(), module.__dict__)
+    hparams = {k: v[0] for k, v in (getattr(module, "HPARAMS", {}) or {}).items()}
+    cases.append(("so3_exact_generator.py", module.build_model, dict(so3.card["spec"], hparams=hparams)))
     return cases
 
 
@@ -82,7 +93,7 @@ def test_every_baseline_and_example_captures_with_outputs_identical_to_eager() -
         n_params = sum(p.numel() for p in model.parameters())
         assert rebuilt.counts()[0] == n_params, label
         captured += 1
-    assert captured == 2 * len(TRACKS) + len(SEED_EXAMPLES)
+    assert captured == 2 * len(TRACKS) + len(SEED_EXAMPLES) + 2  # all of them: 19 of 19
     print(f"captured {captured} models; largest difference from eager {worst:.3g}")
 
 

@@ -33,9 +33,11 @@ class FlipSymmetric(nn.Module):
         self.net = net
 
     def forward(self, x):
+        n = x.shape[0]
         logits = self.net(torch.cat([x, torch.flip(x, dims=[-1])]))
-        a, b = logits.chunk(2)
-        return 0.5 * (a + b)
+        # Slices at n, not chunk(2): the graph is captured for any batch size, and chunk's
+        # split of a symbolic 2n cannot be proven even.
+        return 0.5 * (logits[:n] + logits[n:])
 
 
 def build_model(spec):
