@@ -314,7 +314,8 @@ def build_graph(doc: Any, device: torch.device) -> tuple[fx.GraphModule, Signatu
     if any(k not in OUTPUT_KINDS for k in out_kinds) or out_kinds.count("user") != 1 or out_kinds[-1] != "user":
         raise not_capturable("the model must return exactly one tensor")
     targets = [str(i.get("target", "")) for i in inputs if i["kind"] != "user"]
-    if len(set(targets)) != len(targets):
+    if len(set(targets)) != len(targets) or len({_slot(t) for t in targets}) != len(targets):
+        # Two names for one module slot ("a.b" and "a__b") would make one tensor stand for two.
         raise not_capturable("the captured graph names one tensor twice")
     buffers = {str(i["target"]) for i in inputs if i["kind"] == "buffer"}
     mutations = tuple(str(o.get("target")) for o in outputs if o["kind"] == "buffer_mutation")

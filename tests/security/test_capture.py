@@ -148,6 +148,10 @@ def test_malformed_graphs_are_refused() -> None:
     mutates_param = copy.deepcopy(good)
     mutates_param["outputs"].insert(0, {"kind": "buffer_mutation", "target": good["inputs"][0]["target"]})
     _refused(mutates_param)
+    aliased = copy.deepcopy(good)  # "0.weight" and "0__weight" share one slot of the rebuilt module
+    aliased["inputs"].insert(0, {"kind": "buffer", "name": "alias", "target": "0__weight"})
+    aliased["nodes"].insert(0, {"name": "alias", "op": "placeholder"})
+    _refused(aliased)
     custom_kind = copy.deepcopy(good)
     custom_kind["inputs"][0]["kind"] = "custom_obj"
     _refused(custom_kind)
