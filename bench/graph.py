@@ -34,7 +34,6 @@ from torch import fx, nn
 from bench.errors import BenchError, ErrorCode
 
 FORMAT = 1
-DECOMPOSITIONS: dict[Any, Any] | None = {}
 MAX_NODES = 20_000
 # ATen ops outside torch.Tag.core that core-ATen graphs of ordinary models still hold.
 EXTRA_OPS = frozenset({
@@ -158,7 +157,9 @@ def export_graph(model: nn.Module, example: torch.Tensor) -> tuple[dict[str, Any
     try:
         program = export(model, (example,), dynamic_shapes=({0: Dim("batch", min=1)},), strict=False)
         if not _is_functional_aten(program):  # in-place ops, grad-mode switches: functionalise
-            program = program.run_decompositions(decomp_table=DECOMPOSITIONS)
+            # An empty table functionalises without decomposing: composites such as linear,
+            # gru or attention stay whole, so the trainer runs eager PyTorch's kernels.
+            program = program.run_decompositions(decomp_table={})
     except BenchError:
         raise
     except Exception as exc:
