@@ -123,6 +123,15 @@ def _practical_detail(comparison: Mapping[str, Any], smallest_effect: float) -> 
     return "inconclusive"
 
 
+def system_verdict(helps: bool, mechanism_ok: int | None) -> SystemVerdict:
+    """``worked`` when every declared claim holds, ``partial`` when one of two holds, else
+    ``failed``. No mechanism declared: the only claim is that the idea helps (PROTOCOL.md 5)."""
+    claims = [helps] if mechanism_ok is None else [helps, mechanism_ok == 1]
+    if all(claims):
+        return "worked"
+    return "partial" if any(claims) else "failed"
+
+
 def decide(
     comparison: Mapping[str, Any], mechanism_ok: int | None, smallest_effect: float
 ) -> dict[str, Any]:
@@ -136,8 +145,9 @@ def decide(
     Returns ``practical_verdict`` (helps / harms / inconclusive), ``practical_detail``
     (None for helps / harms; else "negligible" when the 90% CI lies inside [-m, m],
     else "underpowered" when mde > m, else "inconclusive"), ``system_verdict``
-    (worked: helps and mechanism holds; partial: exactly one; failed: neither) and
-    ``worked``.
+    (worked: helps and the mechanism is confirmed; partial: exactly one of the two
+    claims holds; failed: neither; with no mechanism declared there is one claim,
+    so worked when the idea helps, else failed, never partial) and ``worked``.
     """
     verdict = comparison.get("verdict")
     if verdict not in _PRACTICAL:
@@ -148,15 +158,7 @@ def decide(
         raise ValueError(f"smallest_effect must be finite and >= 0, got {smallest_effect!r}")
     practical = _PRACTICAL[verdict]
     detail = None if practical != "inconclusive" else _practical_detail(comparison, smallest_effect)
-    helps = practical == "helps"
-    mechanism_holds = mechanism_ok is None or mechanism_ok == 1
-    system: SystemVerdict
-    if helps and mechanism_holds:
-        system = "worked"
-    elif helps or mechanism_holds:
-        system = "partial"
-    else:
-        system = "failed"
+    system = system_verdict(practical == "helps", mechanism_ok)
     return {
         "practical_verdict": practical,
         "practical_detail": detail,

@@ -9,6 +9,7 @@ database; default postgresql://postgres@127.0.0.1:5432/postgres) and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -116,9 +117,9 @@ def bearer(token: str) -> dict[str, str]:
 # --- Postgres ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A fresh, migrated Postgres database for this test session (dropped after)."""
+@contextlib.contextmanager
+def scratch_postgres() -> Iterator[str]:
+    """The URL of a new, empty Postgres database, dropped afterwards."""
     try:
         import psycopg2
     except ImportError as exc:  # pragma: no cover
@@ -134,17 +135,23 @@ def postgres_url() -> Iterator[str]:
     name = f"ideabench_test_{uuid.uuid4().hex[:10]}"
     with admin.cursor() as cur:
         cur.execute(f'CREATE DATABASE "{name}"')
-    url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
     try:
-        from app.migrate import upgrade_head
-        from app.settings import Settings
-
-        upgrade_head(Settings(database_url=url, broker_url="memory://"))
-        yield url
+        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
     finally:
         with admin.cursor() as cur:
             cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh, migrated Postgres database for this test session (dropped after)."""
+    from app.migrate import upgrade_head
+    from app.settings import Settings
+
+    with scratch_postgres() as url:
+        upgrade_head(Settings(database_url=url, broker_url="memory://"))
+        yield url
 
 
 def truncate_all(database_url: str) -> None:

@@ -1,0 +1,96 @@
+"""Data migrations run forward (and back) on stored rows, on SQLite and on real Postgres."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic import command
+from sqlalchemy import text
+
+from app.db import make_engine
+from app.migrate import alembic_config
+from tests.conftest import scratch_postgres
+
+CREATED = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/old.db"
+        return
+    with scratch_postgres() as url:
+        yield url
+
+
+def _insert(conn, report_id: str, system: str, practical: str, mechanism_ok: bool | None) -> None:  # noqa: ANN001
+    job_id = f"job_{report_id}"
+    conn.execute(text(
+        "INSERT INTO jobs (id, status, queue, track, idea_code, submitter_id, request_sha256, runs_done, "
+        "attempts, cancel_requested, created_at) VALUES (:id, 'succeeded', 'cpu', 'smoke@1', 'x', 'key_a', "
+        "'0', 0, 1, false, :at)"), {"id": job_id, "at": CREATED})
+    body = {"system_verdict": system, "practical_verdict": practical, "summary": f"... System verdict: {system}."}
+    conn.execute(text(
+        "INSERT INTO reports (id, job_id, track, submitter_id, system_verdict, practical_verdict, mechanism_ok, "
+        "worked, created_at, body) VALUES (:id, :job, 'smoke@1', 'key_a', :s, :p, :m, :w, :at, :body)"),
+        {"id": report_id, "job": job_id, "s": system, "p": practical, "m": mechanism_ok,
+         "w": system == "worked", "at": CREATED, "body": json.dumps(body)})
+    conn.execute(text(
+        "INSERT INTO verdict_counts (day, week, track, system_verdict, practical_verdict, n) "
+        "VALUES (:d, :w, 'smoke@1', :s, :p, 1) ON CONFLICT (day, track, system_verdict, practical_verdict) "
+        "DO UPDATE SET n = verdict_counts.n + 1"),
+        {"d": CREATED.date(), "w": CREATED.date() - dt.timedelta(days=CREATED.weekday()), "s": system,
+         "p": practical})
+
+
+def _state(url: str) -> tuple[dict[str, tuple[str, str]], dict[tuple[str, str], int]]:
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        reports = {}
+        for report_id, system, body in conn.execute(text("SELECT id, system_verdict, body FROM reports")):
+            body = body if isinstance(body, dict) else json.loads(body)
+            assert body["system_verdict"] == system
+            reports[report_id] = (system, body["summary"].rsplit(": ", 1)[1])
+        counts = {(s, p): n for s, p, n in conn.execute(
+            text("SELECT system_verdict, practical_verdict, n FROM verdict_counts"))}
+    engine.dispose()
+    return reports, counts
+
+
+def test_partial_without_a_mechanism_becomes_failed_and_back(database_url: str) -> None:
+    config = alembic_config(database_url)
+    command.upgrade(config, "0002")
+    engine = make_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
+                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        _insert(conn, "rep_null_partial", "partial", "inconclusive", None)  # the old rule's null idea
+        _insert(conn, "rep_null_harms", "partial", "harms", None)
+        _insert(conn, "rep_one_of_two", "partial", "helps", False)  # a real partial: stays
+        _insert(conn, "rep_mech_partial", "partial", "inconclusive", True)  # a real partial: stays
+        _insert(conn, "rep_worked", "worked", "helps", None)
+    engine.dispose()
+
+    command.upgrade(config, "0003")
+    reports, counts = _state(database_url)
+    assert reports == {
+        "rep_null_partial": ("failed", "failed."), "rep_null_harms": ("failed", "failed."),
+        "rep_one_of_two": ("partial", "partial."), "rep_mech_partial": ("partial", "partial."),
+        "rep_worked": ("worked", "worked."),
+    }
+    assert counts == {("failed", "inconclusive"): 1, ("failed", "harms"): 1, ("partial", "helps"): 1,
+                      ("partial", "inconclusive"): 1, ("worked", "helps"): 1}
+
+    command.downgrade(config, "0002")
+    reports, counts = _state(database_url)
+    assert {k: v[0] for k, v in reports.items()} == {
+        "rep_null_partial": "partial", "rep_null_harms": "partial", "rep_one_of_two": "partial",
+        "rep_mech_partial": "partial", "rep_worked": "worked",
+    }
+    assert counts == {("partial", "inconclusive"): 2, ("partial", "harms"): 1, ("partial", "helps"): 1,
+                      ("worked", "helps"): 1}
+    command.upgrade(config, "head")
