@@ -42,6 +42,7 @@ class ApiCode(StrEnum):
     FORBIDDEN_ROLE = "forbidden_role"
     NOT_OWNER = "not_owner"
     TOO_MANY_VALIDATIONS = "too_many_validations"
+    N_SEEDS_FIXED = "n_seeds_fixed"
     NOT_READY = "not_ready"
     INTERNAL = "internal"
 
@@ -67,6 +68,8 @@ HINTS: dict[str, str] = {
     ApiCode.NOT_OWNER: "Only the author of a resource (or an operator) may change it.",
     ApiCode.TOO_MANY_VALIDATIONS: "Wait until one of your tracks leaves status validating (poll "
     "GET /v1/tracks?kind=custom&status=validating), then register again.",
+    ApiCode.N_SEEDS_FIXED: "Leave n_seeds unset: it is fixed per track (GET /v1/tracks/{name}, "
+    "defaults.n_seeds), so a re-roll cannot change the test; only an operator may set it.",
     ApiCode.NOT_READY: "Start the database, the broker and a worker (`ideabench worker`).",
     ApiCode.INTERNAL: "This is a bug in ideabench; retry later and report it if it persists.",
 }

@@ -53,7 +53,7 @@ def _bound(value: float | None, unbounded: str) -> str:
 
 def summary_text(
     track_id: str, metric: str, comparison: dict[str, Any], verdicts: dict[str, Any],
-    mechanism: dict[str, Any] | None, n_params: dict[str, int],
+    mechanism: dict[str, Any] | None, n_params: dict[str, int], confirmation: dict[str, Any] | None = None,
 ) -> str:
     """One plain-language paragraph in the style of the seed reports' ``verdict``."""
     c = comparison
@@ -66,6 +66,13 @@ def summary_text(
         f"95% CI of the delta [{_bound(c['ci_low'], '-inf')}, {_bound(c['ci_high'], 'inf')}], "
         f"MDE {c['mde']:.4g} ({c['mde_rel_pct']:.1f}% of the baseline): {c['verdict']}. "
     )
+    if confirmation is not None:
+        k = confirmation["comparison"]
+        text += (
+            f"Confirmation on {k['n_pairs']} fresh seeds of this job: delta {k['delta_mean']:+.6g}, "
+            f"the idea won {k['idea_wins']}/{k['n_pairs']}, one-sided p={confirmation['p_value']:.4g}: "
+            f"{'replicated' if confirmation['significant'] else 'not replicated'}. "
+        )
     practical = verdicts["practical_verdict"]
     if practical == "inconclusive" and verdicts.get("practical_detail"):
         text += f"Practically the idea is inconclusive ({verdicts['practical_detail']}). "
@@ -87,20 +94,51 @@ def summary_text(
     return text
 
 
+def stage_block(job: _Job, runs: dict[str, list[RunRecord]]) -> dict[str, Any]:
+    """One test stage of the report: its comparison, per-seed values, seeds and commitment."""
+    values = job.stage_values(runs)
+    block: dict[str, Any] = {
+        "comparison": compare(values["baseline"], values["idea"], lower_is_better=job.lower_is_better),
+        "per_seed": values,
+        "seeds": [r.seed for r in runs["idea"]],
+        "seed_commitment": job.secret.report_block(),
+        "diverged": {a: sum(r.diverged for r in runs[a]) for a in ARMS},
+        "wall_time_s": {a: float(sum(r.seconds for r in runs[a])) for a in ARMS},
+    }
+    return block
+
+
+def confirmation_block(job: _Job, runs: dict[str, list[RunRecord]], alpha: float) -> dict[str, Any]:
+    """The confirmation stage: significant when its one-sided exact p in the screened
+    (better) direction is <= alpha; its seeds are labelled by the job's key."""
+    block = stage_block(job, runs)
+    p = float(block["comparison"]["p_better"])
+    block.update(p_value=p, significant=p <= alpha, job_key=job.job_key,
+                 test="one-sided exact paired sign-flip, idea better (the screened direction)",
+                 n_runs=sum(len(r) for r in runs.values()), baseline_cache="never (fresh seeds)")
+    return block
+
+
+def pooled_block(screening: dict[str, Any], confirmation: dict[str, Any], lower_is_better: bool) -> dict[str, Any]:
+    """Both stages' pairs in one comparison: shown for information, it decides nothing."""
+    values = {a: screening["per_seed"][a] + confirmation["per_seed"][a] for a in ARMS}
+    pooled = compare(values["baseline"], values["idea"], lower_is_better=lower_is_better)
+    keep = ("delta_mean", "idea_wins", "n_pairs", "p_value", "p_method", "ci_low", "ci_high", "rel_delta_pct")
+    return {**{k: pooled[k] for k in keep}, "decides": False,
+            "note": "screening and confirmation pairs pooled; the verdict comes from the stages, not from this"}
+
+
 def build_report(
-    *, job: _Job, finals: dict[str, list[RunRecord]],
+    *, job: _Job, finals: dict[str, list[RunRecord]], confirmation: dict[str, list[RunRecord]] | None,
     measured: dict[str, list[float]] | None, device: str, wall_s: float,
 ) -> dict[str, Any]:
     """Assemble, validate and return the report of one judged idea."""
-    from bench.protocol import fill_diverged
-
     card, request = job.card, job.request
     track_id = f"{card['name']}@{card['version']}"
-    fill = job.diverged_value("test")
-    values = {a: fill_diverged([r.value for r in finals[a]], fill) for a in ARMS}
-    comparison = compare(
-        values["baseline"], values["idea"], lower_is_better=card["metric"]["direction"] == "lower"
-    )
+    screening = stage_block(job, finals)
+    values = screening["per_seed"]
+    comparison = screening["comparison"]
+    replication = None if confirmation is None else confirmation_block(job, confirmation, comparison["alpha"])
     mechanism = None
     mechanism_ok = None
     if job.mechanism is not None and measured is not None:
@@ -118,7 +156,11 @@ def build_report(
             "self_measured": "probe" not in job.mechanism,
         }
     m = float(card["smallest_effect_rel_pct"]) / 100.0 * abs(comparison["baseline_mean"])
-    verdicts = decide(comparison, mechanism_ok, m)
+    verdicts = decide(comparison, mechanism_ok, m, None if replication is None else replication["significant"])
+    # The evidence that the idea helps, for the false-discovery accounting across ideas: the
+    # screening's one-sided p, or the larger of both stages' when a confirmation ran (a valid
+    # p-value: both must be small, P(max <= t) <= t under the null).
+    p_helps = comparison["p_better"] if replication is None else max(comparison["p_better"], replication["p_value"])
 
     tables = {a: job.sweep_table(a) for a in ARMS}
     bests = {a: job.best(a) for a in ARMS}
@@ -165,6 +207,11 @@ def build_report(
         "baseline": arm_block("baseline"),
         "idea": idea_block,
         "comparison": comparison,
+        "screening": screening,
+        "confirmation": replication,
+        "decided_by": "screening" if replication is None else "confirmation",
+        "pooled": None if replication is None else pooled_block(screening, replication, job.lower_is_better),
+        "p_helps": p_helps,
         "mechanism_signature": mechanism,
         "idea_sweep": tables["idea"],
         "best_idea_cfg": bests["idea"]["cfg"],
@@ -174,7 +221,8 @@ def build_report(
         "custom_track": request.custom_track.report_block() if request.custom_track else None,
         "track_justification": card.get("justification") if request.custom_track else None,
         "data_checksum": _checksum(job),
-        "seeds": {"sweep": job.sweep_seed_list, "final": [r.seed for r in finals["idea"]]},
+        "seeds": {"sweep": job.sweep_seed_list, "final": screening["seeds"],
+                  "confirmation": None if replication is None else replication["seeds"]},
         "seed_commitment": job.secret.report_block(),
         "public_data": bool(card.get("public_data", False)),
         "lr_grid": job.lr_grids["idea"],
@@ -196,7 +244,7 @@ def build_report(
     }
     report = {
         "worked": verdicts["worked"],
-        "summary": summary_text(track_id, metric_name, comparison, verdicts, mechanism, n_params),
+        "summary": summary_text(track_id, metric_name, comparison, verdicts, mechanism, n_params, replication),
         "metrics": metrics,
         "system_verdict": verdicts["system_verdict"],
         "practical_verdict": verdicts["practical_verdict"],

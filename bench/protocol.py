@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -41,12 +42,14 @@ from bench.sandbox import Limits
 from bench.seeding import (
     RunSeeds,
     SeedSecret,
+    confirmation_seeds,
     deployment_secret,
     final_seeds,
     run_seeds,
     sweep_seeds,
     task_seed,
 )
+from bench.stats import VERDICT_BETTER, compare
 from bench.track import Track
 
 ARMS = ("baseline", "idea")
@@ -74,11 +77,14 @@ class JudgeRequest:
     custom_track: custom_mod.CustomTrack | None = None
     # The seed epoch's secret (bench.seeding); None: the deployment's (``deployment_secret``).
     seed_secret: SeedSecret | None = None
+    # What this job's confirmation seeds are drawn under (the service's job id): the same key
+    # and secret give the same numbers; None: a fresh random key (a one-off ``ideabench run``).
+    job_key: str | None = None
 
 
 @dataclass(frozen=True)
 class Progress:
-    """Where a running protocol stands: stage is sweep / final / mechanism."""
+    """Where a running protocol stands: stage is sweep / final / confirmation / mechanism."""
 
     stage: str
     done: int
@@ -98,6 +104,7 @@ class RunRecord:
     cfg: dict[str, Any]
     seed: int
     split: str
+    stage: str = "sweep"  # sweep (val), screening or confirmation (test)
     value: float = math.nan
     diverged: bool = False
     seconds: float = 0.0
@@ -176,6 +183,7 @@ class _Job:
                  on_progress: ProgressCallback | None, cancel: threading.Event, secret: SeedSecret) -> None:
         self.request = request
         self.secret = secret
+        self.job_key = request.job_key or secrets.token_hex(8)
         self.task_seed = task_seed(track.name, secret)
         self.track = track
         self.card = track.card
@@ -193,7 +201,6 @@ class _Job:
         self.captures: dict[str, ArmSession] = {}  # the capture children (submitted code)
         self.capture_info: dict[str, ArmCapture] = {}
         self.kept: dict[str, list[np.ndarray]] = {}  # run id -> trained tensors of a final model
-        self.all_seeds: list[int] = []
         self.buffers: dict[str, int] = {}  # buffer and constant elements per arm (trusted count)
         self.lr_grids: dict[str, list[float]] = {}  # each arm's swept learning rates
         self.adopted: set[str] = set()  # children (by slot name) adopted from a warm slot
@@ -217,7 +224,7 @@ class _Job:
 
     def seeds(self, seed: int) -> RunSeeds:
         """The split / order / init seeds of protocol seed ``seed`` in this job's epoch."""
-        return run_seeds(seed, self.secret)
+        return run_seeds(seed, self.secret, self.job_key)
 
     def prefetch(self, seeds: list[int]) -> None:
         """Make the seeds' data in a background thread (it overlaps child start and training)."""
@@ -344,9 +351,9 @@ class _Job:
     def lower_is_better(self) -> bool:
         return bool(self.card["metric"]["direction"] == "lower")
 
-    def diverged_value(self, split: str) -> float:
-        """What a diverged run of ``split`` (val: sweep, test: final) scores (``diverged_score``)."""
-        values = [r.value for r in self.runs if r.split == split]
+    def diverged_value(self, stage: str) -> float:
+        """What a diverged run of ``stage`` (sweep, screening, confirmation) scores (``diverged_score``)."""
+        values = [r.value for r in self.runs if r.stage == stage]
         return diverged_score(values, self.ceiling, self.lower_is_better)
 
     def _describe(self, record: RunRecord) -> dict[str, Any]:
@@ -394,14 +401,15 @@ class _Job:
             groups.setdefault(f"{key}#{(seen[key] - 1) // MAX_GROUP}", []).append(record)
         keep = self.mechanism is not None
         cache_keys: dict[str, str] = {}
+        cacheable = self.cache is not None and records[0].stage != "confirmation"  # fresh seeds: never again
         for members in groups.values():
             group_id = next(self._groups)
             described = [self._describe(r) for r in members]
-            if self.cache is not None and members[0].arm == "baseline":
+            if self.cache is not None and cacheable and members[0].arm == "baseline":
                 signature = sorted(baseline_cache.canonical_json(d) for d in described) if self.path == "vectorized" else None
                 keys = [baseline_cache.digest({**self.cache_context, "run": d, "group": signature}) for d in described]
                 hits = [self.cache.get(k) for k in keys]
-                kept = keep and members[0].split == "test"
+                kept = keep and members[0].stage == "screening"
                 states = [self._cached_state(h, members[0]) if kept and h is not None else None for h in hits]
                 if all(h is not None and (s is not None or not kept) for h, s in zip(hits, states, strict=True)):
                     for record, hit, state in zip(members, hits, states, strict=True):
@@ -418,7 +426,7 @@ class _Job:
                     "run_id": record.run_id, "cfg": record.cfg, "eval": record.split,
                     "data_dir": str(self.data(record.seed).data_dir), "init_seed": seeds.init,
                     "order_seed": seeds.order, "loss": self.card["metric"]["loss"],
-                    "keep": record.split == "test" and keep, "group": group_id,
+                    "keep": record.stage == "screening" and keep, "group": group_id,
                 })
 
         # Only the child that owns a run may report it, only for runs of this command, and
@@ -448,7 +456,7 @@ class _Job:
                 diverged, seconds, n_params = _event_numbers(event, arm)
                 self._score(record, pred, diverged, seconds, n_params)
                 state = None
-                if keep and record.split == "test":  # the trained tensors, for the mechanism
+                if keep and record.stage == "screening":  # the trained tensors, for the mechanism
                     shapes = self.capture_info[arm].shapes[self._config_index(record)]
                     state = read_kept(session, record.run_id, shapes)
                     with self._lock:
@@ -549,7 +557,7 @@ class _Job:
     def sweep_table(self, arm: str) -> list[dict[str, Any]]:
         """Rows ``{cfg, mean, per_seed, diverged}`` of the arm's sweep, grid order."""
         records = [r for r in self.runs if r.arm == arm and r.split == "val"]
-        filled = fill_diverged([r.value for r in records], self.diverged_value("val"))
+        filled = fill_diverged([r.value for r in records], self.diverged_value("sweep"))
         rows: dict[str, dict[str, Any]] = {}
         for record, value in zip(records, filled, strict=True):
             key = report_cfg(record.cfg)
@@ -592,12 +600,13 @@ class _Job:
                     f"[{grid[0]:g}, {grid[-1]:g}]; its optimum may lie outside."
                 )
 
-    def final(self, n_seeds: int) -> dict[str, list[RunRecord]]:
-        """Train each arm's best config on fresh paired seeds, scored on test."""
-        self.tracker.stage = "final"
-        seeds = final_seeds(n_seeds)
+    def final(self, seeds: list[int], stage: str) -> dict[str, list[RunRecord]]:
+        """Train each arm's best config (no re-tuning) on fresh paired ``seeds``, scored on test.
+
+        ``stage`` screening: the protocol's final seeds; confirmation: seeds of this job alone."""
+        self.tracker.stage = "final" if stage == "screening" else stage
         best_cfgs = {arm: self.best(arm)["_cfg"] for arm in ARMS}
-        records = [RunRecord(arm, best_cfgs[arm], seed, "test") for seed in seeds for arm in ARMS]
+        records = [RunRecord(arm, best_cfgs[arm], seed, "test", stage) for seed in seeds for arm in ARMS]
         self.train(records)
         finals = {arm: [r for r in records if r.arm == arm] for arm in ARMS}
         for arm, runs in finals.items():
@@ -605,10 +614,35 @@ class _Job:
             if count > MAX_DIVERGED_SHARE * len(runs):
                 raise BenchError(
                     ErrorCode.DIVERGED,
-                    f"{count} of the {arm}'s {len(runs)} final runs diverged (NaN/inf loss or "
+                    f"{count} of the {arm}'s {len(runs)} {stage} runs diverged (NaN/inf loss or "
                     f"predictions); above a quarter the comparison means nothing.",
                 )
         return finals
+
+    def stage_values(self, runs: dict[str, list[RunRecord]]) -> dict[str, list[float]]:
+        """Both arms' test values of one stage, diverged runs filled (``diverged_score``)."""
+        fill = self.diverged_value(runs["idea"][0].stage)
+        return {arm: fill_diverged([r.value for r in runs[arm]], fill) for arm in ARMS}
+
+    def compare(self, runs: dict[str, list[RunRecord]]) -> dict[str, Any]:
+        """The paired comparison (``bench.stats.compare``) of one stage's runs."""
+        values = self.stage_values(runs)
+        return compare(values["baseline"], values["idea"], lower_is_better=self.lower_is_better)
+
+    def confirm(self, n_seeds: int) -> dict[str, list[RunRecord]]:
+        """The confirmation stage (PROTOCOL.md 2.6): both best configs on ``n_seeds`` seeds
+        drawn for this job alone (``seeding.run_seeds`` under the job's key), on test."""
+        seeds = confirmation_seeds(n_seeds)
+        self.tracker.add_total(len(ARMS) * n_seeds)
+        self.tracker.stage = "confirmation"
+        self.tracker.emit("screening found a win: confirming it on fresh seeds")
+        custom = self.request.custom_track
+        if custom is not None:
+            custom_mod.ensure_data(
+                custom, [self.seeds(s).split for s in seeds], memory_mb=self.request.memory_mb,
+                deadline=self.deadline, cancel=self.cancel, timeout_s=self.request.timeout_s,
+            )
+        return self.final(seeds, "confirmation")
 
     def _probe_arm(self, arm: str, finals: list[RunRecord]) -> list[float]:
         """The declared service probe on the arm's final models, in its trusted trainer."""
@@ -658,7 +692,7 @@ class _Job:
                 probe = np.load(self.seed_data[record.seed].probe_path, allow_pickle=False)
                 names = hand_over_for_measure(session, record.run_id, self.kept[record.run_id], probe)
                 runs.append({"config": self._config_index(record),
-                             "seed_index": self.all_seeds.index(record.seed), **names})
+                             "seed_index": self.capture_seeds.index(record.seed), **names})
             command: dict[str, Any] = {"op": "measure", "runs": runs}
             if arm == "baseline":
                 command["measure_code"] = self.request.idea_code
@@ -669,6 +703,8 @@ class _Job:
             return [float(v) for v in values]
 
         return self.both(measure_arm)
+
+    capture_seeds: list[int]  # every protocol seed a model is built with, in capture order
 
 
 def densify(lrs: list[float], factor: int, part: str) -> list[float]:
@@ -780,8 +816,10 @@ def _judge(
                     raise BenchError(ErrorCode.INVALID_MECHANISM,
                                      "MECHANISM is declared with no 'probe' and the idea defines no measure(model, x).")
             job.sweep_seed_list = sweep_seeds(int(track.card["defaults"]["sweep_seeds"]))
-            job.all_seeds = all_seeds
-            init_seeds = [job.seeds(s).init for s in all_seeds]
+            # Every seed a model may be built with, the confirmation's included (its inits
+            # are captured now; its data is made only if the screening finds a win).
+            job.capture_seeds = all_seeds + confirmation_seeds(n_seeds)
+            init_seeds = [job.seeds(s).init for s in job.capture_seeds]
             job.tracker.emit("capturing both arms' models as graphs")
             job.both(lambda arm: job.captures[arm].request({
                 "op": "capture", "configs": job.grids[arm], "init_seeds": init_seeds,
@@ -811,13 +849,14 @@ def _judge(
             }
             job.tracker.add_total(sum(per_arm_sweep.values()) + 2 * n_seeds)
             job.run_sweep_with_edges()
-            finals = job.final(n_seeds)
+            finals = job.final(final_seeds(n_seeds), "screening")
+            confirmation = job.confirm(n_seeds) if job.compare(finals)["verdict"] == VERDICT_BETTER else None
             measured = job.measure(finals) if job.mechanism is not None else None
         finally:
             job.close()
             if slot is not None:  # a failure before both sessions adopted their child
                 slot.release(job.adopted)
         return build_report(
-            job=job, finals=finals, measured=measured, device=device,
+            job=job, finals=finals, confirmation=confirmation, measured=measured, device=device,
             wall_s=time.monotonic() - started,
         )

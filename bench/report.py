@@ -86,6 +86,7 @@ class Comparison(_Model):
     verdict: Literal["idea better (significant)", "idea worse (significant)", "no significant win"]
     per_seed_diffs: list[float] | None = None
     p_method: str | None = None
+    p_better: float | None = Field(default=None, ge=0.0, le=1.0)
     ci_low: float | None = None
     ci_high: float | None = None
     ci_level: float | None = None
@@ -130,10 +131,12 @@ class CustomTrack(_Model):
 
 
 class Seeds(_Model):
-    """The seeds used: sweep seeds and fresh final seeds (disjoint)."""
+    """The seeds used: sweep seeds, fresh final (screening) seeds and, when a confirmation
+    ran, its seeds (expanded under the job's key; all three sets disjoint)."""
 
     sweep: list[int]
     final: list[int]
+    confirmation: list[int] | None = None
 
 
 class SeedCommitment(_Model):
@@ -147,6 +150,43 @@ class SeedCommitment(_Model):
     commitment: str
 
 
+class Stage(_Model):
+    """One test stage (screening, or confirmation) of the protocol: paired per-seed values
+    of both arms, their comparison, the seeds and the epoch they were drawn under."""
+
+    comparison: Comparison
+    per_seed: dict[Literal["baseline", "idea"], list[float]]
+    seeds: list[int]
+    seed_commitment: SeedCommitment
+    diverged: dict[str, int] | None = None
+    wall_time_s: dict[str, float] | None = None
+
+
+class Confirmation(Stage):
+    """The confirmation stage (PROTOCOL.md 2.6): significant when its one-sided exact p in
+    the screened direction is <= alpha. Its seeds belong to this job alone (``job_key``)."""
+
+    p_value: float = Field(ge=0.0, le=1.0)
+    significant: bool
+    job_key: str
+    test: str | None = None
+    n_runs: int | None = None
+
+
+class Attempts(_Model):
+    """What came before this job on its track (PROTOCOL.md 6): the jobs of its idea family
+    and of its key, and how many of those were judged ``helps``. Filled by the service when
+    the report is stored (a local ``ideabench run`` has none)."""
+
+    family: str | None = None
+    family_before: int
+    family_helps_before: int
+    key: str | None = None
+    key_before: int
+    key_helps_before: int
+    name: str | None = None
+
+
 class BenchReport(_Model):
     """The ``bench_report`` block, bench_version 1."""
 
@@ -157,7 +197,7 @@ class BenchReport(_Model):
     n_seeds: int
     baseline: ArmResult
     idea: ArmResult
-    comparison: Comparison
+    comparison: Comparison  # the screening's (the seeds' field); ``screening`` repeats it with its values
     mechanism_signature: MechanismSignature | None = None
     idea_sweep: list[SweepRow] | None = None
     best_idea_cfg: dict[str, Any] | None = None
@@ -170,6 +210,12 @@ class BenchReport(_Model):
     data_checksum: str | None = None
     seeds: Seeds | None = None
     seed_commitment: SeedCommitment | None = None
+    screening: Stage | None = None
+    confirmation: Confirmation | None = None
+    decided_by: Literal["screening", "confirmation"] | None = None
+    pooled: dict[str, Any] | None = None
+    p_helps: float | None = Field(default=None, ge=0.0, le=1.0)
+    attempts: Attempts | None = None
     public_data: bool | None = None
     lr_grid: list[float] | None = None
     union_grid_size: int | None = None
@@ -192,7 +238,7 @@ class Report(_Model):
     metrics: dict[str, Any]
     system_verdict: Literal["worked", "partial", "failed"]
     practical_verdict: Literal["helps", "harms", "inconclusive"]
-    practical_detail: Literal["negligible", "underpowered", "inconclusive"] | None = None
+    practical_detail: Literal["negligible", "underpowered", "inconclusive", "not_replicated"] | None = None
     mechanism_ok: Literal[0, 1] | None
     system_judged: bool
     bench_report: BenchReport

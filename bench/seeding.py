@@ -31,6 +31,7 @@ from bench.errors import BenchError, ErrorCode
 
 SWEEP_SEED_BASE = 0
 FINAL_SEED_BASE = 1000
+CONFIRM_SEED_BASE = 2000  # confirmation seeds: expanded under the job's own key, never shared
 SCHEME = "hmac-sha256/v1"
 SECRET_ENV = "IDEABENCH_SEED_SECRET"  # hex key; set it on every worker of a deployment
 EPOCH_ENV = "IDEABENCH_SEED_EPOCH"  # the epoch that key belongs to (default 1)
@@ -85,9 +86,26 @@ def final_seeds(n: int) -> list[int]:
     return [FINAL_SEED_BASE + i for i in range(n)]
 
 
-def run_seeds(seed: int, secret: SeedSecret) -> RunSeeds:
-    """Expand one protocol seed into split / order / init seeds under ``secret``."""
-    split, order, init = (secret.derive("run", seed, stream) for stream in ("split", "order", "init"))
+def confirmation_seeds(n: int) -> list[int]:
+    """Protocol seeds of the confirmation stage (PROTOCOL.md 2.6): ``2000 + i``, expanded
+    under the job's key (``run_seeds``), so no other job, sweep or screening shares them."""
+    return [CONFIRM_SEED_BASE + i for i in range(n)]
+
+
+def run_seeds(seed: int, secret: SeedSecret, job_key: str | None = None) -> RunSeeds:
+    """Expand one protocol seed into split / order / init seeds under ``secret``.
+
+    Sweep and screening seeds are the same for every job of an epoch (the baseline cache
+    stands on that); a confirmation seed (``>= CONFIRM_SEED_BASE``) is drawn for one job
+    alone: its labels hold ``job_key``, so its data, order and init are fresh to that job.
+    """
+    if seed >= CONFIRM_SEED_BASE:
+        if not job_key:
+            raise ValueError("a confirmation seed needs the job's key")
+        labels: tuple[object, ...] = ("confirm", job_key, seed - CONFIRM_SEED_BASE)
+    else:
+        labels = ("run", seed)
+    split, order, init = (secret.derive(*labels, stream) for stream in ("split", "order", "init"))
     return RunSeeds(seed=seed, split=split, order=order, init=init)
 
 

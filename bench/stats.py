@@ -258,7 +258,9 @@ def compare(
     """The report's ``comparison`` block for paired per-seed test metrics.
 
     ``baseline``, ``idea``: shape (n,), n >= 2, paired by position (pair i shares
-    seed i). Diffs are ``idea - baseline``. Returns plain JSON-ready values (floats,
+    seed i). Diffs are ``idea - baseline``. ``p_value`` is two-sided; ``p_better`` is the
+    one-sided exact p in the idea-better direction (what confirmation and the false-discovery
+    accounting use). Returns plain JSON-ready values (floats,
     ints, lists, str, bool; a CI side may be None when unbounded, see
     ``sign_flip_ci``) and never NaN or inf. Raises ValueError on unequal lengths,
     fewer than 2 pairs or non-finite values.
@@ -277,6 +279,7 @@ def compare(
     sd = float(np.std(d, ddof=1))
     baseline_mean = float(np.mean(b))
     p, p_method = paired_sign_flip_p(d)
+    p_better, _ = paired_sign_flip_p(d, alternative="less" if lower_is_better else "greater")
     ci_low, ci_high = sign_flip_ci(d, alpha)
     ci90_low, ci90_high = sign_flip_ci(d, CI90_ALPHA)
     t_half = float(sps.t.ppf(1.0 - alpha / 2.0, n - 1)) * sd / math.sqrt(n)
@@ -294,6 +297,7 @@ def compare(
         "per_seed_diffs": [float(x) for x in d],
         "p_value": p,
         "p_method": p_method,
+        "p_better": p_better,
         "ci_low": ci_low,
         "ci_high": ci_high,
         "ci_level": 1.0 - alpha,
@@ -311,3 +315,25 @@ def compare(
         "verdict": verdict,
         "system_worked": verdict == VERDICT_BETTER,
     }
+
+
+def bh_qvalues(p_values: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg q-values (adjusted p-values) of ``p_values``, in their order.
+
+    ``q_(i) = min_{j >= i} min(1, m * p_(j) / j)`` over the p-values sorted ascending
+    (ranks 1..m, ties share the smaller q): rejecting every hypothesis with ``q <= t``
+    controls the false discovery rate at ``t`` for independent (or positively dependent)
+    tests. Raises ValueError on a p outside [0, 1]; an empty list gives ``[]``.
+    """
+    p = np.asarray([float(v) for v in p_values], dtype=np.float64)
+    if p.size == 0:
+        return []
+    if not np.all((p >= 0.0) & (p <= 1.0)):
+        raise ValueError("p-values must lie in [0, 1]")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    scaled = p[order] * m / np.arange(1, m + 1)
+    q_sorted = np.minimum.accumulate(scaled[::-1])[::-1]
+    q = np.empty(m, dtype=np.float64)
+    q[order] = np.minimum(q_sorted, 1.0)
+    return [float(v) for v in q]

@@ -133,14 +133,18 @@ def system_verdict(helps: bool, mechanism_ok: int | None) -> SystemVerdict:
 
 
 def decide(
-    comparison: Mapping[str, Any], mechanism_ok: int | None, smallest_effect: float
+    comparison: Mapping[str, Any], mechanism_ok: int | None, smallest_effect: float,
+    replicated: bool | None = None,
 ) -> dict[str, Any]:
     """Practical and system verdicts from a ``comparison`` block (PROTOCOL.md section 5).
 
     ``comparison`` needs ``verdict``; ``ci90_low``/``ci90_high`` and ``mde`` refine an
     inconclusive result when present. ``mechanism_ok``: 1 confirmed, 0 not, None
-    when no mechanism was declared (counts as holding). ``smallest_effect``: the
-    track's smallest effect of interest m (metric units, >= 0).
+    when no mechanism was declared. ``smallest_effect``: the track's smallest effect of
+    interest m (metric units, >= 0). ``replicated``: whether the confirmation stage
+    (PROTOCOL.md 2.6) was significant in the screened direction; None when none ran (a
+    report from before confirmation existed). A screened win that did not replicate is
+    ``inconclusive`` with detail ``not_replicated``.
 
     Returns ``practical_verdict`` (helps / harms / inconclusive), ``practical_detail``
     (None for helps / harms; else "negligible" when the 90% CI lies inside [-m, m],
@@ -158,6 +162,8 @@ def decide(
         raise ValueError(f"smallest_effect must be finite and >= 0, got {smallest_effect!r}")
     practical = _PRACTICAL[verdict]
     detail = None if practical != "inconclusive" else _practical_detail(comparison, smallest_effect)
+    if practical == "helps" and replicated is False:
+        practical, detail = "inconclusive", "not_replicated"
     system = system_verdict(practical == "helps", mechanism_ok)
     return {
         "practical_verdict": practical,

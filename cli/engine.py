@@ -66,7 +66,7 @@ class _Bar:
         width = 24
         filled = int(width * p.done / p.total) if p.total else 0
         eta = f"{p.eta_s:5.0f}s left" if p.eta_s is not None else "  ...    "
-        line = f"[{'#' * filled}{'.' * (width - filled)}] {p.stage:<9} {p.done:>3}/{p.total:<3} {eta}"
+        line = f"[{'#' * filled}{'.' * (width - filled)}] {p.stage:<12} {p.done:>3}/{p.total:<3} {eta}"
         end = "\r" if self.interactive else "\n"
         print(line, end=end, file=sys.stderr, flush=True)
 
@@ -88,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         custom = CustomTrack.from_source(track_source, file=Path(args.track_file).name, author="local")
     request = JudgeRequest(
         track=custom.id if custom else args.track, custom_track=custom, idea_code=idea, baseline_code=baseline, n_seeds=args.seeds,
-        timeout_s=args.timeout, memory_mb=args.memory_mb, name=Path(args.idea).stem,
+        timeout_s=args.timeout, memory_mb=args.memory_mb, name=Path(args.idea).stem, job_key=args.job_key,
     )
     try:
         report = judge(request, on_progress=None if args.json else _Bar(), cancel=threading.Event())

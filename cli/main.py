@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=1800.0, help="wall-clock limit in seconds")
     p.add_argument("--memory-mb", type=int, default=6144, help="memory limit of the child")
     p.add_argument("--out", help="write the report JSON here")
+    p.add_argument("--job-key", help="the key this run's confirmation seeds are drawn under (default: "
+                   "a fresh one; the report's confirmation.job_key reruns it bit for bit)")
     p.add_argument("--json", action="store_true", help="print the report JSON, no progress bar")
 
     p = sub.add_parser(

@@ -11,7 +11,7 @@ from app.db import utcnow
 from app.jobs import leases
 from app.jobs.leases import Claim
 from app.jobs.models import Job, JobStatus
-from app.reports.service import InvalidReport, build_report_row
+from app.reports.service import InvalidReport, attempts_block, build_report_row
 from app.tracks import service as tracks_service
 from app.tracks.models import CustomTrackRow
 from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
@@ -57,6 +57,7 @@ def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
         device=ctx.settings.device,
         custom_track=custom,
         seed_secret=deployment_secret(ctx.settings.data_dir),
+        job_key=job.id,  # the confirmation's seeds are this job's alone, and the same on a retry
     )
 
 
@@ -108,12 +109,13 @@ def _cancelled() -> dict[str, str]:
 
 def _finish_succeeded(ctx: WorkerContext, claim: Claim, job: Job, report: dict[str, Any]) -> Outcome:
     now = utcnow()
-    try:
-        row = build_report_row(job, report, now)
-    except InvalidReport as exc:
-        error = BenchError(ErrorCode.INTERNAL, f"The engine returned an unusable report: {exc}.")
-        return _finish_unsuccessful(ctx, claim, JobStatus.FAILED, error.to_dict(), None)
     with ctx.sessions() as session:
+        try:  # the attempts before it are counted in the transaction that stores it
+            row = build_report_row(job, report, now, attempts_block(session, job))
+        except InvalidReport as exc:
+            session.rollback()
+            error = BenchError(ErrorCode.INTERNAL, f"The engine returned an unusable report: {exc}.")
+            return _finish_unsuccessful(ctx, claim, JobStatus.FAILED, error.to_dict(), None)
         if not leases.finish_succeeded(session, claim, row, now):
             session.rollback()
             log.warning("job %s: lease lost before the report was stored; discarding it", claim.job_id)

@@ -26,13 +26,18 @@ def grid_size(hparams: Any) -> int:
     return math.prod(len(v) for v in hparams.values() if isinstance(v, list) and v) or 1
 
 
+def seeds_of(card: dict[str, Any], n_seeds: int | None) -> int:
+    """Final paired seeds per arm: an operator's override, else the track's."""
+    return n_seeds or int(card.get("defaults", {}).get("n_seeds", 8))
+
+
 def count_runs(card: dict[str, Any], idea_grid: int, n_seeds: int | None) -> int:
-    """Training runs of both arms: sweep (lr grid x configs x sweep seeds) plus final seeds."""
+    """Training runs of both arms before any confirmation: the sweep (lr grid x configs x sweep
+    seeds, the baseline swept as densely as the idea: equal budgets) plus the final seeds."""
     defaults = card.get("defaults", {})
     lrs = len(defaults.get("lr_grid", [1]))
     sweep_seeds = int(defaults.get("sweep_seeds", 1))
-    seeds = n_seeds or int(defaults.get("n_seeds", 8))
-    return lrs * sweep_seeds * (idea_grid + 1) + 2 * seeds
+    return 2 * lrs * sweep_seeds * idea_grid + 2 * seeds_of(card, n_seeds)
 
 
 class Estimator:

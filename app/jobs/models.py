@@ -36,6 +36,7 @@ class Job(Base):
         Index("ix_jobs_created", "created_at", "id"),
         Index("ix_jobs_submitter_created", "submitter_id", "created_at", "id"),
         Index("ix_jobs_track_created", "track", "created_at", "id"),
+        Index("ix_jobs_track_family_created", "track", "family", "created_at"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -52,6 +53,8 @@ class Job(Base):
     mechanism: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     submitter_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id"))
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    # The idea family (bench.family): re-rolls of one idea share it (attempt records).
+    family: Mapped[str | None] = mapped_column(String(40))
     request_sha256: Mapped[str] = mapped_column(String(64))
     # Progress, written by the worker while the protocol runs.
     stage: Mapped[str | None] = mapped_column(String(32))

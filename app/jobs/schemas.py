@@ -53,7 +53,11 @@ class IdeaSubmission(BaseModel):
         validation_alias=AliasChoices("hparams", "grid"),
         description="Extra sweep grid {name: [values]} (alias: grid); overrides the file's HPARAMS.",
     )
-    n_seeds: int | None = Field(default=None, ge=2, le=32, description="Final paired seeds per arm.")
+    n_seeds: int | None = Field(
+        default=None, ge=2, le=32,
+        description="Final paired seeds per arm; fixed per track, so only an operator may set it "
+        "(403 n_seeds_fixed otherwise).",
+    )
     mechanism: dict[str, Any] | None = Field(
         default=None, description="A mechanism expectation; overrides the file's MECHANISM."
     )
@@ -122,6 +126,11 @@ class Estimate(BaseModel):
     run_s: float = Field(description="Estimated seconds of judging once started.")
     wait_s: float = Field(description="Estimated seconds waiting in the queue.")
     basis: Literal["history", "default"] = Field(description="From recent jobs of the track, or a default.")
+    confirmation_runs: int = Field(
+        default=0,
+        description="Runs added, beyond runs_total, only if the screening finds a win: both arms' best "
+        "configs on fresh seeds of this job (PROTOCOL.md 2.6; never from the baseline cache).",
+    )
 
 
 class JobAccepted(JobView):

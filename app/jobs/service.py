@@ -16,7 +16,7 @@ from app.db import utcnow
 from app.errors import ApiCode, ApiError
 from app.ids import new_id
 from app.jobs import repository
-from app.jobs.estimate import Estimator, count_runs, grid_size
+from app.jobs.estimate import Estimator, count_runs, grid_size, seeds_of
 from app.jobs.models import FINISHED, Job, JobStatus
 from app.jobs.schemas import Estimate, IdeaSubmission, JobError, JobLinks, JobProgress, JobView
 from app.keys.deps import Caller
@@ -25,6 +25,7 @@ from app.settings import Settings
 from app.tracks import service as tracks_service
 from bench.contract import check_hparams, check_mechanism, check_source
 from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
+from bench.family import family_of
 
 JOBS_SORT = "-created_at"
 
@@ -87,6 +88,9 @@ def submit(
     estimator: Estimator,
 ) -> Submitted:
     """Validate and stage a queued job, or return the one this Idempotency-Key made."""
+    if body.n_seeds is not None and not caller.is_operator:
+        raise ApiError(403, ApiCode.N_SEEDS_FIXED,
+                       "n_seeds is fixed per track; an agent's submission may not set it.")
     digest = request_digest(body)
     if idempotency_key is not None:
         existing = repository.find_by_idempotency_key(session, caller.key_id, idempotency_key)
@@ -108,6 +112,7 @@ def submit(
         "mechanism": body.mechanism,
         "submitter_id": caller.key_id,
         "idempotency_key": idempotency_key,
+        "family": family_of(body.code),
         "request_sha256": digest,
         "runs_done": 0,
         "attempts": 0,
@@ -129,7 +134,7 @@ def submit(
         return _replay(session, existing, digest, settings, estimator)
     job = Job(**values)  # the view of the row just inserted (not tracked by the session)
     runs = count_runs(checked.card, grid_size(checked.hparams), body.n_seeds)
-    return _submitted(session, job, False, runs, settings, estimator)
+    return _submitted(session, job, False, runs, 2 * seeds_of(checked.card, body.n_seeds), settings, estimator)
 
 
 def _replay(session: Session, job: Job, digest: str, settings: Settings, estimator: Estimator) -> Submitted:
@@ -139,13 +144,14 @@ def _replay(session: Session, job: Job, digest: str, settings: Settings, estimat
             ApiCode.IDEMPOTENCY_CONFLICT,
             f"This Idempotency-Key already made job {job.id} from a different request body.",
         )
-    runs = job.runs_total or count_runs(tracks_service.card_of_job_track(session, job.track),
-                                        grid_size(job.hparams), job.n_seeds)
-    return _submitted(session, job, True, runs, settings, estimator)
+    card = tracks_service.card_of_job_track(session, job.track)
+    runs = job.runs_total or count_runs(card, grid_size(job.hparams), job.n_seeds)
+    return _submitted(session, job, True, runs, 2 * seeds_of(card, job.n_seeds), settings, estimator)
 
 
 def _submitted(
-    session: Session, job: Job, replay: bool, runs: int, settings: Settings, estimator: Estimator
+    session: Session, job: Job, replay: bool, runs: int, confirmation_runs: int, settings: Settings,
+    estimator: Estimator,
 ) -> Submitted:
     per_run = estimator.seconds_per_run(session, job.track)
     basis: Literal["history", "default"] = "history" if per_run is not None else "default"
@@ -156,7 +162,7 @@ def _submitted(
         # A new job's position comes from a briefly cached queue depth; a replay's is exact.
         ahead = repository.queue_position(session, job) if replay else estimator.position_of_new(session, job)
     estimate = Estimate(runs_total=runs, run_s=round(run_s, 1), wait_s=round((ahead or 0) * run_s, 1),
-                        basis=basis)
+                        basis=basis, confirmation_runs=confirmation_runs)
     return Submitted(job=job, replay=replay, estimate=estimate, queue_position=ahead)
 
 

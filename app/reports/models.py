@@ -27,6 +27,8 @@ class Report(Base):
         Index("ix_reports_custom_created", "custom_track", "created_at", "id"),
         Index("ix_reports_p_value", "p_value", "id"),
         Index("ix_reports_delta", "delta_mean", "id"),
+        Index("ix_reports_family_created", "family", "created_at", "id"),
+        Index("ix_reports_track_p_helps", "track", "p_helps"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -42,6 +44,11 @@ class Report(Base):
     worked: Mapped[bool] = mapped_column(Boolean)
     p_value: Mapped[float | None] = mapped_column(Float)
     delta_mean: Mapped[float | None] = mapped_column(Float)
+    # The false-discovery accounting (bench_report.p_helps; docs/statistics.md): the idea's
+    # family, what it was compared against, and its one-sided p that it helps.
+    family: Mapped[str | None] = mapped_column(String(40))
+    baseline: Mapped[str | None] = mapped_column(String(40))
+    p_helps: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     body: Mapped[dict[str, Any]] = mapped_column(JsonType)
 

@@ -6,12 +6,13 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import InstrumentedAttribute, Session, defer
 
 from app import pagination
+from app.jobs.models import Job
 from app.reports.models import Report, VerdictCount
 
 
@@ -28,6 +29,7 @@ class ReportFilters:
     created_after: dt.datetime | None = None
     created_before: dt.datetime | None = None
     submitter_id: str | None = None
+    family: str | None = None
 
     def clauses(self) -> list[ColumnElement[bool]]:
         """WHERE clauses for these filters."""
@@ -50,6 +52,8 @@ class ReportFilters:
             out.append(Report.created_at < self.created_before)
         if self.submitter_id is not None:
             out.append(Report.submitter_id == self.submitter_id)
+        if self.family is not None:
+            out.append(Report.family == self.family)
         return out
 
 
@@ -89,6 +93,36 @@ def list_reports(
         )
     stmt = stmt.order_by(*pagination.order_by(sort.column, Report.id, sort.descending, sort.nullable))
     return list(session.scalars(stmt.limit(limit)))
+
+
+def attempts_before(session: Session, job: Job) -> tuple[int, int, int, int]:
+    """Jobs on ``job``'s track submitted before it: ``(of its family, of them judged helps,
+    of its key, of them judged helps)``, as stored now (one query; ties broken by id)."""
+    helps = Report.practical_verdict == "helps"
+    same_family = Job.family == job.family
+    same_key = Job.submitter_id == job.submitter_id
+    before = or_(Job.created_at < job.created_at, and_(Job.created_at == job.created_at, Job.id < job.id))
+    stmt = (
+        select(
+            func.count().filter(same_family), func.count(Report.id).filter(same_family, helps),
+            func.count().filter(same_key), func.count(Report.id).filter(same_key, helps),
+        )
+        .select_from(Job)
+        .outerjoin(Report, Report.job_id == Job.id)
+        .where(Job.track == job.track, before, or_(same_family, same_key))
+    )
+    row = session.execute(stmt).one()
+    return int(row[0]), int(row[1]), int(row[2]), int(row[3])
+
+
+def p_helps_of_tracks(session: Session, tracks: set[str] | None) -> list[tuple[str, str, str | None, float, bool]]:
+    """``(report id, track, baseline, p_helps, worked)`` of every judged idea on ``tracks``
+    (None: every track), from the (track, p_helps) index."""
+    stmt = select(Report.id, Report.track, Report.baseline, Report.p_helps, Report.worked).where(
+        Report.p_helps.is_not(None))
+    if tracks is not None:
+        stmt = stmt.where(Report.track.in_(sorted(tracks)))
+    return [(i, t, b, float(p), bool(w)) for i, t, b, p, w in session.execute(stmt) if p is not None]
 
 
 def week_of(day: dt.date) -> dt.date:

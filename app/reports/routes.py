@@ -36,13 +36,13 @@ def _utc(value: dt.datetime | None) -> dt.datetime | None:
 def get_job_report(job_id: str, session: SessionDep, caller: ReaderDep) -> ReportView:
     """The full report of a succeeded job (409 report_not_ready before that)."""
     job = jobs_service.get_job_for_report(session, job_id, caller)
-    return service.view_of(service.report_of_job(session, job))
+    return service.view_of(session, service.report_of_job(session, job))
 
 
 @router.get("/v1/reports/{report_id}", response_model=ReportView, responses=error_responses(404))
 def get_report(report_id: str, session: SessionDep, _caller: ReaderDep) -> ReportView:
     """The full report (PROTOCOL.md) with its verdicts and headline numbers."""
-    return service.view_of(service.get_report(session, report_id))
+    return service.view_of(session, service.get_report(session, report_id))
 
 
 @router.get("/v1/reports", response_model=ReportPage, responses=error_responses(400, 422))
@@ -61,11 +61,16 @@ def list_reports(
     created_after: Annotated[dt.datetime | None, Query(description="inclusive, ISO 8601 (UTC if naive)")] = None,
     created_before: Annotated[dt.datetime | None, Query(description="exclusive, ISO 8601")] = None,
     submitter: Annotated[str | None, Query(max_length=32, description="a key id")] = None,
+    family: Annotated[
+        str | None, Query(max_length=40, description="an idea family (a report's family): its re-rolls")
+    ] = None,
     sort: ReportSort = ReportSort.CREATED_DESC,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
 ) -> ReportPage:
-    """Report rows filtered by track (or built-in vs custom), verdicts, mechanism, time and submitter; cursor-paged."""
+    """Report rows filtered by track (or built-in vs custom), verdicts, mechanism, time, submitter and
+    idea family; cursor-paged. Each row has its Benjamini-Hochberg q-value over every idea judged on
+    its track so far (``q_value``) and over those against the same baseline (``q_value_baseline``)."""
     filters = ReportFilters(
         track=track,
         custom_track=None if track_kind is None else track_kind == "custom",
@@ -76,9 +81,10 @@ def list_reports(
         created_after=_utc(created_after),
         created_before=_utc(created_before),
         submitter_id=submitter,
+        family=family,
     )
     rows, next_cursor = service.list_page(session, filters, sort, limit, cursor)
-    return ReportPage(items=[service.summary_of(r) for r in rows], next_cursor=next_cursor)
+    return ReportPage(items=service.summaries(session, rows), next_cursor=next_cursor)
 
 
 @router.get("/v1/verdicts/summary", response_model=VerdictSummary, responses=error_responses(422))

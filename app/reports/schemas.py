@@ -56,6 +56,11 @@ _SUMMARY_EXAMPLE: dict[str, Any] = {
     "worked": True,
     "p_value": 0.0078125,
     "delta_mean": -0.0123,
+    "family": "ast-v1:2fdce545918b3110",
+    "baseline": "canonical",
+    "p_helps": 0.00390625,
+    "q_value": 0.0234,
+    "q_value_baseline": 0.0234,
     "submitter": "key_1a2b3c4d",
     "created_at": "2025-05-01T12:00:14Z",
     "links": {"self": "/v1/reports/rep_0d9c8b7a6f5e4d3c2b1a", "job": "/v1/jobs/job_4be1f0c2a9d3e8b7c6a5"},
@@ -88,6 +93,17 @@ class ReportSummary(BaseModel):
     worked: bool
     p_value: float | None
     delta_mean: float | None
+    family: str | None = Field(default=None, description="The idea family (re-rolls of one idea share it).")
+    baseline: str | None = Field(default=None, description="canonical, or matched:<sha256 prefix>.")
+    p_helps: float | None = Field(
+        default=None, description="One-sided exact p that the idea helps (both stages' larger when confirmed)."
+    )
+    q_value: float | None = Field(
+        default=None, description="Benjamini-Hochberg q-value of p_helps over every idea judged on the track so far."
+    )
+    q_value_baseline: float | None = Field(
+        default=None, description="The same over the track's ideas judged against this baseline."
+    )
     submitter: str
     created_at: dt.datetime
     links: ReportLinks
@@ -135,6 +151,18 @@ class ReportPage(BaseModel):
     next_cursor: str | None
 
 
+class Discoveries(BaseModel):
+    """A track's false-discovery accounting over every idea judged on it so far (all time, not
+    only the summary's window; docs/statistics.md)."""
+
+    judged: int = Field(description="Judged ideas whose p_helps enters the Benjamini-Hochberg procedure.")
+    worked: int
+    q_max_worked: float | None = Field(description="The largest q-value among worked ideas (null: none).")
+    expected_false_worked: float = Field(
+        description="Upper estimate of false discoveries among worked: q_max_worked x the ideas at or below it."
+    )
+
+
 class VerdictCounts(BaseModel):
     """How many reports of one track got each verdict pair in one period (or in the whole range).
 
@@ -147,6 +175,9 @@ class VerdictCounts(BaseModel):
     kind: Literal["builtin", "custom"] = Field(default="builtin", description="A built-in or a custom track.")
     counts: dict[str, int]
     total: int
+    discoveries: Discoveries | None = Field(
+        default=None, description="In totals only: the track's false-discovery accounting, all time."
+    )
 
 
 class VerdictSummary(BaseModel):
@@ -162,7 +193,9 @@ class VerdictSummary(BaseModel):
                     "rows": [{"period": "2025-05-01", "track": "smoke", "kind": "builtin", "total": 15,
                               "counts": {"worked/helps": 12, "failed/inconclusive": 3}}],
                     "totals": [{"period": None, "track": "smoke", "kind": "builtin", "total": 15,
-                                "counts": {"worked/helps": 12, "failed/inconclusive": 3}}],
+                                "counts": {"worked/helps": 12, "failed/inconclusive": 3},
+                                "discoveries": {"judged": 15, "worked": 12, "q_max_worked": 0.0125,
+                                                "expected_false_worked": 0.15}}],
                 }
             ]
         }

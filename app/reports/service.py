@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import math
 from collections import defaultdict
@@ -14,10 +15,12 @@ from app import pagination
 from app.errors import ApiCode, ApiError
 from app.ids import new_id
 from app.jobs.models import Job
-from app.reports import repository
+from app.reports import discoveries, repository
+from app.reports.discoveries import QValues
 from app.reports.models import Report
 from app.reports.repository import ReportFilters, SortKey
 from app.reports.schemas import (
+    Discoveries,
     PracticalVerdict,
     ReportLinks,
     ReportSort,
@@ -62,14 +65,37 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def build_report_row(job: Job, body: dict[str, Any], now: dt.datetime) -> Report:
-    """The ``reports`` row for ``job``'s report JSON; raises ``InvalidReport``."""
+def baseline_label(baseline_code: str | None) -> str:
+    """What an idea was compared against: ``canonical`` (the track's baseline), or
+    ``matched:`` and 16 hex digits of the matched baseline's sha256 (migration 0004 too)."""
+    if baseline_code is None:
+        return "canonical"
+    return "matched:" + hashlib.sha256(baseline_code.encode()).hexdigest()[:16]
+
+
+def attempts_block(session: Session, job: Job) -> dict[str, Any]:
+    """The report's ``attempts`` (PROTOCOL.md 6): the jobs of this idea family and of this key
+    submitted on this track before this one, and how many of those were judged ``helps``."""
+    family, family_helps, key, key_helps = repository.attempts_before(session, job)
+    return {"family": job.family, "family_before": family, "family_helps_before": family_helps,
+            "key": job.submitter_id, "key_before": key, "key_helps_before": key_helps,
+            "name": job.name}
+
+
+def build_report_row(
+    job: Job, body: dict[str, Any], now: dt.datetime, attempts: dict[str, Any] | None = None
+) -> Report:
+    """The ``reports`` row for ``job``'s report JSON (with its ``attempts`` block, when given,
+    in ``bench_report``); raises ``InvalidReport``."""
     body = json_safe(body)
+    if attempts is not None and isinstance(body.get("bench_report"), dict):
+        body["bench_report"]["attempts"] = attempts
     system = body.get("system_verdict")
     practical = body.get("practical_verdict")
     if system not in {v.value for v in SystemVerdict} or practical not in {v.value for v in PracticalVerdict}:
         raise InvalidReport(f"report verdicts are {system!r}/{practical!r}")
     comparison = (body.get("bench_report") or {}).get("comparison") or {}
+    p_helps = _finite_or_none((body.get("bench_report") or {}).get("p_helps"))
     mechanism = body.get("mechanism_ok")
     return Report(
         id=new_id("rep"),
@@ -85,13 +111,16 @@ def build_report_row(job: Job, body: dict[str, Any], now: dt.datetime) -> Report
         worked=bool(body.get("worked", system == SystemVerdict.WORKED.value)),
         p_value=_finite_or_none(comparison.get("p_value")),
         delta_mean=_finite_or_none(comparison.get("delta_mean")),
+        family=job.family,
+        baseline=baseline_label(job.baseline_code),
+        p_helps=p_helps if p_helps is not None and 0.0 <= p_helps <= 1.0 else None,
         created_at=now,
         body=body,
     )
 
 
-def summary_of(report: Report) -> ReportSummary:
-    """The light row of a report."""
+def summary_of(report: Report, q: QValues | None = None) -> ReportSummary:
+    """The light row of a report (``q``: its q-values, ``discoveries.qvalues``)."""
     return ReportSummary(
         report_id=report.id,
         job_id=report.job_id,
@@ -105,15 +134,27 @@ def summary_of(report: Report) -> ReportSummary:
         worked=report.worked,
         p_value=report.p_value,
         delta_mean=report.delta_mean,
+        family=report.family,
+        baseline=report.baseline,
+        p_helps=report.p_helps,
+        q_value=q.track if q else None,
+        q_value_baseline=q.baseline if q else None,
         submitter=report.submitter_id,
         created_at=report.created_at,
         links=ReportLinks(self=f"/v1/reports/{report.id}", job=f"/v1/jobs/{report.job_id}"),
     )
 
 
-def view_of(report: Report) -> ReportView:
+def summaries(session: Session, reports: list[Report]) -> list[ReportSummary]:
+    """The light rows of ``reports``, with their q-values over everything stored so far."""
+    q = discoveries.qvalues(session, {r.track for r in reports})
+    return [summary_of(r, q.get(r.id)) for r in reports]
+
+
+def view_of(session: Session, report: Report) -> ReportView:
     """The whole report."""
-    return ReportView(**dict(summary_of(report)), report=report.body)
+    (summary,) = summaries(session, [report])
+    return ReportView(**dict(summary), report=report.body)
 
 
 def get_report(session: Session, report_id: str) -> Report:
@@ -184,6 +225,12 @@ def verdict_summary(
         pair = f"{system}/{practical}"
         per_period[(period, trk)][pair] += n
         totals[trk][pair] += n
+    accounting = discoveries.per_track(session, {track} if track is not None else None)
+
+    def discoveries_of(trk: str) -> Discoveries | None:
+        found = accounting.get(trk)
+        return Discoveries(**vars(found)) if found is not None else None
+
     return VerdictSummary(
         bucket="week" if bucket == "week" else "day",
         since=since,
@@ -193,7 +240,8 @@ def verdict_summary(
             for (p, t), c in sorted(per_period.items())
         ],
         totals=[
-            VerdictCounts(period=None, track=t, kind=_kind(t), counts=dict(c), total=sum(c.values()))
+            VerdictCounts(period=None, track=t, kind=_kind(t), counts=dict(c), total=sum(c.values()),
+                          discoveries=discoveries_of(t))
             for t, c in sorted(totals.items())
         ],
     )

@@ -31,6 +31,7 @@ def report_body(
     p_value: float = 0.0078125,
     delta: float = -0.01,
     track: str = "smoke",
+    p_helps: float | None = None,
 ) -> dict[str, Any]:
     """A report JSON shaped like bench.report.Report (PROTOCOL.md)."""
     verdict = {"helps": "idea better (significant)", "harms": "idea worse (significant)"}.get(
@@ -51,6 +52,7 @@ def report_body(
             "model": "test",
             "metric_direction": "lower",
             "n_seeds": 8,
+            "p_helps": p_helps,
             "baseline": {"mean": 0.31},
             "idea": {"mean": 0.31 + delta},
             "comparison": {
@@ -90,12 +92,12 @@ def insert_job(session: Session, submitter_id: str, **overrides: Any) -> Job:
 
 def insert_report(
     session: Session, submitter_id: str, body: dict[str, Any] | None = None,
-    created_at: dt.datetime | None = None, track: str = "smoke",
+    created_at: dt.datetime | None = None, track: str = "smoke", **job: Any,
 ) -> Report:
-    """Stage a succeeded job and its report."""
+    """Stage a succeeded job (``job``: its other columns) and its report."""
     created_at = created_at or utcnow()
     job = insert_job(session, submitter_id, status=JobStatus.SUCCEEDED.value, track=track,
-                     created_at=created_at)
+                     created_at=created_at, **job)
     report = build_report_row(job, body or report_body(track=track), created_at)
     job.report_id = report.id
     session.add(report)

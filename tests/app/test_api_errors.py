@@ -66,6 +66,16 @@ def test_bad_field_values(client: Any, keys: dict[str, str]) -> None:
                  422, "invalid_mechanism")
 
 
+def test_n_seeds_is_fixed_per_track_for_agents(client: Any, keys: dict[str, str]) -> None:
+    """A re-roll with another n_seeds is another draw of the test: only an operator sets it."""
+    body = assert_error(post_idea(client, keys["agent"], track="smoke", code=EXAMPLE, n_seeds=2),
+                        403, "n_seeds_fixed")
+    assert "defaults.n_seeds" in body["hint"]
+    accepted = post_idea(client, keys["operator"], track="smoke", code=EXAMPLE, n_seeds=6)
+    assert accepted.status_code == 202, accepted.text
+    assert accepted.json()["estimate"]["confirmation_runs"] == 12  # 2 arms x 6 fresh seeds, if screened
+
+
 def test_invalid_json(client: Any, keys: dict[str, str]) -> None:
     response = client.post("/v1/ideas", content=b"{not json", headers={
         **bearer(keys["agent"]), "Content-Type": "application/json"})

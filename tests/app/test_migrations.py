@@ -94,3 +94,33 @@ def test_partial_without_a_mechanism_becomes_failed_and_back(database_url: str) 
     assert counts == {("partial", "inconclusive"): 2, ("partial", "harms"): 1, ("partial", "helps"): 1,
                       ("worked", "helps"): 1}
     command.upgrade(config, "head")
+
+
+def test_attempt_columns_are_backfilled_from_stored_rows(database_url: str) -> None:
+    from bench.family import family_of
+
+    config = alembic_config(database_url)
+    command.upgrade(config, "0003")
+    engine = make_engine(database_url)
+    code = "from torch import nn\n\ndef build_model(spec):\n    return nn.Linear(8, 1)\n"
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
+                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        conn.execute(text(
+            "INSERT INTO jobs (id, status, queue, track, idea_code, baseline_code, submitter_id, request_sha256, "
+            "runs_done, attempts, cancel_requested, created_at) VALUES ('job_1', 'succeeded', 'cpu', 'smoke@1', "
+            ":code, 'b', 'key_a', '0', 0, 1, false, :at)"), {"code": code, "at": CREATED})
+        body = {"system_verdict": "worked", "bench_report": {"metric_direction": "lower is better", "comparison": {
+            "per_seed_diffs": [-1.0] * 8}}}  # a report from before confirmation: no p_helps stored
+        conn.execute(text(
+            "INSERT INTO reports (id, job_id, track, submitter_id, system_verdict, practical_verdict, worked, "
+            "created_at, body) VALUES ('rep_1', 'job_1', 'smoke@1', 'key_a', 'worked', 'helps', true, :at, :body)"),
+            {"at": CREATED, "body": json.dumps(body)})
+    command.upgrade(config, "0004")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT family FROM jobs")).scalar_one() == family_of(code)
+        family, baseline, p = conn.execute(text("SELECT family, baseline, p_helps FROM reports")).one()
+    engine.dispose()
+    assert family == family_of(code) and baseline.startswith("matched:") and p == 1 / 256
+    command.downgrade(config, "0003")
+    command.upgrade(config, "head")

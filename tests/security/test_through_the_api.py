@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import bearer
-from tests.workers.test_end_to_end import EXAMPLE, poll_job, stack  # noqa: F401 - the fixture
+from tests.workers.test_end_to_end import EXAMPLE, make_key, poll_job, stack  # noqa: F401 - the fixture
 
 HOSTILE = Path(__file__).parent / "hostile"
 ENDED = {"succeeded", "failed", "cancelled"}
@@ -26,7 +26,8 @@ def submit(client: Any, token: str, code: str, n_seeds: int = 2) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("stack", ["embedded"], indirect=True)
 def test_hostile_files_through_the_api_with_a_real_worker(stack: Any) -> None:  # noqa: F811
-    _app, client, token, log = stack
+    app, client, _agent, log = stack
+    token = make_key(app, "operator")  # n_seeds=2 (short jobs) is an operator's override
     expected = {
         "forge_baseline_events.py": "sandbox_violation",
         "eval_shape.py": "bad_output_shape",

@@ -77,6 +77,14 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, log: Path 
     pytest.fail(f"timed out waiting for {what}\n--- worker log ---\n{tail}")
 
 
+def make_key(app: Any, role: str) -> str:
+    """A new key of ``role`` (an operator's may set n_seeds: short jobs for tests)."""
+    with app.state.sessionmaker() as session:
+        token = create_key(session, role, f"e2e-{role}").token
+        session.commit()
+    return token
+
+
 @pytest.fixture
 def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, TestClient, str, Path]]:
     """(app, client, agent token, worker log) on the backend named by the test's parameter."""
@@ -87,9 +95,7 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any,
         settings = request.getfixturevalue("pg_settings").model_copy(
             update={"broker_url": request.getfixturevalue("redis_url")})
     app = create_app(settings)
-    with app.state.sessionmaker() as session:
-        token = create_key(session, "agent", "e2e").token
-        session.commit()
+    token = make_key(app, "agent")
     worker = start_worker(settings, tmp_path)
     log = tmp_path / "worker.log"
     try:
@@ -140,6 +146,10 @@ def test_smoke_example_end_to_end(stack: Any) -> None:
     summary = client.get("/v1/verdicts/summary", headers=bearer(token)).json()
     pair = f"{body['system_verdict']}/{body['practical_verdict']}"
     assert [(t["track"], t["counts"], t["total"]) for t in summary["totals"]] == [("smoke", {pair: 1}, 1)]
+    # The attempt record, counted when the report was stored: nothing came before it.
+    attempts = body["bench_report"]["attempts"]
+    assert attempts["family_before"] == attempts["key_before"] == 0 and attempts["family"] == report["family"]
+    assert summary["totals"][0]["discoveries"]["judged"] == 1 and report["q_value"] == report["p_helps"]
 
 
 @pytest.mark.slow
@@ -180,7 +190,8 @@ def build_model(spec):
 @pytest.mark.slow
 @pytest.mark.parametrize("stack", ["embedded"], indirect=True)
 def test_hostile_ideas_through_the_api_fail_cleanly_and_the_worker_goes_on(stack: Any) -> None:
-    app, client, token, log = stack
+    app, client, _agent, log = stack
+    token = make_key(app, "operator")  # n_seeds is an operator's override
     net = client.post("/v1/ideas", json={"track": "smoke", "code": NETWORK_IDEA, "n_seeds": 2},
                       headers=bearer(token)).json()["job_id"]
     job = poll_job(client, token, net, {"succeeded", "failed", "cancelled"}, 120, log)
@@ -220,12 +231,13 @@ def test_custom_track_registered_validated_and_judged(stack: Any) -> None:
     assert track["status"] == "active", track
     assert track["validation"]["deterministic"] is True and track["validation"]["sizes"]["train"] == 512
     idea = "from torch import nn\n\ndef build_model(spec):\n    return nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Linear(32, 1))\n"
+    operator = make_key(app, "operator")  # n_seeds is an operator's override
     job_id = client.post("/v1/ideas", json={"track": "sum_of_squares", "code": idea, "n_seeds": 4},
-                         headers=bearer(token)).json()["job_id"]
-    job = poll_job(client, token, job_id, {"succeeded", "failed", "cancelled"}, 240, log)
+                         headers=bearer(operator)).json()["job_id"]
+    job = poll_job(client, operator, job_id, {"succeeded", "failed", "cancelled"}, 240, log)
     assert job["status"] == "succeeded", job
     assert job["track"] == track_id
-    report = client.get(f"/v1/jobs/{job_id}/report", headers=bearer(token)).json()["report"]
+    report = client.get(f"/v1/jobs/{job_id}/report", headers=bearer(operator)).json()["report"]
     assert report["bench_report"]["custom_track"]["hash"] == track["sha256"]
     assert report["bench_report"]["track_justification"] == track["justification"]
     listed = client.get("/v1/reports", params={"track_kind": "custom"}, headers=bearer(token)).json()

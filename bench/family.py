@@ -1,0 +1,131 @@
+"""The family of an idea: a hash of its model code with literals and local names stripped.
+
+Agents re-roll: the same idea again with another width, another constant, renamed
+variables, a new comment, a reordered docstring. Each re-roll is another draw of the
+test, so the service groups them (PROTOCOL.md 6: a report says how many attempts of
+its family came before it) by hashing the code's syntax tree after
+
+- docstrings and comments are dropped (comments never reach the tree),
+- every literal becomes a placeholder of its kind (number, string, bytes, ...), and a
+  list, tuple, set or dict of literals alone (a grid, a shape) one placeholder,
+- every name the file binds itself (functions, classes, arguments, variables,
+  attributes it assigns on ``self``) becomes a placeholder, numbered in order of
+  first appearance, while imported names and the attributes of library objects
+  (``nn.Linear``, ``torch.tanh``) stay: they are what the idea *does*.
+
+A different architecture (another layer, another activation) is another family: this is a
+grouping of re-rolls, not a judge of novelty, and the false-discovery accounting over
+every idea of a track (``bench.stats.bh_qvalues``) does not depend on it.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+
+SCHEME = "ast-v1"
+
+
+class _Normalizer(ast.NodeTransformer):
+    def __init__(self, imported: set[str], own: set[str]) -> None:
+        self.imported = imported
+        self.own = own
+        self.names: dict[str, str] = {}
+
+    def _name(self, name: str) -> str:
+        if name in self.imported or name not in self.own:
+            return name  # a library's name, or a builtin: part of what the code does
+        return self.names.setdefault(name, f"_{len(self.names)}")
+
+    def _literals(self, node: ast.List | ast.Tuple | ast.Set | ast.Dict) -> ast.AST:
+        """A container of literals only (a grid, a shape) is one literal, whatever its length."""
+        items = [*node.keys, *node.values] if isinstance(node, ast.Dict) else node.elts
+        if items and all(isinstance(item, ast.Constant) for item in items):
+            return ast.copy_location(ast.Constant(value=f"<{type(node).__name__}>"), node)
+        self.generic_visit(node)
+        return node
+
+    visit_List = _literals
+    visit_Tuple = _literals
+    visit_Set = _literals
+    visit_Dict = _literals
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        kind = "None" if node.value is None else type(node.value).__name__
+        return ast.copy_location(ast.Constant(value=f"<{kind}>"), node)
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        node.id = self._name(node.id)
+        return node
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        node.arg = self._name(node.arg)
+        node.annotation = None
+        return node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        node.attr = self._name(node.attr)
+        return node
+
+    def visit_keyword(self, node: ast.keyword) -> ast.AST:
+        self.generic_visit(node)
+        if node.arg is not None:
+            node.arg = self._name(node.arg)
+        return node
+
+    def _body(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> ast.AST:
+        node.name = self._name(node.name)
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            node.body = body[1:] or [ast.Pass()]  # the docstring
+        if not isinstance(node, ast.ClassDef):
+            node.returns = None
+        self.generic_visit(node)
+        return node
+
+    visit_FunctionDef = _body
+    visit_AsyncFunctionDef = _body
+    visit_ClassDef = _body
+
+
+def _bound_names(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """(names bound by imports, names the file binds itself)."""
+    imported: set[str] = set()
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                imported.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            own.add(node.name)
+        elif isinstance(node, ast.arg):
+            own.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            own.add(node.attr)  # self.encoder = ...: the file's own attribute
+        elif isinstance(node, ast.keyword) and node.arg is not None:
+            pass  # keyword names belong to the callee
+    return imported, own - imported
+
+
+def normalized(code: str) -> str:
+    """The normalized syntax tree of ``code`` as text (what ``family_of`` hashes)."""
+    tree = ast.parse(code)
+    body = tree.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        tree.body = body[1:]  # the module docstring
+    imported, own = _bound_names(tree)
+    _Normalizer(imported, own).visit(tree)
+    return ast.dump(tree, annotate_fields=False, include_attributes=False)
+
+
+def family_of(code: str) -> str:
+    """``ast-v1:`` + the first 16 hex digits of sha256 of the normalized tree; code that
+    does not parse falls back to the hash of its text (it is refused before judging)."""
+    try:
+        text = normalized(code)
+    except (SyntaxError, ValueError, RecursionError):
+        text = code
+    return f"{SCHEME}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"

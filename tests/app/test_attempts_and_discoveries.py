@@ -1,0 +1,136 @@
+"""Attempt records (families) and the false-discovery accounting across ideas, through the API,
+on SQLite and on Postgres."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.jobs.models import Job
+from app.keys.service import create_key
+from app.reports.service import attempts_block
+from bench.family import family_of
+from tests.app.factories import insert_job, insert_report, key_id, report_body
+from tests.conftest import bearer
+
+T0 = dt.datetime(2026, 11, 2, 9, 0, tzinfo=dt.UTC)
+IDEA = """
+from torch import nn
+
+HPARAMS = {"width": [16, 32]}
+
+
+def build_model(spec):
+    w = spec["hparams"]["width"]
+    return nn.Sequential(nn.Linear(spec["n_features"], w), nn.SiLU(), nn.Linear(w, 1))
+"""
+REROLL = '''"""The same idea, re-rolled: other names, other constants, a docstring."""
+from torch import nn
+
+HPARAMS = {"hidden": [24]}
+
+
+def build_model(spec):
+    h = spec["hparams"]["hidden"]  # renamed
+    return nn.Sequential(nn.Linear(spec["n_features"], h), nn.SiLU(), nn.Linear(h, 1))
+'''
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def env(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any, dict[str, str]]]:
+    app = request.getfixturevalue("app" if request.param == "sqlite" else "pg_app")
+    with app.state.sessionmaker() as session:
+        tokens = {r: create_key(session, r, r).token for r in ("agent", "viewer", "operator")}
+        tokens["agent2"] = create_key(session, "agent", "agent2").token
+        session.commit()
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield app, client, tokens
+
+
+def test_families_group_re_rolls_and_not_other_ideas() -> None:
+    assert family_of(IDEA) == family_of(REROLL)
+    assert family_of(IDEA).startswith("ast-v1:")
+    assert family_of(IDEA) != family_of(IDEA.replace("nn.SiLU()", "nn.ReLU()"))  # another idea
+    assert family_of(IDEA) != family_of(IDEA.replace("nn.SiLU(), ", "nn.SiLU(), nn.Linear(w, w), nn.SiLU(), "))
+    assert family_of("def build_model(:\n") == family_of("def build_model(:\n")  # no parse: its text
+
+
+def test_a_submission_records_its_family(env: tuple[Any, Any, dict[str, str]]) -> None:
+    app, client, tokens = env
+    response = client.post("/v1/ideas", json={"track": "smoke", "code": REROLL}, headers=bearer(tokens["agent"]))
+    assert response.status_code == 202, response.text
+    with app.state.sessionmaker() as session:
+        assert session.get(Job, response.json()["job_id"]).family == family_of(IDEA)
+
+
+def test_attempts_count_the_family_and_the_key_before_this_job(env: tuple[Any, Any, dict[str, str]]) -> None:
+    app, _client, tokens = env
+    a, b = key_id(tokens["agent"]), key_id(tokens["agent2"])
+    fam, other = family_of(IDEA), family_of("def build_model(spec):\n    return None\n")
+    with app.state.sessionmaker() as session:
+        minute = dt.timedelta(minutes=1)
+        insert_report(session, a, report_body("worked", "helps"), T0, family=fam)
+        insert_report(session, b, report_body("failed", "inconclusive", mechanism_ok=None), T0 + minute, family=fam)
+        insert_report(session, a, report_body("failed", "harms", mechanism_ok=None), T0 + 2 * minute, family=other)
+        insert_job(session, b, family=fam, created_at=T0 + 3 * minute)  # still queued: an attempt, no verdict
+        insert_report(session, a, report_body("worked", "helps"), T0 + 4 * minute, family=fam, track="tabular")
+        job = insert_job(session, a, family=fam, created_at=T0 + 5 * minute)
+        insert_report(session, a, report_body("worked", "helps"), T0 + 6 * minute, family=fam)  # after it
+        block = attempts_block(session, job)
+        session.rollback()
+    assert block == {"family": fam, "family_before": 3, "family_helps_before": 1, "key": a, "key_before": 2,
+                     "key_helps_before": 1, "name": None}
+
+
+def _seed_p(app: Any, token: str, rows: list[tuple[str, float, bool, str | None]]) -> list[str]:
+    ids = []
+    with app.state.sessionmaker() as session:
+        for i, (track, p, worked, baseline_code) in enumerate(rows):
+            body = report_body("worked" if worked else "failed", "helps" if worked else "inconclusive",
+                               mechanism_ok=None, p_helps=p, track=track)
+            report = insert_report(session, key_id(token), body, T0 + dt.timedelta(minutes=i), track=track,
+                                   family=f"ast-v1:{i:016x}", baseline_code=baseline_code)
+            ids.append(report.id)
+        session.commit()
+    return ids
+
+
+def test_q_values_in_the_listing_equal_a_hand_computation(env: tuple[Any, Any, dict[str, str]]) -> None:
+    app, client, tokens = env
+    matched = "def build_model(spec):\n    return None\n"
+    ids = _seed_p(app, tokens["agent"], [
+        ("smoke", 0.01, True, None), ("smoke", 0.04, False, None), ("smoke", 0.03, True, matched),
+        ("smoke", 0.5, False, None), ("smoke", 0.02, True, None), ("tabular", 0.01, True, None),
+    ])
+    page = client.get("/v1/reports?limit=200", headers=bearer(tokens["viewer"])).json()["items"]
+    q = {row["report_id"]: (row["q_value"], row["q_value_baseline"], row["baseline"]) for row in page}
+    # smoke, m = 5: p 0.01 0.02 0.03 0.04 0.5 -> 5p/rank 0.05 0.05 0.05 0.05 0.5
+    assert q[ids[0]][0] == pytest.approx(0.05) and q[ids[3]][0] == pytest.approx(0.5)
+    assert q[ids[5]][0] == pytest.approx(0.01)  # tabular alone: q = p
+    # canonical baseline on smoke, m = 4: p 0.01 0.02 0.04 0.5 -> 0.04 0.04 0.0533 0.5
+    assert q[ids[0]][1] == pytest.approx(0.04) and q[ids[1]][1] == pytest.approx(0.04 * 4 / 3)
+    assert q[ids[2]][1] == pytest.approx(0.03) and q[ids[2]][2].startswith("matched:")
+    one = client.get(f"/v1/reports/{ids[1]}", headers=bearer(tokens["viewer"])).json()
+    assert one["q_value"] == pytest.approx(0.05) and one["p_helps"] == 0.04
+    fam = client.get(f"/v1/reports?family=ast-v1:{2:016x}", headers=bearer(tokens["viewer"])).json()["items"]
+    assert [row["report_id"] for row in fam] == [ids[2]]
+
+
+def test_the_summary_gives_the_expected_false_discoveries_among_worked(
+    env: tuple[Any, Any, dict[str, str]],
+) -> None:
+    app, client, tokens = env
+    _seed_p(app, tokens["agent"], [("smoke", 0.01, True, None), ("smoke", 0.04, True, None),
+                                   ("smoke", 0.03, False, None), ("smoke", 0.5, False, None)])
+    summary = client.get("/v1/verdicts/summary?since=2026-11-01&until=2026-11-30",
+                         headers=bearer(tokens["viewer"])).json()
+    (smoke,) = summary["totals"]
+    # m = 4: p 0.01 0.03 0.04 0.5 -> 4p/rank 0.04 0.04 0.0533 0.5, monotone: 0.04 0.0533 0.0533 0.5
+    found = smoke["discoveries"]
+    assert (found["judged"], found["worked"]) == (4, 2)
+    assert found["q_max_worked"] == pytest.approx(0.16 / 3)
+    assert found["expected_false_worked"] == pytest.approx(0.16 / 3 * 3, abs=1e-6)  # three ideas at or below q*

@@ -1,0 +1,148 @@
+"""The confirmation stage (PROTOCOL.md 2.6): a screened win counts only when it replicates on
+seeds drawn for this job alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench import protocol
+from bench.protocol import JudgeRequest, judge
+from bench.report import Report
+from bench.seeding import confirmation_seeds, final_seeds, public_secret, run_seeds, sweep_seeds
+from bench.stats import bh_qvalues, compare
+from bench.verdicts import decide
+
+MLP = """
+from torch import nn
+
+
+def build_model(spec):
+    return nn.Sequential(nn.Linear(spec["n_features"], 32), nn.ReLU(), nn.Linear(32, 1))
+"""
+# A matched baseline that cannot fit the smoke track's nonlinear target: the MLP beats it
+# on every seed, so the screening finds a win and the confirmation replicates it.
+LINEAR = """
+from torch import nn
+
+
+def build_model(spec):
+    return nn.Sequential(nn.Linear(spec["n_features"], 35), nn.Linear(35, 1))
+"""
+N = 6  # the fewest pairs whose exact test can reach p <= 0.05 (2/64)
+
+
+def _streams(seeds: list[int], job_key: str | None = None) -> set[int]:
+    secret = public_secret()
+    out: set[int] = set()
+    for seed in seeds:
+        s = run_seeds(seed, secret, job_key)
+        out |= {s.split, s.order, s.init}
+    return out
+
+
+def test_confirmation_seeds_are_disjoint_from_every_other_seed() -> None:
+    shared = _streams(sweep_seeds(4) + final_seeds(32))
+    job_a = _streams(confirmation_seeds(32), "job_a")
+    job_b = _streams(confirmation_seeds(32), "job_b")
+    assert len(job_a) == len(job_b) == 3 * 32  # no stream repeats within a job either
+    assert shared.isdisjoint(job_a) and shared.isdisjoint(job_b) and job_a.isdisjoint(job_b)
+    assert _streams(confirmation_seeds(3), "job_a") <= job_a  # the same job: the same seeds
+    with pytest.raises(ValueError, match="job's key"):
+        run_seeds(confirmation_seeds(1)[0], public_secret())
+
+
+def test_decide_keeps_helps_only_when_it_replicates() -> None:
+    better = {"verdict": "idea better (significant)"}
+    assert decide(better, None, 0.01, replicated=True)["system_verdict"] == "worked"
+    out = decide(better, None, 0.01, replicated=False)
+    assert (out["practical_verdict"], out["practical_detail"], out["system_verdict"]) == (
+        "inconclusive", "not_replicated", "failed")
+    assert decide(better, 1, 0.01, replicated=False)["system_verdict"] == "partial"
+    worse = {"verdict": "idea worse (significant)"}
+    assert decide(worse, None, 0.01, replicated=None)["practical_verdict"] == "harms"
+
+
+def test_one_sided_p_and_bh_qvalues_by_hand() -> None:
+    c = compare([1.0] * 8, [0.0] * 4 + [0.5] * 4)  # lower is better: the idea wins 8/8
+    assert (c["p_value"], c["p_better"]) == (2 / 256, 1 / 256)
+    assert compare([0.0] * 8, [1.0] * 8)["p_better"] == 1.0
+    # m = 5, sorted p: 0.01 0.02 0.03 0.04 0.5 -> m*p/rank: 0.05 0.05 0.05 0.05 0.5
+    assert bh_qvalues([0.04, 0.5, 0.01, 0.03, 0.02]) == pytest.approx([0.05, 0.5, 0.05, 0.05, 0.05])
+    # a later smaller ratio pulls earlier ones down: 0.01*3/1=0.03, 0.04*3/2=0.06, 0.045*3/3=0.045
+    assert bh_qvalues([0.01, 0.04, 0.045]) == pytest.approx([0.03, 0.045, 0.045])
+    assert bh_qvalues([0.9, 0.9]) == [0.9, 0.9] and bh_qvalues([]) == []
+    with pytest.raises(ValueError):
+        bh_qvalues([1.5])
+
+
+def _judge(job_key: str, events: list[Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+    request = JudgeRequest(track="smoke", idea_code=MLP, baseline_code=kwargs.pop("baseline", LINEAR),
+                           n_seeds=N, job_key=job_key, **kwargs)
+    return judge(request, events.append if events is not None else None)
+
+
+@pytest.fixture(scope="module")
+def replicated() -> tuple[dict[str, Any], list[Any]]:
+    events: list[Any] = []
+    return _judge("job_one", events), events
+
+
+def test_a_real_win_is_confirmed_on_this_jobs_own_seeds(replicated: tuple[dict[str, Any], list[Any]]) -> None:
+    report, events = replicated
+    Report.model_validate(report)
+    br = report["bench_report"]
+    assert br["comparison"]["verdict"] == "idea better (significant)"
+    stage = br["confirmation"]
+    assert stage["significant"] and stage["p_value"] == stage["comparison"]["p_better"] <= 0.05
+    assert (report["practical_verdict"], report["system_verdict"], br["decided_by"]) == (
+        "helps", "worked", "confirmation")
+    assert br["screening"]["comparison"] == br["comparison"]
+    assert stage["seeds"] == br["seeds"]["confirmation"] == confirmation_seeds(N)
+    assert len(stage["per_seed"]["idea"]) == len(stage["per_seed"]["baseline"]) == N
+    assert stage["per_seed"]["idea"] != br["screening"]["per_seed"]["idea"]  # other data, other inits
+    assert stage["job_key"] == "job_one" and stage["seed_commitment"] == br["seed_commitment"]
+    assert br["p_helps"] == max(br["comparison"]["p_better"], stage["p_value"])
+    assert br["pooled"]["n_pairs"] == 2 * N and br["pooled"]["decides"] is False
+    assert "Confirmation on 6 fresh seeds" in report["summary"]
+    stages = [e.stage for e in events]
+    assert stages.index("final") < stages.index("confirmation")
+    assert events[-1].done == events[-1].total == max(e.total for e in events)
+
+
+def test_the_same_job_reruns_bit_for_bit_and_another_job_draws_other_seeds(
+    replicated: tuple[dict[str, Any], list[Any]],
+) -> None:
+    first = replicated[0]["bench_report"]
+    again = _judge("job_one")["bench_report"]
+    assert again["confirmation"]["per_seed"] == first["confirmation"]["per_seed"]
+    assert again["screening"]["per_seed"] == first["screening"]["per_seed"]
+    other = _judge("job_two")["bench_report"]
+    assert other["screening"]["per_seed"] == first["screening"]["per_seed"]  # the epoch's shared seeds
+    for arm in ("baseline", "idea"):
+        assert set(other["confirmation"]["per_seed"][arm]).isdisjoint(first["confirmation"]["per_seed"][arm])
+
+
+def test_a_null_idea_that_passes_screening_is_not_helps_unless_it_replicates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The idea is the baseline's own architecture: nothing to find. A test double makes its
+    screening a win (as a lucky re-roll would); the real confirmation then finds nothing."""
+    real = protocol._Job.stage_values
+
+    def lucky_screening(self: protocol._Job, runs: dict[str, list[protocol.RunRecord]]) -> dict[str, list[float]]:
+        values = real(self, runs)
+        if runs["idea"][0].stage == "screening":
+            values["idea"] = [v - 1.0 for v in values["baseline"]]
+        return values
+
+    monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)
+    report = _judge("job_null", baseline=MLP)
+    br = report["bench_report"]
+    assert br["comparison"]["verdict"] == "idea better (significant)"  # the screening said win
+    assert br["confirmation"]["comparison"]["per_seed_diffs"] == [0.0] * N  # same model, same seeds
+    assert not br["confirmation"]["significant"] and br["confirmation"]["p_value"] == 1.0
+    assert (report["practical_verdict"], report["practical_detail"], report["system_verdict"]) == (
+        "inconclusive", "not_replicated", "failed")
+    assert report["worked"] is False and br["decided_by"] == "confirmation" and br["p_helps"] == 1.0
