@@ -91,6 +91,9 @@ class Progress:
     total: int
     eta_s: float | None
     message: str = ""
+    # The run that just finished, when this progress is one: arm, stage, cfg, seed_index,
+    # seconds, cached. Never its metric: no test number leaves the engine before the report.
+    run: dict[str, Any] | None = None
 
 
 ProgressCallback = Callable[[Progress], None]
@@ -127,17 +130,17 @@ class _Tracker:
         with self.lock:
             self.total += extra
 
-    def emit(self, message: str = "") -> None:
+    def emit(self, message: str = "", run: dict[str, Any] | None = None) -> None:
         if self.callback is None:
             return
         elapsed = time.monotonic() - self.started
         eta = elapsed / self.done * (self.total - self.done) if self.done else None
-        self.callback(Progress(self.stage, self.done, self.total, eta, message))
+        self.callback(Progress(self.stage, self.done, self.total, eta, message, run))
 
-    def run_finished(self) -> None:
+    def run_finished(self, run: dict[str, Any]) -> None:
         with self.lock:
             self.done += 1
-        self.emit()
+        self.emit(run=run)
 
 
 def _grid(hparams: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -364,7 +367,8 @@ class _Job:
             "data": self.data(record.seed).checksum,
         }
 
-    def _score(self, record: RunRecord, pred: np.ndarray, diverged: bool, seconds: float, n_params: int) -> None:
+    def _score(self, record: RunRecord, pred: np.ndarray, diverged: bool, seconds: float, n_params: int,
+               cached: bool = False) -> None:
         target = self.seed_data[record.seed]
         y = target.y_val if record.split == "val" else target.y_test
         check_predictions(pred, (len(y), *self.card["spec"]["output_shape"]), record.arm)
@@ -374,7 +378,11 @@ class _Job:
             record.value = math.nan
         record.seconds = float(seconds)
         record.n_params = int(n_params)
-        self.tracker.run_finished()
+        self.tracker.run_finished({
+            "arm": record.arm, "stage": record.stage, "cfg": report_cfg(record.cfg),
+            "seed_index": self.stage_seeds(record.stage).index(record.seed),
+            "seconds": round(record.seconds, 3), "cached": cached,
+        })
 
     def train(self, records: list[RunRecord]) -> None:
         """Train ``records`` (both arms in parallel) and score them in place.
@@ -414,7 +422,7 @@ class _Job:
                 if all(h is not None and (s is not None or not kept) for h, s in zip(hits, states, strict=True)):
                     for record, hit, state in zip(members, hits, states, strict=True):
                         assert hit is not None
-                        self._score(record, hit.predictions, hit.diverged, 0.0, hit.n_params)
+                        self._score(record, hit.predictions, hit.diverged, 0.0, hit.n_params, cached=True)
                         self.cache_hits += 1
                         if state is not None:  # the mechanism is measured on the cached trained model
                             self.kept[record.run_id] = state
@@ -618,6 +626,13 @@ class _Job:
                     f"predictions); above a quarter the comparison means nothing.",
                 )
         return finals
+
+    def stage_seeds(self, stage: str) -> list[int]:
+        """The protocol seeds of ``stage`` (sweep, screening, confirmation), in order."""
+        n = len(self.capture_seeds) - len(self.sweep_seed_list)
+        if stage == "sweep":
+            return self.sweep_seed_list
+        return final_seeds(n // 2) if stage == "screening" else confirmation_seeds(n // 2)
 
     def stage_values(self, runs: dict[str, list[RunRecord]]) -> dict[str, list[float]]:
         """Both arms' test values of one stage, diverged runs filled (``diverged_score``)."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 from app.db import utcnow
-from app.jobs import leases
+from app.jobs import leases, repository
 from app.jobs.leases import Claim
 from bench.protocol import Progress
 from workers.context import WorkerContext
@@ -60,28 +61,53 @@ class Heartbeat(threading.Thread):
 
 
 class ProgressWriter:
-    """The ``on_progress`` callback: writes stage and counts, at most every interval."""
+    """The ``on_progress`` callback: writes stage and counts, at most every interval, and the
+    job's event stream (``stage`` on each new stage, ``run`` for each finished run), batched
+    with the progress it came with. Writes are serialised: event numbers are gap-free."""
 
     def __init__(self, ctx: WorkerContext, claim: Claim) -> None:
         self.ctx = ctx
         self.claim = claim
         self._last = 0.0
         self._last_stage: str | None = None
+        self._pending: list[tuple[str, dict[str, Any]]] = []
+        self._progress: Progress | None = None
         self._lock = threading.Lock()
 
     def __call__(self, progress: Progress) -> None:
         now = time.monotonic()
         with self._lock:
-            due = progress.stage != self._last_stage or progress.done >= progress.total
+            new_stage = progress.stage != self._last_stage
+            if new_stage:
+                self._pending.append(("stage", {"stage": progress.stage, "runs_total": progress.total}))
+            if progress.run is not None:
+                self._pending.append(("run", {**progress.run, "runs_done": progress.done}))
+            self._progress = progress
+            due = new_stage or progress.done >= progress.total
             if not due and now - self._last < self.ctx.settings.progress_min_interval_s:
                 return
             self._last, self._last_stage = now, progress.stage
+            self._write()
+
+    def flush(self, warnings: list[str] | None = None) -> None:
+        """Write what is pending (and the report's ``warning`` events) before the job ends."""
+        with self._lock:
+            self._pending.extend(("warning", {"message": w}) for w in warnings or [])
+            self._write()
+
+    def _write(self) -> None:
+        progress, events = self._progress, self._pending
+        if progress is None:  # nothing has happened yet
+            return
         try:
             with self.ctx.sessions() as session:
-                leases.write_progress(
+                owned = leases.write_progress(  # the fence: only the lease holder writes events
                     session, self.claim, stage=progress.stage, done=progress.done, total=progress.total,
                     eta_s=progress.eta_s, message=progress.message,
                 )
+                if owned and events:
+                    repository.append_events(session, self.claim.job_id, self.claim.attempt, events, utcnow())
                 session.commit()
-        except Exception:  # progress is best effort; the job goes on
+            self._pending = []
+        except Exception:  # progress is best effort; the job goes on (events stay pending)
             log.warning("could not write progress of %s", self.claim.job_id, exc_info=True)

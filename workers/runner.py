@@ -84,10 +84,13 @@ def execute_job(ctx: WorkerContext, job_id: str) -> Outcome:
     cancel = threading.Event()
     beat = Heartbeat(ctx, claim, cancel)
     beat.start()
+    writer = ProgressWriter(ctx, claim)
     try:
-        report = judge(judge_request(job, ctx), on_progress=ProgressWriter(ctx, claim), cancel=cancel,
+        report = judge(judge_request(job, ctx), on_progress=writer, cancel=cancel,
                        keep_warm=ctx.settings.warm_children)
+        writer.flush(report.get("bench_report", {}).get("warnings"))
     except BenchError as exc:
+        writer.flush()
         cancelled = exc.code is ErrorCode.CANCELLED or beat.cancel_requested
         status = JobStatus.CANCELLED if cancelled else JobStatus.FAILED
         return _finish_unsuccessful(ctx, claim, status, exc.to_dict(), beat)

@@ -78,3 +78,19 @@ class Job(Base):
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class JobEvent(Base):
+    """One event of a job's stream (``GET /v1/jobs/{id}/events``): ``stage``, ``run`` or
+    ``warning``, numbered 1, 2, ... per job by the one worker that holds its lease. The
+    ``queued`` and ``end`` events are read from the job row itself, so every path that ends
+    a job (worker, cancel, reconciler) ends its stream."""
+
+    __tablename__ = "job_events"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer)
+    data: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -9,7 +9,7 @@ from sqlalchemy import Table, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from app import pagination
-from app.jobs.models import Job, JobStatus
+from app.jobs.models import Job, JobEvent, JobStatus
 
 JOBS: Table = Job.__table__  # type: ignore[assignment]
 
@@ -98,3 +98,25 @@ def request_cancel_running(session: Session, job_id: str) -> bool:
         .values(cancel_requested=True)
     )
     return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]
+
+
+def append_events(session: Session, job_id: str, attempt: int, events: list[tuple[str, dict[str, Any]]],
+                  now: datetime) -> None:
+    """Stage ``events`` (kind, data) after the job's last one. Only the lease holder calls this,
+    one writer at a time (``workers.heartbeat.ProgressWriter``), so ``seq`` is gap-free."""
+    last = session.scalar(select(func.max(JobEvent.seq)).where(JobEvent.job_id == job_id)) or 0
+    for offset, (kind, data) in enumerate(events, 1):
+        session.add(JobEvent(job_id=job_id, seq=last + offset, kind=kind, attempt=attempt, data=data,
+                             created_at=now))
+
+
+def events_after(session: Session, job_id: str, after: int, limit: int = 500) -> list[JobEvent]:
+    """The job's stored events with ``seq > after``, in order."""
+    stmt = (select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.seq > after)
+            .order_by(JobEvent.seq).limit(limit))
+    return list(session.scalars(stmt))
+
+
+def last_event_seq(session: Session, job_id: str) -> int:
+    """The seq of the job's last stored event (0 when none)."""
+    return int(session.scalar(select(func.max(JobEvent.seq)).where(JobEvent.job_id == job_id)) or 0)

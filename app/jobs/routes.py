@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from sqlalchemy.orm import Session
 
 from app.db import SessionDep
 from app.deps import EstimatorDep, QueueDep, SettingsDep
 from app.errors import error_responses
-from app.jobs import repository, service
-from app.jobs.models import JobStatus
+from app.jobs import events, repository, service
+from app.jobs.models import Job, JobStatus
 from app.jobs.schemas import IdeaSubmission, JobAccepted, JobPage, JobView
 from app.keys.deps import SubmitterDep
 
@@ -56,11 +60,62 @@ def submit_idea(
 
 
 @router.get("/v1/jobs/{job_id}", response_model=JobView, responses=error_responses(404))
-def get_job(job_id: str, session: SessionDep, caller: SubmitterDep) -> JobView:
+async def get_job(
+    job_id: str, request: Request, session: SessionDep, caller: SubmitterDep,
+    wait: Annotated[float | None, Query(ge=0, le=events.MAX_WAIT_S, description=(
+        "Answer as soon as the job has ended, or after this many seconds (at most 60), "
+        "whichever comes first: a long poll instead of polling every few seconds."))] = None,
+) -> JobView:
     """A job's status, stage, progress, queue position, times, error and report link."""
-    job = service.get_visible_job(session, job_id, caller)
+    job = await run_in_threadpool(service.get_visible_job, session, job_id, caller)
+    if wait:
+        await events.wait_for_end(request.app.state.sessionmaker, job_id, wait)
+        await run_in_threadpool(session.refresh, job)
+    return await run_in_threadpool(_view_now, session, job)
+
+
+def _view_now(session: Session, job: Job) -> JobView:
     position = repository.queue_position(session, job) if job.status == JobStatus.QUEUED.value else None
     return service.job_view(job, queue_position=position)
+
+
+def _visible_job(job_id: str, session: SessionDep, caller: SubmitterDep) -> Job:
+    """The job the caller may see (404 otherwise): a dependency, so that the answer is an
+    error before a stream has started."""
+    job = service.get_visible_job(session, job_id, caller)
+    session.expunge(job)
+    return job
+
+
+@router.get(
+    "/v1/jobs/{job_id}/events", response_class=EventSourceResponse, responses={
+        **error_responses(404),
+        200: {"description": "Server-Sent Events until the job ends: queued, stage, run, warning, end.",
+              "content": {"text/event-stream": {"example": (
+                  'id: 0\nevent: queued\ndata: {"job_id": "job_4be1", "status": "queued", "queue_position": 2}\n\n'
+                  'id: 1\nevent: stage\ndata: {"job_id": "job_4be1", "seq": 1, "stage": "sweep", "runs_total": 40}\n\n'
+                  'id: 2\nevent: run\ndata: {"job_id": "job_4be1", "seq": 2, "arm": "idea", "stage": "sweep", '
+                  '"cfg": {"lr": 0.01}, "seed_index": 0, "seconds": 0.4, "runs_done": 1}\n\n'
+                  'id: 41\nevent: end\ndata: {"job_id": "job_4be1", "status": "succeeded", '
+                  '"system_verdict": "failed", "practical_verdict": "inconclusive", '
+                  '"report": "/v1/jobs/job_4be1/report"}\n\n')}}},
+    },
+)
+async def job_events(
+    request: Request, job: Annotated[Job, Depends(_visible_job)],
+    last_event_id: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, description=(
+        "Resume after this event id (what a reconnecting EventSource sends).")), ] = None,
+    after: Annotated[int | None, Query(ge=0, description="The same as Last-Event-ID, for clients "
+                                       "that cannot set headers.")] = None,
+) -> AsyncIterator[ServerSentEvent]:
+    """The job's live progress as Server-Sent Events, from the start or after ``Last-Event-ID``:
+    ``queued`` (id 0), ``stage``, ``run`` (arm, stage, config, seed index, seconds; no metric),
+    ``warning``, and ``end`` (status, verdicts and report link, or the error), then the stream
+    closes. Events are stored: a reconnect loses and repeats nothing; the stream reads them
+    with its own sessions."""
+    resume = last_event_id if last_event_id is not None else after
+    async for event in events.stream(request.app.state.sessionmaker, job, resume):
+        yield event
 
 
 @router.get("/v1/jobs", response_model=JobPage, responses=error_responses(400, 422))

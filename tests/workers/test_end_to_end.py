@@ -150,6 +150,18 @@ def test_smoke_example_end_to_end(stack: Any) -> None:
     attempts = body["bench_report"]["attempts"]
     assert attempts["family_before"] == attempts["key_before"] == 0 and attempts["family"] == report["family"]
     assert summary["totals"][0]["discoveries"]["judged"] == 1 and report["q_value"] == report["p_helps"]
+    # The stored event stream of the real run, replayed, and resumed halfway.
+    from tests.app.test_api_events import read_events
+
+    events = read_events(client, token, job_id)
+    kinds = [e for _, e, _ in events]
+    assert kinds[0] == "queued" and kinds[-1] == "end" and events[-1][2]["report_id"] == report["report_id"]
+    assert [d["stage"] for _, e, d in events if e == "stage"][:2] == ["sweep", "final"]
+    runs = [d for _, e, d in events if e == "run"]
+    assert len(runs) == job["progress"]["runs_total"] and {r["arm"] for r in runs} == {"baseline", "idea"}
+    assert [int(i) for i, _, _ in events] == list(range(len(events)))
+    half = events[len(events) // 2][0]
+    assert read_events(client, token, job_id, **{"Last-Event-ID": half}) == events[len(events) // 2 + 1:]
 
 
 @pytest.mark.slow
