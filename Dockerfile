@@ -21,9 +21,10 @@ COPY bench ./bench
 COPY tracks ./tracks
 COPY workers ./workers
 COPY cli ./cli
+COPY ideabench_client ./ideabench_client
 COPY migrations ./migrations
 # Editable: the Alembic migrations are found next to the app package.
-RUN pip install -e . \
+RUN pip install -e '.[all]' \
  && useradd --create-home --uid 10001 ideabench \
  && mkdir -p /srv/ideabench/var && chown ideabench /srv/ideabench/var
 USER ideabench

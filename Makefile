@@ -13,7 +13,7 @@ $(BIN)/python:
 # torch is pinned first (a local CPU wheel here); the project's range then installs nothing more.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[all,test]'
 	touch $(STAMP)
 
 install: $(STAMP)

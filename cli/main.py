@@ -73,12 +73,22 @@ def build_parser() -> argparse.ArgumentParser:
     keys.add_parser("list", help="list keys (never the secrets)")
     k = keys.add_parser("revoke", help="revoke a key by id")
     k.add_argument("key_id")
+
+    from cli.client import (
+        add_parsers,  # the client verbs: login, submit, status, report, reports, cancel
+    )
+
+    add_parsers(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ideabench`` command."""
     args = build_parser().parse_args(argv)
+    if getattr(args, "client_verb", None):
+        from cli import client
+
+        return client.dispatch(args)
     custom_track_command = args.command == "track" and args.words[0] in {"register", "deprecate"}
     if args.command in {"tracks", "track", "run", "seeds"} and not custom_track_command:
         from cli import engine

@@ -77,7 +77,7 @@ class JobError(BaseModel):
 class JobProgress(BaseModel):
     """Where a running protocol stands."""
 
-    stage: str | None = Field(description="sweep, final or mechanism")
+    stage: str | None = Field(description="sweep, final, confirmation, mechanism or done")
     runs_done: int
     runs_total: int | None
     eta_s: float | None = Field(description="Estimated seconds left.")

@@ -1,0 +1,173 @@
+"""The client verbs of ``ideabench``: ``login``, ``submit``, ``status``, ``report``, ``reports``,
+``cancel``, through ``ideabench_client`` (no torch, no web stack).
+
+The server and key come from ``--url`` / ``--key``, else ``IDEABENCH_URL`` / ``IDEABENCH_KEY``,
+else the config file ``ideabench login`` writes (mode 0600). Exit codes: 0 done (a submitted
+idea judged), 2 an API error, 3 a job that ended failed or cancelled; errors print their
+``code`` and ``hint`` (with ``--json``, as a JSON object on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ideabench_client import Client, Event, IdeabenchError, Job, config
+
+VERBS = ("login", "submit", "status", "report", "reports", "cancel")
+EXIT_API_ERROR, EXIT_JOB_FAILED = 2, 3
+
+
+def add_parsers(sub: Any) -> None:
+    """The client verbs' subparsers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", help="the service (default: IDEABENCH_URL, the login file, or localhost:8000)")
+    common.add_argument("--key", help="an API key (default: IDEABENCH_KEY or the login file)")
+    common.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+    p = sub.add_parser("login", parents=[common], help="check a server and key, and store them (mode 0600)")
+    p.set_defaults(client_verb="login")
+    p = sub.add_parser("submit", parents=[common], help="submit an idea file to the service")
+    p.add_argument("idea", help="the idea's Python file")
+    p.add_argument("--track", required=True, help="a track name (GET /v1/tracks)")
+    p.add_argument("--baseline", help="a matched baseline file (same contract)")
+    p.add_argument("--name", help="a short label (default: the file's name)")
+    p.add_argument("--hypothesis", help="what the idea should do, and why")
+    p.add_argument("--wait", action="store_true", help="follow the job's events until it is judged")
+    p.set_defaults(client_verb="submit")
+    p = sub.add_parser("status", parents=[common], help="a job's status and progress")
+    p.add_argument("job_id")
+    p.add_argument("--wait", type=float, default=None, help="wait up to this many seconds (<= 60) for its end")
+    p.set_defaults(client_verb="status")
+    p = sub.add_parser("report", parents=[common], help="a judged job's report")
+    p.add_argument("job_id")
+    p.set_defaults(client_verb="report")
+    p = sub.add_parser("reports", parents=[common], help="list reports (every page)")
+    p.add_argument("--track")
+    p.add_argument("--system-verdict", choices=["worked", "partial", "failed"])
+    p.add_argument("--practical-verdict", choices=["helps", "harms", "inconclusive"])
+    p.add_argument("--family", help="an idea family: its re-rolls")
+    p.add_argument("--limit", type=int, default=50, help="at most this many rows (default 50)")
+    p.set_defaults(client_verb="reports")
+    p = sub.add_parser("cancel", parents=[common], help="cancel a job")
+    p.add_argument("job_id")
+    p.set_defaults(client_verb="cancel")
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=str))
+
+
+class _Progress:
+    """A progress line on stderr, fed by the job's events."""
+
+    def __init__(self) -> None:
+        self.interactive = sys.stderr.isatty()
+        self.stage = "queued"
+
+    def __call__(self, event: Event) -> None:
+        data = event.data
+        if event.event == "queued":
+            line = f"queued (position {data.get('queue_position')})"
+        elif event.event == "stage":
+            self.stage = str(data.get("stage"))
+            line = f"{self.stage}: started"
+        elif event.event == "run":
+            done, total = int(data.get("runs_done") or 0), int(data.get("runs_total") or 0) or None
+            width = 24
+            filled = int(width * done / total) if total else 0
+            line = f"[{'#' * filled}{'.' * (width - filled)}] {self.stage:<12} {done:>3}/{total or '?'}"
+        elif event.event == "warning":
+            line = f"warning: {data.get('message')}"
+        else:
+            line = f"ended: {data.get('status')}"
+        end = "\r" if self.interactive and event.event == "run" else "\n"
+        print(line, end=end, file=sys.stderr, flush=True)
+
+
+def _job_line(job: Job) -> str:
+    progress = f"{job.stage or '-'} {job.runs_done}/{job.runs_total or '?'}"
+    text = f"{job.job_id}  {job.status:<10} {job.track}  {progress}"
+    if job.error:
+        text += f"\nerror [{job.error.get('code')}]: {job.error.get('message')}\nhint: {job.error.get('hint')}"
+    return text
+
+
+def _login(args: argparse.Namespace, client: Client) -> int:
+    if not client.key:
+        raise IdeabenchError("missing_api_key", "give --key (or IDEABENCH_KEY)", "An operator creates keys "
+                             "with `ideabench keys create --role agent`.")
+    next(client.reports(limit=1), None)  # a call every role may make: the key works
+    path = config.save(client.url, client.key)
+    if args.json:
+        _print_json({"url": client.url, "config": str(path)})
+    else:
+        print(f"logged in to {client.url}; stored in {path} (mode 0600)")
+    return 0
+
+
+def _submit(args: argparse.Namespace, client: Client) -> int:
+    code = Path(args.idea).read_text()
+    baseline = Path(args.baseline).read_text() if args.baseline else None
+    job = client.submit(args.track, code, baseline_code=baseline, name=args.name or Path(args.idea).stem,
+                        hypothesis=args.hypothesis, wait=args.wait,
+                        on_event=None if args.json else _Progress())
+    if args.json:
+        out: dict[str, Any] = {"job": job.raw}
+        if job.status == "succeeded":
+            out["report"] = client.report(job.job_id)
+        _print_json(out)
+    else:
+        print(_job_line(job))
+        if job.status == "succeeded":
+            report = client.report(job.job_id)
+            print(f"system_verdict={report['system_verdict']}  practical_verdict={report['practical_verdict']}"
+                  f"  q_value={report.get('q_value')}\n\n{report['report']['summary']}")
+    return EXIT_JOB_FAILED if job.status in ("failed", "cancelled") else 0
+
+
+def _run(args: argparse.Namespace, client: Client) -> int:
+    verb = args.client_verb
+    if verb == "login":
+        return _login(args, client)
+    if verb == "submit":
+        return _submit(args, client)
+    if verb in ("status", "cancel"):
+        job = client.job(args.job_id, wait=args.wait) if verb == "status" else client.cancel(args.job_id)
+        _print_json(job.raw) if args.json else print(_job_line(job))
+        return EXIT_JOB_FAILED if job.status == "failed" else 0
+    if verb == "report":
+        report = client.report(args.job_id)
+        if args.json:
+            _print_json(report)
+        else:
+            print(f"{report['system_verdict']}/{report['practical_verdict']}  p={report['p_value']}  "
+                  f"q={report.get('q_value')}\n\n{report['report']['summary']}")
+        return 0
+    rows = list(client.reports(limit=args.limit, track=args.track, system_verdict=args.system_verdict,
+                               practical_verdict=args.practical_verdict, family=args.family))
+    if args.json:
+        _print_json(rows)
+    else:
+        for row in rows:
+            print(f"{row['report_id']}  {row['track']:<20} {row['system_verdict']:>7}/{row['practical_verdict']:<12}"
+                  f" p={row['p_value']}  q={row.get('q_value')}  {row.get('name') or ''}")
+    return 0
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run a client verb; an API error exits 2 with its code and hint."""
+    try:
+        with Client(args.url, args.key) as client:
+            return _run(args, client)
+    except OSError as exc:
+        print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return EXIT_API_ERROR
+    except IdeabenchError as exc:
+        if args.json:
+            _print_json({"error": {"code": exc.code, "message": exc.message, "hint": exc.hint}})
+        print(f"error [{exc.code}]: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+        return EXIT_API_ERROR

@@ -1,0 +1,21 @@
+"""The Python client of the ideabench API: ``Client`` (sync) and ``AsyncClient``.
+
+Needs only httpx and httpx-sse (``pip install ideabench``: no torch, no web stack).
+"""
+
+from ideabench_client.client import AsyncClient, Client, Event, Job
+from ideabench_client.errors import (
+    AuthError,
+    Conflict,
+    IdeabenchError,
+    InvalidRequest,
+    JobFailed,
+    NotFound,
+    RateLimited,
+    Unavailable,
+)
+
+__all__ = [
+    "AsyncClient", "AuthError", "Client", "Conflict", "Event", "IdeabenchError", "InvalidRequest", "Job",
+    "JobFailed", "NotFound", "RateLimited", "Unavailable",
+]

@@ -1,0 +1,401 @@
+"""Sync and async clients of the ideabench REST API (httpx; the event stream through httpx-sse).
+
+    from ideabench_client import Client
+
+    with Client("http://127.0.0.1:8000", key) as bench:
+        job = bench.submit("smoke", open("idea.py").read(), wait=True)
+        report = bench.report(job.job_id)
+
+Both clients retry 429 and 503 answers and dropped connections with exponential backoff,
+honouring ``Retry-After``; every submission carries an Idempotency-Key (a new one unless
+given), so a retried POST never makes a second job. An error answer is raised as a typed
+exception (``ideabench_client.errors``) with the service's ``code`` and ``hint``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from httpx_sse import aconnect_sse, connect_sse
+
+from ideabench_client import config
+from ideabench_client.errors import IdeabenchError, JobFailed, RateLimited, Unavailable, error_for
+
+FINISHED = frozenset({"succeeded", "failed", "cancelled"})
+RETRY_STATUS = frozenset({429, 502, 503, 504})
+MAX_RETRY_AFTER_S = 60.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as ``GET /v1/jobs/{id}`` answers it (``raw`` holds the whole answer)."""
+
+    job_id: str
+    status: str
+    track: str
+    stage: str | None = None
+    runs_done: int = 0
+    runs_total: int | None = None
+    eta_s: float | None = None
+    report_id: str | None = None
+    error: dict[str, str] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Job:
+        progress = body.get("progress") or {}
+        return cls(job_id=body["job_id"], status=body["status"], track=body.get("track", ""),
+                   stage=progress.get("stage"), runs_done=int(progress.get("runs_done") or 0),
+                   runs_total=progress.get("runs_total"), eta_s=progress.get("eta_s"),
+                   report_id=body.get("report_id"), error=body.get("error"), raw=body)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    def raise_for_error(self) -> Job:
+        """This job, or ``JobFailed`` (with the job's error code and hint) if it did not succeed."""
+        if self.status in ("failed", "cancelled"):
+            error = self.error or {}
+            raise JobFailed(self, error.get("code", self.status), error.get("message", ""), error.get("hint", ""))
+        return self
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a job's stream: ``queued``, ``stage``, ``run``, ``warning`` or ``end``."""
+
+    id: int
+    event: str
+    data: dict[str, Any]
+
+
+EventCallback = Callable[[Event], None]
+
+
+def _submission(track: str, code: str, **fields: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"track": track, "code": code}
+    body.update({k: v for k, v in fields.items() if v is not None})
+    return body
+
+
+def _retry_delay(attempt: int, backoff: float, response: httpx.Response | None) -> float:
+    """Seconds before retry ``attempt`` (0-based): ``Retry-After`` when given, else backoff."""
+    if response is not None:
+        after = response.headers.get("Retry-After")
+        try:
+            if after is not None:
+                return min(max(float(after), 0.0), MAX_RETRY_AFTER_S)
+        except ValueError:
+            pass
+    return float(backoff * (2**attempt) * (0.5 + random.random()))
+
+
+def _body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text
+
+
+def _check(response: httpx.Response) -> Any:
+    if response.status_code >= 400:
+        raise error_for(response.status_code, _body(response))
+    return _body(response) if response.content else None
+
+
+def _event(sse: Any) -> Event:
+    return Event(id=int(sse.id) if sse.id not in (None, "") else -1, event=sse.event, data=json.loads(sse.data))
+
+
+class _Base:
+    def __init__(self, url: str | None, key: str | None, timeout: float, retries: int, backoff: float) -> None:
+        self.url, self.key = config.resolve(url, key)
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+
+    def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": "ideabench-client/0.1"}
+        if self.key:
+            headers["Authorization"] = f"Bearer {self.key}"
+        headers.update(extra or {})
+        return headers
+
+    def _final_error(self, response: httpx.Response | None, exc: Exception | None) -> IdeabenchError:
+        if response is not None:
+            return error_for(response.status_code, _body(response))
+        return Unavailable("unreachable", f"{self.url} did not answer: {exc}",
+                           "Check IDEABENCH_URL and that the service runs (`ideabench serve`).")
+
+
+class Client(_Base):
+    """The synchronous client. ``url`` / ``key`` default to ``IDEABENCH_URL`` / ``IDEABENCH_KEY``,
+    then to the file ``ideabench login`` writes. ``http``: an httpx.Client to use instead."""
+
+    def __init__(self, url: str | None = None, key: str | None = None, *, timeout: float = 30.0,
+                 retries: int = 5, backoff: float = 0.5, http: httpx.Client | None = None) -> None:
+        super().__init__(url, key, timeout, retries, backoff)
+        self._http = http or httpx.Client(base_url=self.url, timeout=timeout)
+        self._own = http is None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._own:
+            self._http.close()
+
+    def request(self, method: str, path: str, *, json_body: Any = None, params: dict[str, Any] | None = None,
+                headers: dict[str, str] | None = None, timeout: float | None = None) -> Any:
+        """One API call with retries; the decoded JSON answer, or a typed exception."""
+        response: httpx.Response | None = None
+        error: Exception | None = None
+        for attempt in range(self.retries + 1):
+            try:
+                response = self._http.request(method, path, json=json_body, params=params,
+                                              headers=self._headers(headers), timeout=timeout or self.timeout)
+                error = None
+                if response.status_code not in RETRY_STATUS:
+                    return _check(response)
+            except httpx.TransportError as exc:
+                response, error = None, exc
+            if attempt < self.retries:
+                time.sleep(_retry_delay(attempt, self.backoff, response))
+        raise self._final_error(response, error)
+
+    # -- tracks -----------------------------------------------------------------
+    def tracks(self) -> list[dict[str, Any]]:
+        """Every track: name, title, task, metric, contract summary."""
+        return list(self.request("GET", "/v1/tracks")["items"])
+
+    def track(self, name: str) -> dict[str, Any]:
+        """A track's card: spec, defaults, the idea contract and an example idea."""
+        return dict(self.request("GET", f"/v1/tracks/{name}"))
+
+    # -- jobs -------------------------------------------------------------------
+    def submit(self, track: str, code: str, *, baseline_code: str | None = None, name: str | None = None,
+               hypothesis: str | None = None, hparams: dict[str, list[Any]] | None = None,
+               mechanism: dict[str, Any] | None = None, n_seeds: int | None = None,
+               idempotency_key: str | None = None, wait: bool = False,
+               on_event: EventCallback | None = None, timeout: float | None = None) -> Job:
+        """Submit an idea; with ``wait`` follow its event stream (``on_event`` sees each event)
+        until it ends and return the ended job, else return the queued job at once."""
+        body = _submission(track, code, baseline_code=baseline_code, name=name, hypothesis=hypothesis,
+                           hparams=hparams, mechanism=mechanism, n_seeds=n_seeds)
+        key = idempotency_key or f"client-{uuid.uuid4().hex}"
+        job = Job.from_json(self.request("POST", "/v1/ideas", json_body=body, headers={"Idempotency-Key": key}))
+        return self.wait(job.job_id, on_event=on_event, timeout=timeout) if wait else job
+
+    def job(self, job_id: str, *, wait: float | None = None) -> Job:
+        """The job's state; ``wait``: answer once it ends or after that many seconds (<= 60)."""
+        params = {"wait": wait} if wait else None
+        return Job.from_json(self.request("GET", f"/v1/jobs/{job_id}", params=params,
+                                          timeout=self.timeout + (wait or 0)))
+
+    def events(self, job_id: str, *, last_event_id: int | None = None) -> Iterator[Event]:
+        """The job's events until ``end``, reconnecting (``Last-Event-ID``) when the stream drops."""
+        failures = 0
+        while True:
+            headers = self._headers({"Accept": "text/event-stream"})
+            if last_event_id is not None:
+                headers["Last-Event-ID"] = str(last_event_id)
+            try:
+                with connect_sse(self._http, "GET", f"/v1/jobs/{job_id}/events", headers=headers,
+                                 timeout=httpx.Timeout(self.timeout, read=None)) as source:
+                    if source.response.status_code >= 400:
+                        source.response.read()
+                        if source.response.status_code not in RETRY_STATUS:
+                            _check(source.response)
+                        raise httpx.TransportError(f"HTTP {source.response.status_code}")
+                    for sse in source.iter_sse():
+                        event = _event(sse)
+                        failures = 0
+                        last_event_id = event.id
+                        yield event
+                        if event.event == "end":
+                            return
+                raise httpx.TransportError("the stream closed before its end event")
+            except httpx.TransportError:
+                failures += 1
+                if failures > self.retries:
+                    raise Unavailable("stream_lost", f"the event stream of {job_id} kept dropping",
+                                      "Check the service; GET /v1/jobs/{job_id} still answers.") from None
+                time.sleep(_retry_delay(failures - 1, self.backoff, None))
+
+    def wait(self, job_id: str, *, on_event: EventCallback | None = None, timeout: float | None = None) -> Job:
+        """Follow the job's events until it ends (or ``timeout`` seconds) and return the job."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for event in self.events(job_id):
+            if on_event is not None:
+                on_event(event)
+            if event.event == "end" or (deadline is not None and time.monotonic() > deadline):
+                break
+        return self.job(job_id)
+
+    def cancel(self, job_id: str) -> Job:
+        """Cancel a queued job, or ask the worker to stop a running one."""
+        return Job.from_json(self.request("POST", f"/v1/jobs/{job_id}/cancel"))
+
+    # -- reports ----------------------------------------------------------------
+    def report(self, job_id: str) -> dict[str, Any]:
+        """The job's report row and its whole report JSON (``report``)."""
+        return dict(self.request("GET", f"/v1/jobs/{job_id}/report"))
+
+    def reports(self, *, page_size: int = 100, limit: int | None = None, **filters: Any) -> Iterator[dict[str, Any]]:
+        """Report rows matching ``filters`` (the listing's: track, system_verdict, family, ...),
+        every page followed; ``limit``: stop after that many rows."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        seen = 0
+        while True:
+            page = self.request("GET", "/v1/reports", params={**params, "limit": page_size})
+            for row in page["items"]:
+                yield row
+                seen += 1
+                if limit is not None and seen >= limit:
+                    return
+            if not page.get("next_cursor"):
+                return
+            params["cursor"] = page["next_cursor"]
+
+    def compare(self, baseline: list[float], idea: list[float], lower_is_better: bool = True) -> dict[str, Any]:
+        """The exact paired comparison block of two lists of per-seed numbers."""
+        return dict(self.request("POST", "/v1/compare", json_body={
+            "baseline": baseline, "idea": idea, "lower_is_better": lower_is_better}))
+
+
+class AsyncClient(_Base):
+    """The asynchronous client: the same methods as ``Client``, awaitable."""
+
+    def __init__(self, url: str | None = None, key: str | None = None, *, timeout: float = 30.0,
+                 retries: int = 5, backoff: float = 0.5, http: httpx.AsyncClient | None = None) -> None:
+        super().__init__(url, key, timeout, retries, backoff)
+        self._http = http or httpx.AsyncClient(base_url=self.url, timeout=timeout)
+        self._own = http is None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._own:
+            await self._http.aclose()
+
+    async def request(self, method: str, path: str, *, json_body: Any = None, params: dict[str, Any] | None = None,
+                      headers: dict[str, str] | None = None, timeout: float | None = None) -> Any:
+        response: httpx.Response | None = None
+        error: Exception | None = None
+        for attempt in range(self.retries + 1):
+            try:
+                response = await self._http.request(method, path, json=json_body, params=params,
+                                                    headers=self._headers(headers), timeout=timeout or self.timeout)
+                error = None
+                if response.status_code not in RETRY_STATUS:
+                    return _check(response)
+            except httpx.TransportError as exc:
+                response, error = None, exc
+            if attempt < self.retries:
+                await asyncio.sleep(_retry_delay(attempt, self.backoff, response))
+        raise self._final_error(response, error)
+
+    async def tracks(self) -> list[dict[str, Any]]:
+        return list((await self.request("GET", "/v1/tracks"))["items"])
+
+    async def track(self, name: str) -> dict[str, Any]:
+        return dict(await self.request("GET", f"/v1/tracks/{name}"))
+
+    async def submit(self, track: str, code: str, *, baseline_code: str | None = None, name: str | None = None,
+                     hypothesis: str | None = None, hparams: dict[str, list[Any]] | None = None,
+                     mechanism: dict[str, Any] | None = None, n_seeds: int | None = None,
+                     idempotency_key: str | None = None, wait: bool = False,
+                     on_event: EventCallback | None = None, timeout: float | None = None) -> Job:
+        body = _submission(track, code, baseline_code=baseline_code, name=name, hypothesis=hypothesis,
+                           hparams=hparams, mechanism=mechanism, n_seeds=n_seeds)
+        key = idempotency_key or f"client-{uuid.uuid4().hex}"
+        job = Job.from_json(await self.request("POST", "/v1/ideas", json_body=body,
+                                               headers={"Idempotency-Key": key}))
+        return await self.wait(job.job_id, on_event=on_event, timeout=timeout) if wait else job
+
+    async def job(self, job_id: str, *, wait: float | None = None) -> Job:
+        params = {"wait": wait} if wait else None
+        return Job.from_json(await self.request("GET", f"/v1/jobs/{job_id}", params=params,
+                                                timeout=self.timeout + (wait or 0)))
+
+    async def events(self, job_id: str, *, last_event_id: int | None = None) -> AsyncIterator[Event]:
+        failures = 0
+        while True:
+            headers = self._headers({"Accept": "text/event-stream"})
+            if last_event_id is not None:
+                headers["Last-Event-ID"] = str(last_event_id)
+            try:
+                async with aconnect_sse(self._http, "GET", f"/v1/jobs/{job_id}/events", headers=headers,
+                                        timeout=httpx.Timeout(self.timeout, read=None)) as source:
+                    if source.response.status_code >= 400:
+                        await source.response.aread()
+                        if source.response.status_code not in RETRY_STATUS:
+                            _check(source.response)
+                        raise httpx.TransportError(f"HTTP {source.response.status_code}")
+                    async for sse in source.aiter_sse():
+                        event = _event(sse)
+                        failures = 0
+                        last_event_id = event.id
+                        yield event
+                        if event.event == "end":
+                            return
+                raise httpx.TransportError("the stream closed before its end event")
+            except httpx.TransportError:
+                failures += 1
+                if failures > self.retries:
+                    raise Unavailable("stream_lost", f"the event stream of {job_id} kept dropping",
+                                      "Check the service; GET /v1/jobs/{job_id} still answers.") from None
+                await asyncio.sleep(_retry_delay(failures - 1, self.backoff, None))
+
+    async def wait(self, job_id: str, *, on_event: EventCallback | None = None, timeout: float | None = None) -> Job:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        async for event in self.events(job_id):
+            if on_event is not None:
+                on_event(event)
+            if event.event == "end" or (deadline is not None and time.monotonic() > deadline):
+                break
+        return await self.job(job_id)
+
+    async def cancel(self, job_id: str) -> Job:
+        return Job.from_json(await self.request("POST", f"/v1/jobs/{job_id}/cancel"))
+
+    async def report(self, job_id: str) -> dict[str, Any]:
+        return dict(await self.request("GET", f"/v1/jobs/{job_id}/report"))
+
+    async def reports(self, *, page_size: int = 100, limit: int | None = None,
+                      **filters: Any) -> AsyncIterator[dict[str, Any]]:
+        params = {k: v for k, v in filters.items() if v is not None}
+        seen = 0
+        while True:
+            page = await self.request("GET", "/v1/reports", params={**params, "limit": page_size})
+            for row in page["items"]:
+                yield row
+                seen += 1
+                if limit is not None and seen >= limit:
+                    return
+            if not page.get("next_cursor"):
+                return
+            params["cursor"] = page["next_cursor"]
+
+    async def compare(self, baseline: list[float], idea: list[float], lower_is_better: bool = True) -> dict[str, Any]:
+        return dict(await self.request("POST", "/v1/compare", json_body={
+            "baseline": baseline, "idea": idea, "lower_is_better": lower_is_better}))
+
+
+__all__ = ["AsyncClient", "Client", "Event", "IdeabenchError", "Job", "JobFailed", "RateLimited"]

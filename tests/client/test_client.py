@@ -1,0 +1,205 @@
+"""The Python client and the CLI's client verbs against the real embedded service (uvicorn on a
+port, a real Celery worker process); retries against a scripted transport; and the client
+running with torch, numpy and the web stack unimportable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from app.keys.service import create_key
+from app.main import create_app
+from app.migrate import upgrade_head
+from ideabench_client import AsyncClient, AuthError, Client, InvalidRequest, NotFound, RateLimited
+from tests.workers.test_end_to_end import EXAMPLE, start_worker, stop_worker, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+BAD = "def build_model(:\n"
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
+    """(url, agent key, worker log) of the embedded service on a free port, with a worker."""
+    from app.settings import Settings
+
+    tmp = tmp_path_factory.mktemp("service")
+    settings = Settings(data_dir=tmp / "var")
+    upgrade_head(settings)
+    app = create_app(settings)
+    with app.state.sessionmaker() as session:
+        key = create_key(session, "agent", "client-test").token
+        session.commit()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    worker = start_worker(settings, tmp)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: server.started, 30, "uvicorn to start")
+        wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, 90, "a ready service", tmp / "worker.log")
+        yield url, key, tmp / "worker.log"
+    finally:
+        stop_worker(worker)
+        server.should_exit = True
+        thread.join(10)
+
+
+def cli(*args: str, env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("IDEABENCH_")}
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, text=True, capture_output=True,
+                          env={**base, "PYTHONPATH": str(ROOT), **(env or {})}, timeout=300, **kwargs)
+
+
+@pytest.mark.slow
+def test_submit_wait_and_read_the_report_with_the_sync_client(service: tuple[str, str, Path]) -> None:
+    url, key, _log = service
+    events: list[Any] = []
+    with Client(url, key) as bench:
+        assert "smoke" in {t["name"] for t in bench.tracks()}
+        job = bench.submit("smoke", EXAMPLE, name="client", wait=True, on_event=events.append)
+        assert job.status == "succeeded" and job.finished and job.report_id, job
+        kinds = [e.event for e in events]
+        assert kinds[0] == "queued" and kinds[-1] == "end" and "run" in kinds
+        assert [e.id for e in events] == list(range(len(events)))
+        report = bench.report(job.job_id)
+        assert report["report"]["bench_report"]["comparison"]["n_pairs"] == 8
+        assert [r["job_id"] for r in bench.reports(track="smoke", page_size=1)] == [job.job_id]
+        resumed = list(bench.events(job.job_id, last_event_id=events[-3].id))
+        assert resumed == events[-2:]
+        with pytest.raises(NotFound) as missing:
+            bench.job("job_nope")
+        assert missing.value.code == "job_not_found" and missing.value.hint
+        with pytest.raises(InvalidRequest) as bad:
+            bench.submit("smoke", BAD)
+        assert bad.value.code == "invalid_code" and "line 1" in bad.value.message
+        with pytest.raises(AuthError) as fixed:
+            bench.submit("smoke", EXAMPLE, n_seeds=2)
+        assert fixed.value.code == "n_seeds_fixed" and fixed.value.status == 403
+
+
+@pytest.mark.slow
+def test_the_async_client_reads_the_same_service(service: tuple[str, str, Path]) -> None:
+    url, key, _log = service
+
+    async def session() -> None:
+        async with AsyncClient(url, key) as bench:
+            rows = [row async for row in bench.reports(track="smoke")]
+            assert rows, "the sync test's report"
+            job = await bench.job(rows[0]["job_id"], wait=5)
+            assert job.status == "succeeded"
+            events = [e async for e in bench.events(job.job_id)]
+            assert events[0].event == "queued" and events[-1].event == "end"
+            assert events[-1].data["report_id"] == rows[0]["report_id"]
+            with pytest.raises(InvalidRequest):
+                await bench.submit("smoke", BAD)
+            block = await bench.compare([1.0] * 8, [0.5] * 8)
+            assert block["p_value"] == 2 / 256
+
+    asyncio.run(session())
+
+
+@pytest.mark.slow
+def test_the_cli_verbs_and_login(service: tuple[str, str, Path], tmp_path: Path) -> None:
+    url, key, _log = service
+    idea = tmp_path / "silu.py"
+    idea.write_text(EXAMPLE)
+    env = {"IDEABENCH_URL": url, "IDEABENCH_KEY": key}
+    done = cli("submit", str(idea), "--track", "smoke", "--wait", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    job_id = out["job"]["job_id"]
+    assert out["job"]["status"] == "succeeded" and out["report"]["report"]["system_judged"] is True
+    status = cli("status", job_id, "--json", env=env)
+    assert status.returncode == 0 and json.loads(status.stdout)["status"] == "succeeded"
+    listed = cli("reports", "--track", "smoke", "--json", env=env)
+    assert job_id in {r["job_id"] for r in json.loads(listed.stdout)}
+    shown = cli("report", job_id, env=env)
+    assert shown.returncode == 0 and "On smoke@1" in shown.stdout
+    late = cli("cancel", job_id, "--json", env=env)
+    assert late.returncode == 2 and json.loads(late.stdout)["error"]["code"] == "job_finished"
+    bad = tmp_path / "bad.py"
+    bad.write_text(BAD)
+    refused = cli("submit", str(bad), "--track", "smoke", env=env)
+    assert refused.returncode == 2 and "error [invalid_code]" in refused.stderr and "hint:" in refused.stderr
+    # login stores the server and key (0600); later verbs need no environment
+    config = tmp_path / "config.json"
+    login = cli("login", "--url", url, "--key", key, env={"IDEABENCH_CONFIG": str(config)})
+    assert login.returncode == 0, login.stderr
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert cli("status", job_id, env={"IDEABENCH_CONFIG": str(config)}).returncode == 0
+    wrong = cli("login", "--url", url, "--key", "ib_nope_nope", env={"IDEABENCH_CONFIG": str(tmp_path / "x.json")})
+    assert wrong.returncode == 2 and "invalid_api_key" in wrong.stderr and not (tmp_path / "x.json").exists()
+
+
+BLOCKER = '''
+import sys
+BLOCKED = {"torch", "numpy", "scipy", "fastapi", "sqlalchemy", "celery", "pydantic", "starlette"}
+
+
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is not installed (blocked by the test)")
+        return None
+
+
+sys.meta_path.insert(0, Blocker())
+'''
+
+
+@pytest.mark.slow
+def test_the_client_verbs_run_without_torch_or_the_web_stack(service: tuple[str, str, Path], tmp_path: Path) -> None:
+    url, key, _log = service
+    (tmp_path / "sitecustomize.py").write_text(BLOCKER)
+    env = {"IDEABENCH_URL": url, "IDEABENCH_KEY": key, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    listed = cli("reports", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    probe = subprocess.run([sys.executable, "-c", "import torch"], env={**os.environ, **env},
+                           capture_output=True, text=True)
+    assert probe.returncode != 0 and "blocked by the test" in probe.stderr  # the blocker works
+
+
+def test_retries_honour_retry_after_and_keep_the_idempotency_key() -> None:
+    seen: list[httpx.Request] = []
+    answers = [httpx.Response(429, json={"code": "rate_limited", "message": "slow down", "hint": "wait"},
+                              headers={"Retry-After": "0.2"}),
+               httpx.Response(503, json={"code": "not_ready", "message": "db", "hint": "later"},
+                              headers={"Retry-After": "0"}),
+               httpx.Response(202, json={"job_id": "job_1", "status": "queued", "track": "smoke"})]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return answers[len(seen) - 1]
+
+    http = httpx.Client(base_url="http://bench", transport=httpx.MockTransport(handler))
+    started = time.monotonic()
+    job = Client("http://bench", "ib_k_s", http=http, backoff=0.01).submit("smoke", EXAMPLE)
+    assert job.job_id == "job_1" and len(seen) == 3 and time.monotonic() - started >= 0.2
+    keys = {r.headers["Idempotency-Key"] for r in seen}
+    assert len(keys) == 1 and keys.pop().startswith("client-")
+    assert all(r.headers["Authorization"] == "Bearer ib_k_s" for r in seen)
+
+    always = httpx.Client(base_url="http://bench", transport=httpx.MockTransport(
+        lambda r: httpx.Response(429, json={"code": "rate_limited", "message": "no", "hint": "h"},
+                                 headers={"Retry-After": "0"})))
+    with pytest.raises(RateLimited) as limited:
+        Client("http://bench", "k", http=always, retries=2).job("job_1")
+    assert limited.value.code == "rate_limited" and limited.value.hint == "h"
