@@ -115,7 +115,8 @@ def confirmation_block(job: _Job, runs: dict[str, list[RunRecord]], alpha: float
     p = float(block["comparison"]["p_better"])
     block.update(p_value=p, significant=p <= alpha, job_key=job.job_key,
                  test="one-sided exact paired sign-flip, idea better (the screened direction)",
-                 n_runs=sum(len(r) for r in runs.values()), baseline_cache="never (fresh seeds)")
+                 n_runs=sum(r.stage == "confirmation" for r in job.runs), baseline_cache="never (fresh seeds)",
+                 choice=job.confirmation_choice or None)
     return block
 
 

@@ -108,7 +108,8 @@ class RunRecord:
     seed: int
     split: str
     stage: str = "sweep"  # sweep (val), screening or confirmation (test)
-    value: float = math.nan
+    value: float = math.nan  # on ``split`` (val or test; test for val+test)
+    val_value: float = math.nan  # on val, for a val+test run (the confirmation's choice of config)
     diverged: bool = False
     seconds: float = 0.0
     n_params: int = 0
@@ -206,6 +207,7 @@ class _Job:
         self.kept: dict[str, list[np.ndarray]] = {}  # run id -> trained tensors of a final model
         self.buffers: dict[str, int] = {}  # buffer and constant elements per arm (trusted count)
         self.lr_grids: dict[str, list[float]] = {}  # each arm's swept learning rates
+        self.confirmation_choice: dict[str, dict[str, Any]] = {}  # arm -> lr kept, candidates
         self.adopted: set[str] = set()  # children (by slot name) adopted from a warm slot
         self.runs: list[RunRecord] = []
         self.warnings: list[str] = []
@@ -370,8 +372,16 @@ class _Job:
     def _score(self, record: RunRecord, pred: np.ndarray, diverged: bool, seconds: float, n_params: int,
                cached: bool = False) -> None:
         target = self.seed_data[record.seed]
-        y = target.y_val if record.split == "val" else target.y_test
-        check_predictions(pred, (len(y), *self.card["spec"]["output_shape"]), record.arm)
+        if record.split == "val+test":  # one run predicts both: val rows, then test rows
+            n_val = len(target.y_val)
+            check_predictions(pred, (n_val + len(target.y_test), *self.card["spec"]["output_shape"]), record.arm)
+            record.val_value = score(self.metric, pred[:n_val], target.y_val)
+            if not math.isfinite(record.val_value):
+                record.val_value = math.nan
+            pred, y = pred[n_val:], target.y_test
+        else:
+            y = target.y_val if record.split == "val" else target.y_test
+            check_predictions(pred, (len(y), *self.card["spec"]["output_shape"]), record.arm)
         record.value = score(self.metric, pred, y)
         record.diverged = bool(diverged) or not math.isfinite(record.value)
         if record.diverged:
@@ -645,10 +655,20 @@ class _Job:
         return compare(values["baseline"], values["idea"], lower_is_better=self.lower_is_better)
 
     def confirm(self, n_seeds: int) -> dict[str, list[RunRecord]]:
-        """The confirmation stage (PROTOCOL.md 2.6): both best configs on ``n_seeds`` seeds
-        drawn for this job alone (``seeding.run_seeds`` under the job's key), on test."""
+        """The confirmation stage (PROTOCOL.md 2.6) on ``n_seeds`` seeds drawn for this job
+        alone (``seeding.run_seeds`` under the job's key), scored on test.
+
+        When both arms' screened configs share their learning rate, each arm trains its best
+        config. When they differ, each arm trains its best config at *both* learning rates,
+        scored on the confirmation's validation and test splits, and keeps the one with the
+        better mean validation metric: no new sweep, but a win that only came from the other
+        arm's tuning (a shared, cached baseline sweep that happened to pick a worse lr for the
+        whole epoch; docs/statistics.md) does not replicate.
+        """
         seeds = confirmation_seeds(n_seeds)
-        self.tracker.add_total(len(ARMS) * n_seeds)
+        bests = {arm: self.best(arm)["_cfg"] for arm in ARMS}
+        lrs = sorted({float(cfg["lr"]) for cfg in bests.values()})
+        self.tracker.add_total(len(ARMS) * len(lrs) * n_seeds)
         self.tracker.stage = "confirmation"
         self.tracker.emit("screening found a win: confirming it on fresh seeds")
         custom = self.request.custom_track
@@ -657,7 +677,34 @@ class _Job:
                 custom, [self.seeds(s).split for s in seeds], memory_mb=self.request.memory_mb,
                 deadline=self.deadline, cancel=self.cancel, timeout_s=self.request.timeout_s,
             )
-        return self.final(seeds, "confirmation")
+        if len(lrs) == 1:
+            return self.final(seeds, "confirmation")
+        split = "val+test"
+        records = [RunRecord(arm, {**bests[arm], "lr": lr}, seed, split, "confirmation")
+                   for lr in lrs for seed in seeds for arm in ARMS]
+        self.train(records)
+        sign = 1.0 if self.lower_is_better else -1.0
+        chosen: dict[str, list[RunRecord]] = {}
+        for arm in ARMS:
+            by_lr = {lr: [r for r in records if r.arm == arm and r.cfg["lr"] == lr] for lr in lrs}
+            # Mean validation metric, better = smaller after the sign; a diverged run loses its lr.
+            means = {lr: float(np.mean([sign * r.val_value if math.isfinite(r.val_value) else math.inf
+                                        for r in runs])) for lr, runs in by_lr.items()}
+            lr = min(lrs, key=lambda lr: (means[lr], lr != bests[arm]["lr"]))  # ties: its own
+            chosen[arm] = by_lr[lr]
+            self.confirmation_choice[arm] = {
+                "lr": lr, "candidates": lrs,
+                "val_means": {f"{k:g}": sign * v if math.isfinite(v) else None for k, v in means.items()},
+            }
+        for arm, runs in chosen.items():
+            count = sum(r.diverged for r in runs)
+            if count > MAX_DIVERGED_SHARE * len(runs):
+                raise BenchError(
+                    ErrorCode.DIVERGED,
+                    f"{count} of the {arm}'s {len(runs)} confirmation runs diverged (NaN/inf loss or "
+                    f"predictions); above a quarter the comparison means nothing.",
+                )
+        return chosen
 
     def _probe_arm(self, arm: str, finals: list[RunRecord]) -> list[float]:
         """The declared service probe on the arm's final models, in its trusted trainer."""

@@ -171,6 +171,9 @@ class Confirmation(Stage):
     job_key: str
     test: str | None = None
     n_runs: int | None = None
+    # When the arms' screened learning rates differ: per arm the lr kept, the candidates (both
+    # arms' screened lrs) and their mean validation metric on the confirmation's seeds.
+    choice: dict[str, Any] | None = None
 
 
 class Attempts(_Model):
