@@ -16,6 +16,7 @@ from app.jobs.estimate import Estimator
 from app.jobs.routes import router as jobs_router
 from app.keys.routes import router as keys_router
 from app.keys.service import KeyCache
+from app.mcp import install_mcp
 from app.openapi import install_openapi
 from app.queue import JobQueue
 from app.reports.routes import router as reports_router
@@ -37,7 +38,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        yield
+        async with mcp_server.session_manager.run():
+            yield
         queue.close()
         engine.dispose()
 
@@ -53,4 +55,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (jobs_router, reports_router, tracks_router, compare_router, keys_router, health_router):
         app.include_router(router)
     install_openapi(app)
+    mcp_server = install_mcp(app)
     return app

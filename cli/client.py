@@ -17,7 +17,7 @@ from typing import Any
 
 from ideabench_client import Client, Event, IdeabenchError, Job, config
 
-VERBS = ("login", "submit", "status", "report", "reports", "cancel")
+VERBS = ("login", "submit", "status", "report", "reports", "cancel", "mcp")
 EXIT_API_ERROR, EXIT_JOB_FAILED = 2, 3
 
 
@@ -55,6 +55,8 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("cancel", parents=[common], help="cancel a job")
     p.add_argument("job_id")
     p.set_defaults(client_verb="cancel")
+    p = sub.add_parser("mcp", parents=[common], help="serve ideabench's MCP tools over stdio (pip install ideabench[mcp])")
+    p.set_defaults(client_verb="mcp")
 
 
 def _print_json(value: Any) -> None:
@@ -160,6 +162,10 @@ def _run(args: argparse.Namespace, client: Client) -> int:
 
 def dispatch(args: argparse.Namespace) -> int:
     """Run a client verb; an API error exits 2 with its code and hint."""
+    if args.client_verb == "mcp":
+        from ideabench_client.mcp_server import stdio_main
+
+        return stdio_main(args.url, args.key)
     try:
         with Client(args.url, args.key) as client:
             return _run(args, client)

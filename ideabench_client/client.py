@@ -139,12 +139,14 @@ class _Base:
 
 class Client(_Base):
     """The synchronous client. ``url`` / ``key`` default to ``IDEABENCH_URL`` / ``IDEABENCH_KEY``,
-    then to the file ``ideabench login`` writes. ``http``: an httpx.Client to use instead."""
+    then to the file ``ideabench login`` writes. ``http``: an httpx.Client to use instead;
+    ``transport``: an httpx transport for the client's own httpx.Client."""
 
     def __init__(self, url: str | None = None, key: str | None = None, *, timeout: float = 30.0,
-                 retries: int = 5, backoff: float = 0.5, http: httpx.Client | None = None) -> None:
+                 retries: int = 5, backoff: float = 0.5, http: httpx.Client | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
         super().__init__(url, key, timeout, retries, backoff)
-        self._http = http or httpx.Client(base_url=self.url, timeout=timeout)
+        self._http = http or httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
         self._own = http is None
 
     def __enter__(self) -> Client:
@@ -279,9 +281,10 @@ class AsyncClient(_Base):
     """The asynchronous client: the same methods as ``Client``, awaitable."""
 
     def __init__(self, url: str | None = None, key: str | None = None, *, timeout: float = 30.0,
-                 retries: int = 5, backoff: float = 0.5, http: httpx.AsyncClient | None = None) -> None:
+                 retries: int = 5, backoff: float = 0.5, http: httpx.AsyncClient | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
         super().__init__(url, key, timeout, retries, backoff)
-        self._http = http or httpx.AsyncClient(base_url=self.url, timeout=timeout)
+        self._http = http or httpx.AsyncClient(base_url=self.url, timeout=timeout, transport=transport)
         self._own = http is None
 
     async def __aenter__(self) -> AsyncClient:

@@ -1,0 +1,110 @@
+"""The MCP server through the MCP SDK's own client, over stdio (``ideabench mcp``) and over
+streamable HTTP (``/mcp`` on the API, with the bearer key), against the real service."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.workers.test_end_to_end import EXAMPLE
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = {"list_tracks", "describe_track", "submit_idea", "wait_for_job", "get_report", "search_reports",
+         "compare_numbers", "cancel_job"}
+
+
+def _json(result: Any) -> Any:
+    assert not result.is_error, result.content
+    return result.structured_content if result.structured_content is not None else json.loads(result.content[0].text)
+
+
+def _error(result: Any) -> dict[str, Any]:
+    """The tool error's {code, message, hint} (after the SDK's "Error executing tool ...: ")."""
+    assert result.is_error
+    text = result.content[0].text
+    return dict(json.loads(text[text.index("{"):]))
+
+
+def stdio(url: str, key: str) -> Client:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IDEABENCH_")}
+    env.update(IDEABENCH_URL=url, IDEABENCH_KEY=key, PYTHONPATH=str(ROOT))
+    return Client(StdioServerParameters(command=sys.executable, args=["-m", "cli.main", "mcp"], env=env, cwd=ROOT))
+
+
+def http(url: str, key: str | None) -> Client:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return Client(streamable_http_client(f"{url}/mcp", http_client=httpx2.AsyncClient(headers=headers, timeout=120)))
+
+
+@pytest.mark.slow
+def test_an_agents_session_over_stdio(service: tuple[str, str, Path]) -> None:
+    url, key, _log = service
+    progress: list[Any] = []
+
+    async def on_progress(p: float, total: float | None, message: str | None) -> None:
+        progress.append((p, total, message))
+
+    async def session() -> dict[str, Any]:
+        async with stdio(url, key) as client:
+            assert {t.name for t in (await client.list_tools()).tools} >= TOOLS
+            tracks = _json(await client.call_tool("list_tracks", {}))["tracks"]
+            assert "smoke" in {t["name"] for t in tracks}
+            card = _json(await client.call_tool("describe_track", {"name": "smoke"}))
+            assert card["spec"]["input_shape"] == [8] and "build_model" in card["example_idea"]
+            job = _json(await client.call_tool("submit_idea", {"track": "smoke", "code": card["example_idea"],
+                                                                "name": "mcp-stdio"}))
+            assert job["status"] == "queued" and "wait_for_job" in job["next"]
+            done = _json(await client.call_tool(
+                "wait_for_job", {"job_id": job["job_id"]},
+                progress_callback=on_progress))
+            assert done["status"] == "succeeded" and "get_report" in done["next"]
+            report = _json(await client.call_tool("get_report", {"job_id": job["job_id"]}))
+            bad = _error(await client.call_tool("submit_idea", {"track": "smoke", "code": "def build_model(:\n"}))
+            assert bad["code"] == "invalid_code" and bad["hint"]
+            contract = await client.read_resource("ideabench://docs/idea-contract")
+            assert "build_model" in contract.contents[0].text
+            return dict(report)
+
+    report = asyncio.run(session())
+    assert report["report"]["system_judged"] is True and report["system_verdict"] in ("worked", "partial", "failed")
+    assert progress and progress[-1][0] == progress[-1][1]  # the last notification: all runs done
+
+
+@pytest.mark.slow
+def test_the_mounted_http_endpoint_with_the_bearer_key(service: tuple[str, str, Path]) -> None:
+    url, key, _log = service
+
+    async def session() -> None:
+        async with http(url, key) as client:
+            assert {t.name for t in (await client.list_tools()).tools} >= TOOLS
+            rows = _json(await client.call_tool("search_reports", {"track": "smoke", "limit": 5}))["reports"]
+            assert rows, "the stdio session's report"
+            done = _json(await client.call_tool("wait_for_job", {"job_id": rows[0]["job_id"], "timeout_s": 5}))
+            assert done["status"] == "succeeded"
+            report = _json(await client.call_tool("get_report", {"job_id": rows[0]["job_id"]}))
+            assert report["report_id"] == rows[0]["report_id"]
+            missing = _error(await client.call_tool("get_report", {"job_id": "job_nope"}))
+            assert missing["code"] == "job_not_found"
+            bad = _error(await client.call_tool("submit_idea", {"track": "smoke", "code": "def build_model(:\n"}))
+            assert bad["code"] == "invalid_code"
+            block = _json(await client.call_tool("compare_numbers", {"baseline": [1.0] * 8, "idea": [0.5] * 8}))
+            assert block["p_value"] == 2 / 256
+        assert EXAMPLE
+
+    asyncio.run(session())
+    refused = httpx.post(f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                         headers={"Accept": "application/json, text/event-stream"})
+    assert refused.status_code == 401 and refused.json()["code"] == "missing_api_key"
+    wrong = httpx.post(f"{url}/mcp", json={}, headers={"Authorization": "Bearer ib_nope_nope"})
+    assert wrong.status_code == 401 and wrong.json()["code"] == "invalid_api_key"
