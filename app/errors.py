@@ -43,6 +43,9 @@ class ApiCode(StrEnum):
     NOT_OWNER = "not_owner"
     TOO_MANY_VALIDATIONS = "too_many_validations"
     N_SEEDS_FIXED = "n_seeds_fixed"
+    RATE_LIMITED = "rate_limited"
+    TOO_MANY_JOBS = "too_many_jobs"
+    DAILY_QUOTA = "daily_quota"
     NOT_READY = "not_ready"
     INTERNAL = "internal"
 
@@ -70,6 +73,11 @@ HINTS: dict[str, str] = {
     "GET /v1/tracks?kind=custom&status=validating), then register again.",
     ApiCode.N_SEEDS_FIXED: "Leave n_seeds unset: it is fixed per track (GET /v1/tracks/{name}, "
     "defaults.n_seeds), so a re-roll cannot change the test; only an operator may set it.",
+    ApiCode.RATE_LIMITED: "Slow down: wait the seconds in Retry-After, then retry (the Python client "
+    "does this for you).",
+    ApiCode.TOO_MANY_JOBS: "Wait for some of your jobs to end (GET /v1/jobs?status=queued), then submit again.",
+    ApiCode.DAILY_QUOTA: "Your key's jobs for today (UTC) are used up: retry after Retry-After, or ask an "
+    "operator for a higher quota.",
     ApiCode.NOT_READY: "Start the database, the broker and a worker (`ideabench worker`).",
     ApiCode.INTERNAL: "This is a bug in ideabench; retry later and report it if it persists.",
 }
@@ -114,12 +122,14 @@ class ErrorBody(BaseModel):
 class ApiError(Exception):
     """An error answer: HTTP status plus code, message and hint."""
 
-    def __init__(self, status: int, code: str, message: str, hint: str | None = None) -> None:
+    def __init__(self, status: int, code: str, message: str, hint: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.status = status
         self.code = str(code)
         self.message = message
         self.hint = hint if hint is not None else HINTS.get(self.code, "")
+        self.headers = headers or {}
 
     @classmethod
     def from_bench(cls, exc: BenchError, status: int | None = None) -> ApiError:
@@ -130,7 +140,7 @@ class ApiError(Exception):
     def response(self) -> JSONResponse:
         """The JSON answer."""
         body = {"code": self.code, "message": self.message, "hint": self.hint}
-        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+        headers = {**({"WWW-Authenticate": "Bearer"} if self.status == 401 else {}), **self.headers} or None
         return JSONResponse(body, status_code=self.status, headers=headers)
 
 
@@ -195,7 +205,8 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, object]]:
         404: "Not found (job_not_found, report_not_found, unknown_track, ...)",
         409: "Conflict (job_finished, report_not_ready, idempotency_conflict)",
         413: "payload_too_large",
-        429: "Too many requests (too_many_validations)",
+        429: "Too many requests (rate_limited, too_many_jobs, daily_quota, too_many_validations); "
+        "see Retry-After",
         422: "validation_error or an idea error (invalid_code, missing_build_model, unknown_track, ...)",
         503: "not_ready",
     }

@@ -11,6 +11,7 @@ from app.body_limit import BodySizeLimit
 from app.compare.routes import router as compare_router
 from app.db import make_engine, make_sessionmaker
 from app.errors import install_error_handlers
+from app.fair_use import FairUse
 from app.health.routes import router as health_router
 from app.jobs.estimate import Estimator
 from app.jobs.routes import router as jobs_router
@@ -50,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.queue = queue
     app.state.estimator = Estimator(settings.estimate_run_s)
     app.state.key_cache = KeyCache(settings.key_cache_s)
+    app.state.fair_use = FairUse(settings)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     for router in (jobs_router, reports_router, tracks_router, compare_router, keys_router, health_router):

@@ -46,6 +46,13 @@ class Settings(BaseSettings):
         "for up to 15 minutes); operators are exempt.",
     )
     estimate_run_s: float = 1.0
+    # Fair use (app/fair_use.py); operators are exempt.
+    rate_limit: str = Field(default="3000/minute", description="Requests per key, in the limits "
+                            "library's notation (e.g. 50/second, 3000/minute).")
+    rate_limit_storage: str = Field(default="", description="Where request counts live: empty for "
+                                    "memory (one process), redis://host:6379/N to share them.")
+    max_active_jobs_per_key: int = Field(default=50, ge=0, description="Jobs queued or running per key (0: no cap).")
+    daily_job_quota_per_key: int = Field(default=0, ge=0, description="Jobs per key per UTC day (0: none).")
 
     # Workers
     device: str = Field(default="cpu", description="The worker's device: cpu, cuda or cuda:N.")

@@ -8,7 +8,7 @@ from app.compare.schemas import CompareRequest, Comparison
 from app.errors import ApiCode, ApiError, error_responses
 from app.keys.deps import ReaderDep
 
-router = APIRouter(tags=["compare"], responses=error_responses(401, 403, 422))
+router = APIRouter(tags=["compare"], responses=error_responses(401, 403, 422, 429))
 
 
 @router.post("/v1/compare", response_model=Comparison)

@@ -48,5 +48,6 @@ async def readyz(session: SessionDep, queue: QueueDep, settings: SettingsDep) ->
     checks["worker"] = seen is not None and utcnow() - seen < timedelta(seconds=settings.worker_seen_s)
     failing = sorted(name for name, ok in checks.items() if not ok)
     if failing:
-        raise ApiError(503, ApiCode.NOT_READY, f"Not ready: {', '.join(failing)} not reachable.")
+        raise ApiError(503, ApiCode.NOT_READY, f"Not ready: {', '.join(failing)} not reachable.",
+                       headers={"Retry-After": "5"})
     return Health(status="ready", checks=checks)

@@ -18,7 +18,7 @@ from app.jobs.models import Job, JobStatus
 from app.jobs.schemas import IdeaSubmission, JobAccepted, JobPage, JobView
 from app.keys.deps import SubmitterDep
 
-router = APIRouter(tags=["jobs"], responses=error_responses(401, 403))
+router = APIRouter(tags=["jobs"], responses=error_responses(401, 403, 429))
 
 IdempotencyKey = Annotated[
     str | None,
@@ -30,7 +30,7 @@ IdempotencyKey = Annotated[
     "/v1/ideas",
     status_code=202,
     response_model=JobAccepted,
-    responses=error_responses(409, 413, 422),
+    responses=error_responses(409, 413, 422, 429),
 )
 def submit_idea(
     body: IdeaSubmission,
@@ -39,12 +39,14 @@ def submit_idea(
     queue: QueueDep,
     settings: SettingsDep,
     estimator: EstimatorDep,
+    request: Request,
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobAccepted:
     """Submit an idea to judge; answers 202 with the queued job, its links and an estimate."""
     submitted = service.submit(
-        session, caller, body, idempotency_key=idempotency_key, settings=settings, estimator=estimator
+        session, caller, body, idempotency_key=idempotency_key, settings=settings, estimator=estimator,
+        fair_use=request.app.state.fair_use,
     )
     job = submitted.job
     session.commit()

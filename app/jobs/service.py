@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from app import pagination
 from app.db import utcnow
 from app.errors import ApiCode, ApiError
+from app.fair_use import FairUse
 from app.ids import new_id
 from app.jobs import repository
 from app.jobs.estimate import Estimator, count_runs, grid_size, seeds_of
@@ -86,8 +87,10 @@ def submit(
     idempotency_key: str | None,
     settings: Settings,
     estimator: Estimator,
+    fair_use: FairUse | None = None,
 ) -> Submitted:
-    """Validate and stage a queued job, or return the one this Idempotency-Key made."""
+    """Validate and stage a queued job, or return the one this Idempotency-Key made (a replay
+    never counts against the key's limits)."""
     if body.n_seeds is not None and not caller.is_operator:
         raise ApiError(403, ApiCode.N_SEEDS_FIXED,
                        "n_seeds is fixed per track; an agent's submission may not set it.")
@@ -98,6 +101,8 @@ def submit(
             return _replay(session, existing, digest, settings, estimator)
     checked = validate_submission(session, body)
     now = utcnow()
+    if fair_use is not None and not caller.is_operator:
+        fair_use.check_jobs(session, caller.key_id, now)
     values: dict[str, Any] = {
         "id": new_id("job"),
         "status": JobStatus.QUEUED.value,

@@ -49,7 +49,10 @@ async def authenticate(request: Request, credentials: BearerDep) -> Caller:
         key = await run_in_threadpool(cache.lookup, request.app.state.sessionmaker, token)
     if key is None:
         raise ApiError(401, ApiCode.INVALID_API_KEY, "The API key is unknown or revoked.")
-    return Caller(key_id=key.id, role=Role(key.role))
+    caller = Caller(key_id=key.id, role=Role(key.role))
+    if not caller.is_operator:
+        request.app.state.fair_use.check_rate(key.id)  # 429 rate_limited over the key's rate
+    return caller
 
 
 CallerDep = Annotated[Caller, Depends(authenticate)]

@@ -10,7 +10,7 @@ from app.keys import repository, service
 from app.keys.deps import OperatorDep
 from app.keys.schemas import KeyCreate, KeyCreated, KeyList, KeyView
 
-router = APIRouter(prefix="/v1/keys", tags=["keys"], responses=error_responses(401, 403))
+router = APIRouter(prefix="/v1/keys", tags=["keys"], responses=error_responses(401, 403, 429))
 
 
 @router.post("", status_code=201, response_model=KeyCreated, responses=error_responses(422))

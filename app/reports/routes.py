@@ -23,7 +23,7 @@ from app.reports.schemas import (
     VerdictSummary,
 )
 
-router = APIRouter(tags=["reports"], responses=error_responses(401, 403))
+router = APIRouter(tags=["reports"], responses=error_responses(401, 403, 429))
 
 
 def _utc(value: dt.datetime | None) -> dt.datetime | None:

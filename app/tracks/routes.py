@@ -16,7 +16,7 @@ from app.tracks.schemas import TrackCard, TrackList, TrackRegistration
 from bench.catalog import get_card, list_cards
 from bench.errors import BenchError
 
-router = APIRouter(prefix="/v1/tracks", tags=["tracks"], responses=error_responses(401, 403))
+router = APIRouter(prefix="/v1/tracks", tags=["tracks"], responses=error_responses(401, 403, 429))
 
 
 def _builtin_view(card: dict[str, Any], counts: dict[str, int]) -> TrackCard:

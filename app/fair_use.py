@@ -1,0 +1,62 @@
+"""Fair use: per-key request rate, jobs in flight and jobs per UTC day (429 + Retry-After).
+
+The request rate is counted by the ``limits`` library (a moving window; in memory for the
+embedded service and one API process, in Redis when ``rate_limit_storage`` names it, so
+that several API processes share one count). Jobs in flight and jobs per day are counted
+in the database at submission, where the jobs are. Operators are exempt: they run the
+service (and its tests and load benchmarks).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+
+from limits import RateLimitItem, parse, storage, strategies
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.errors import ApiCode, ApiError
+from app.jobs.models import Job, JobStatus
+from app.settings import Settings
+
+
+class FairUse:
+    """The limits of one API process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.item: RateLimitItem = parse(settings.rate_limit)
+        backend = storage.storage_from_string(settings.rate_limit_storage or "memory://")
+        self.limiter = strategies.MovingWindowRateLimiter(backend)
+
+    def check_rate(self, key_id: str) -> None:
+        """Count one request of ``key_id``; 429 ``rate_limited`` over ``rate_limit``."""
+        if self.limiter.hit(self.item, key_id):
+            return
+        reset = self.limiter.get_window_stats(self.item, key_id).reset_time
+        wait = max(1, math.ceil(reset - time.time()))
+        raise ApiError(429, ApiCode.RATE_LIMITED,
+                       f"More than {self.settings.rate_limit} requests from this key.",
+                       headers={"Retry-After": str(wait)})
+
+    def check_jobs(self, session: Session, key_id: str, now: dt.datetime) -> None:
+        """429 ``too_many_jobs`` / ``daily_quota`` before another job of ``key_id`` is made."""
+        active = session.scalar(select(func.count()).select_from(Job).where(
+            Job.submitter_id == key_id, Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])))
+        cap = self.settings.max_active_jobs_per_key
+        if cap and (active or 0) >= cap:
+            raise ApiError(429, ApiCode.TOO_MANY_JOBS,
+                           f"This key has {active} jobs queued or running; the limit is {cap}.",
+                           headers={"Retry-After": "30"})
+        quota = self.settings.daily_job_quota_per_key
+        if quota:
+            midnight = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+            today = session.scalar(select(func.count()).select_from(Job).where(
+                Job.submitter_id == key_id, Job.created_at >= midnight))
+            if (today or 0) >= quota:
+                wait = math.ceil((midnight + dt.timedelta(days=1) - now).total_seconds())
+                raise ApiError(429, ApiCode.DAILY_QUOTA,
+                               f"This key has submitted {today} jobs today (UTC); its daily quota is {quota}.",
+                               headers={"Retry-After": str(max(1, wait))})

@@ -1,0 +1,75 @@
+"""Fair use: per-key request rate (memory, and Redis shared by two API processes), jobs in
+flight, jobs per day; each a 429 with Retry-After and a hint. Operators are exempt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.keys.service import create_key
+from app.main import create_app
+from app.migrate import upgrade_head
+from app.settings import Settings
+from tests.app.test_api_errors import EXAMPLE
+from tests.conftest import bearer
+
+
+def _service(tmp_path: Any, **settings: Any) -> tuple[Any, dict[str, str]]:
+    config = Settings(data_dir=tmp_path / "var", broker_url="memory://", **settings)
+    upgrade_head(config)
+    app = create_app(config)
+    with app.state.sessionmaker() as session:
+        tokens = {r: create_key(session, r, r).token for r in ("agent", "operator")}
+        tokens["agent2"] = create_key(session, "agent", "agent2").token
+        session.commit()
+    return app, tokens
+
+
+def _submit(client: Any, token: str, **body: Any) -> Any:
+    return client.post("/v1/ideas", json={"track": "smoke", "code": EXAMPLE, **body}, headers=bearer(token))
+
+
+def test_a_burst_over_the_rate_gets_429_with_retry_after(tmp_path: Any) -> None:
+    app, tokens = _service(tmp_path, rate_limit="5/minute")
+    with TestClient(app, raise_server_exceptions=False) as client:
+        answers = [client.get("/v1/reports", headers=bearer(tokens["agent"])) for _ in range(8)]
+        assert [a.status_code for a in answers] == [200] * 5 + [429] * 3
+        body = answers[-1].json()
+        assert body["code"] == "rate_limited" and "Retry-After" in body["hint"]
+        assert 1 <= int(answers[-1].headers["Retry-After"]) <= 60
+        assert client.get("/v1/reports", headers=bearer(tokens["agent2"])).status_code == 200  # per key
+        assert all(client.get("/v1/reports", headers=bearer(tokens["operator"])).status_code == 200
+                   for _ in range(8))  # operators are exempt
+
+
+@pytest.mark.services
+def test_two_api_processes_share_the_count_in_redis(tmp_path: Any, redis_url: str) -> None:
+    first, tokens = _service(tmp_path, rate_limit="4/minute", rate_limit_storage=redis_url)
+    second = create_app(first.state.settings)
+    with TestClient(first, raise_server_exceptions=False) as a, TestClient(second, raise_server_exceptions=False) as b:
+        codes = [(a if i % 2 else b).get("/v1/reports", headers=bearer(tokens["agent"])).status_code
+                 for i in range(6)]
+    assert codes == [200] * 4 + [429] * 2
+
+
+def test_jobs_in_flight_and_per_day_are_capped(tmp_path: Any) -> None:
+    app, tokens = _service(tmp_path, max_active_jobs_per_key=2)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert [_submit(client, tokens["agent"]).status_code for _ in range(2)] == [202, 202]
+        refused = _submit(client, tokens["agent"])
+        assert refused.status_code == 429 and refused.json()["code"] == "too_many_jobs"
+        assert refused.headers["Retry-After"] == "30"
+        headers = {**bearer(tokens["agent2"]), "Idempotency-Key": "same"}
+        body = {"track": "smoke", "code": EXAMPLE}
+        assert client.post("/v1/ideas", json=body, headers=headers).status_code == 202
+        again = client.post("/v1/ideas", json=body, headers=headers)  # a replay makes no job: not counted
+        assert again.status_code == 202 and again.json()["idempotent_replay"] is True
+        assert _submit(client, tokens["operator"]).status_code == 202
+    app, tokens = _service(tmp_path / "daily", daily_job_quota_per_key=1)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert _submit(client, tokens["agent"]).status_code == 202
+        over = _submit(client, tokens["agent"])
+        assert over.status_code == 429 and over.json()["code"] == "daily_quota"
+        assert 1 <= int(over.headers["Retry-After"]) <= 86400
