@@ -54,6 +54,7 @@ def _bound(value: float | None, unbounded: str) -> str:
 def summary_text(
     track_id: str, metric: str, comparison: dict[str, Any], verdicts: dict[str, Any],
     mechanism: dict[str, Any] | None, n_params: dict[str, int], confirmation: dict[str, Any] | None = None,
+    matched: dict[str, Any] | None = None,
 ) -> str:
     """One plain-language paragraph in the style of the seed reports' ``verdict``."""
     c = comparison
@@ -66,6 +67,12 @@ def summary_text(
         f"95% CI of the delta [{_bound(c['ci_low'], '-inf')}, {_bound(c['ci_high'], 'inf')}], "
         f"MDE {c['mde']:.4g} ({c['mde_rel_pct']:.1f}% of the baseline): {c['verdict']}. "
     )
+    if matched is not None:
+        k = matched["comparison"]
+        text += (
+            f"Against the baseline trained at the idea's learning rate ({matched['lr']:g}): delta "
+            f"{k['delta_mean']:+.6g}, p={k['p_value']:.4g}: {k['verdict']}. "
+        )
     if confirmation is not None:
         k = confirmation["comparison"]
         text += (
@@ -102,21 +109,42 @@ def stage_block(job: _Job, runs: dict[str, list[RunRecord]]) -> dict[str, Any]:
         "per_seed": values,
         "seeds": [r.seed for r in runs["idea"]],
         "seed_commitment": job.secret.report_block(),
-        "diverged": {a: sum(r.diverged for r in runs[a]) for a in ARMS},
-        "wall_time_s": {a: float(sum(r.seconds for r in runs[a])) for a in ARMS},
+        "diverged": {key: sum(r.diverged for r in records) for key, records in runs.items()},
+        "wall_time_s": {key: float(sum(r.seconds for r in records)) for key, records in runs.items()},
+        "matched_lr": None,
     }
+    if "matched" in runs:  # the baseline at the idea's learning rate (_Job.matched_cfg)
+        block["matched_lr"] = {
+            "lr": runs["matched"][0].cfg["lr"],
+            "comparison": compare(values["matched"], values["idea"], lower_is_better=job.lower_is_better),
+        }
     return block
+
+
+def stage_p(block: dict[str, Any]) -> float:
+    """A stage's one-sided p that the idea is better: the larger of its tests against the
+    baseline and, when run, against the baseline at the idea's lr (intersection-union)."""
+    p = float(block["comparison"]["p_better"])
+    if block["matched_lr"] is not None:
+        p = max(p, float(block["matched_lr"]["comparison"]["p_better"]))
+    return p
+
+
+def stage_better(block: dict[str, Any]) -> bool:
+    """The stage found the idea significantly better against every baseline config it ran."""
+    tests = [block["comparison"]] + ([block["matched_lr"]["comparison"]] if block["matched_lr"] else [])
+    return all(c["verdict"] == "idea better (significant)" for c in tests)
 
 
 def confirmation_block(job: _Job, runs: dict[str, list[RunRecord]], alpha: float) -> dict[str, Any]:
     """The confirmation stage: significant when its one-sided exact p in the screened
     (better) direction is <= alpha; its seeds are labelled by the job's key."""
     block = stage_block(job, runs)
-    p = float(block["comparison"]["p_better"])
+    p = stage_p(block)
     block.update(p_value=p, significant=p <= alpha, job_key=job.job_key,
-                 test="one-sided exact paired sign-flip, idea better (the screened direction)",
-                 n_runs=sum(r.stage == "confirmation" for r in job.runs), baseline_cache="never (fresh seeds)",
-                 choice=job.confirmation_choice or None)
+                 test="one-sided exact paired sign-flip, idea better (the screened direction); against the "
+                 "baseline at the idea's learning rate too when it differs, the larger p",
+                 n_runs=sum(r.stage == "confirmation" for r in job.runs), baseline_cache="never (fresh seeds)")
     return block
 
 
@@ -157,11 +185,13 @@ def build_report(
             "self_measured": "probe" not in job.mechanism,
         }
     m = float(card["smallest_effect_rel_pct"]) / 100.0 * abs(comparison["baseline_mean"])
-    verdicts = decide(comparison, mechanism_ok, m, None if replication is None else replication["significant"])
+    lr_matched = None if screening["matched_lr"] is None else stage_better(screening)
+    verdicts = decide(comparison, mechanism_ok, m, None if replication is None else replication["significant"],
+                      lr_matched=lr_matched)
     # The evidence that the idea helps, for the false-discovery accounting across ideas: the
     # screening's one-sided p, or the larger of both stages' when a confirmation ran (a valid
     # p-value: both must be small, P(max <= t) <= t under the null).
-    p_helps = comparison["p_better"] if replication is None else max(comparison["p_better"], replication["p_value"])
+    p_helps = stage_p(screening) if replication is None else max(stage_p(screening), replication["p_value"])
 
     tables = {a: job.sweep_table(a) for a in ARMS}
     bests = {a: job.best(a) for a in ARMS}
@@ -245,7 +275,8 @@ def build_report(
     }
     report = {
         "worked": verdicts["worked"],
-        "summary": summary_text(track_id, metric_name, comparison, verdicts, mechanism, n_params, replication),
+        "summary": summary_text(track_id, metric_name, comparison, verdicts, mechanism, n_params, replication,
+                                screening["matched_lr"]),
         "metrics": metrics,
         "system_verdict": verdicts["system_verdict"],
         "practical_verdict": verdicts["practical_verdict"],

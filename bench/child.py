@@ -138,16 +138,6 @@ def make_data(cmd: dict[str, Any]) -> dict[str, Any]:
     return {"seconds": seconds}
 
 
-def eval_inputs(arrays: dict[str, Any], split: str) -> Any:
-    """The inputs a run predicts: ``val``, ``test``, or ``val+test`` (both, val rows first:
-    one training run scored on both, for the confirmation's choice of config)."""
-    if split == "val+test":
-        import torch
-
-        return torch.cat([arrays["x_val"], arrays["x_test"]])
-    return arrays["x_val" if split == "val" else "x_test"]
-
-
 class ArmRunner:
     """The trusted trainer's state in its child: the arm's captured graphs, data, kept models.
 
@@ -344,7 +334,7 @@ class ArmRunner:
 
         arrays = self._arrays(run["data_dir"])
         model = self._build(run["cfg"].get("hparams", {}), run["init_seed"])
-        x_eval = eval_inputs(arrays, run["eval"])
+        x_eval = arrays["x_val" if run["eval"] == "val" else "x_test"]
         try:
             result = train(
                 model, self._config(run), arrays["x_train"], arrays["y_train"], x_eval,
@@ -366,7 +356,7 @@ class ArmRunner:
             if key not in dirs:
                 arrays = self._arrays(run["data_dir"])
                 dirs[key] = len(datasets)
-                x_eval = eval_inputs(arrays, run["eval"])
+                x_eval = arrays["x_val" if run["eval"] == "val" else "x_test"]
                 datasets.append((arrays["x_train"], arrays["y_train"], x_eval))
             index.append(dirs[key])
         models = [self._build(run["cfg"].get("hparams", {}), run["init_seed"]) for run in group]

@@ -108,8 +108,7 @@ class RunRecord:
     seed: int
     split: str
     stage: str = "sweep"  # sweep (val), screening or confirmation (test)
-    value: float = math.nan  # on ``split`` (val or test; test for val+test)
-    val_value: float = math.nan  # on val, for a val+test run (the confirmation's choice of config)
+    value: float = math.nan
     diverged: bool = False
     seconds: float = 0.0
     n_params: int = 0
@@ -207,7 +206,6 @@ class _Job:
         self.kept: dict[str, list[np.ndarray]] = {}  # run id -> trained tensors of a final model
         self.buffers: dict[str, int] = {}  # buffer and constant elements per arm (trusted count)
         self.lr_grids: dict[str, list[float]] = {}  # each arm's swept learning rates
-        self.confirmation_choice: dict[str, dict[str, Any]] = {}  # arm -> lr kept, candidates
         self.adopted: set[str] = set()  # children (by slot name) adopted from a warm slot
         self.runs: list[RunRecord] = []
         self.warnings: list[str] = []
@@ -372,16 +370,8 @@ class _Job:
     def _score(self, record: RunRecord, pred: np.ndarray, diverged: bool, seconds: float, n_params: int,
                cached: bool = False) -> None:
         target = self.seed_data[record.seed]
-        if record.split == "val+test":  # one run predicts both: val rows, then test rows
-            n_val = len(target.y_val)
-            check_predictions(pred, (n_val + len(target.y_test), *self.card["spec"]["output_shape"]), record.arm)
-            record.val_value = score(self.metric, pred[:n_val], target.y_val)
-            if not math.isfinite(record.val_value):
-                record.val_value = math.nan
-            pred, y = pred[n_val:], target.y_test
-        else:
-            y = target.y_val if record.split == "val" else target.y_test
-            check_predictions(pred, (len(y), *self.card["spec"]["output_shape"]), record.arm)
+        y = target.y_val if record.split == "val" else target.y_test
+        check_predictions(pred, (len(y), *self.card["spec"]["output_shape"]), record.arm)
         record.value = score(self.metric, pred, y)
         record.diverged = bool(diverged) or not math.isfinite(record.value)
         if record.diverged:
@@ -618,24 +608,49 @@ class _Job:
                     f"[{grid[0]:g}, {grid[-1]:g}]; its optimum may lie outside."
                 )
 
+    def matched_cfg(self) -> dict[str, Any] | None:
+        """The baseline's best config at the idea's best learning rate, when the two differ.
+
+        Within a seed epoch every job shares the baseline's sweep (and its cache), so a sweep
+        that happened to pick a worse learning rate would stay wrong for the whole epoch, and
+        every re-roll of a null idea that picks the better one would win, on the screening and
+        on fresh seeds alike (the null-stream benchmark measured it: docs/statistics.md). So
+        the baseline is also trained at the idea's learning rate, and a win must hold against
+        both (an intersection-union test: each exact, no data-dependent choice)."""
+        base, idea = self.best("baseline")["_cfg"], self.best("idea")["_cfg"]
+        if float(base["lr"]) == float(idea["lr"]):
+            return None
+        return {**base, "lr": idea["lr"]}
+
+    def runs_per_seed(self) -> int:
+        """Runs of one final seed: both arms, and the baseline at the idea's lr when it differs."""
+        return len(ARMS) + (self.matched_cfg() is not None)
+
     def final(self, seeds: list[int], stage: str) -> dict[str, list[RunRecord]]:
-        """Train each arm's best config (no re-tuning) on fresh paired ``seeds``, scored on test.
+        """Train each arm's best config (no re-tuning) on fresh paired ``seeds``, scored on test;
+        and the baseline at the idea's learning rate too when it differs (``matched``).
 
         ``stage`` screening: the protocol's final seeds; confirmation: seeds of this job alone."""
         self.tracker.stage = "final" if stage == "screening" else stage
-        best_cfgs = {arm: self.best(arm)["_cfg"] for arm in ARMS}
-        records = [RunRecord(arm, best_cfgs[arm], seed, "test", stage) for seed in seeds for arm in ARMS]
-        self.train(records)
-        finals = {arm: [r for r in records if r.arm == arm] for arm in ARMS}
-        for arm, runs in finals.items():
+        cfgs = {arm: self.best(arm)["_cfg"] for arm in ARMS}
+        matched = self.matched_cfg()
+        if matched is not None:
+            cfgs["matched"] = matched
+            if stage == "screening":  # (the confirmation counts its own runs)
+                self.tracker.add_total(len(seeds))
+        records = {key: [RunRecord("baseline" if key == "matched" else key, cfg, seed, "test", stage)
+                         for seed in seeds] for key, cfg in cfgs.items()}
+        self.train([r for seed_runs in zip(*records.values(), strict=True) for r in seed_runs])
+        for key, runs in records.items():
             count = sum(r.diverged for r in runs)
             if count > MAX_DIVERGED_SHARE * len(runs):
+                who = "baseline's (at the idea's learning rate)" if key == "matched" else f"{key}'s"
                 raise BenchError(
                     ErrorCode.DIVERGED,
-                    f"{count} of the {arm}'s {len(runs)} {stage} runs diverged (NaN/inf loss or "
+                    f"{count} of the {who} {len(runs)} {stage} runs diverged (NaN/inf loss or "
                     f"predictions); above a quarter the comparison means nothing.",
                 )
-        return finals
+        return records
 
     def stage_seeds(self, stage: str) -> list[int]:
         """The protocol seeds of ``stage`` (sweep, screening, confirmation), in order."""
@@ -645,30 +660,30 @@ class _Job:
         return final_seeds(n // 2) if stage == "screening" else confirmation_seeds(n // 2)
 
     def stage_values(self, runs: dict[str, list[RunRecord]]) -> dict[str, list[float]]:
-        """Both arms' test values of one stage, diverged runs filled (``diverged_score``)."""
+        """Test values of one stage (both arms, and ``matched`` when run), diverged runs filled
+        (``diverged_score``)."""
         fill = self.diverged_value(runs["idea"][0].stage)
-        return {arm: fill_diverged([r.value for r in runs[arm]], fill) for arm in ARMS}
+        return {key: fill_diverged([r.value for r in records], fill) for key, records in runs.items()}
 
     def compare(self, runs: dict[str, list[RunRecord]]) -> dict[str, Any]:
         """The paired comparison (``bench.stats.compare``) of one stage's runs."""
         values = self.stage_values(runs)
         return compare(values["baseline"], values["idea"], lower_is_better=self.lower_is_better)
 
-    def confirm(self, n_seeds: int) -> dict[str, list[RunRecord]]:
-        """The confirmation stage (PROTOCOL.md 2.6) on ``n_seeds`` seeds drawn for this job
-        alone (``seeding.run_seeds`` under the job's key), scored on test.
+    def screened_better(self, runs: dict[str, list[RunRecord]]) -> bool:
+        """The idea is significantly better than the baseline, and than the baseline at the
+        idea's learning rate when that was run (``matched_cfg``)."""
+        values = self.stage_values(runs)
+        return all(
+            compare(values[key], values["idea"], lower_is_better=self.lower_is_better)["verdict"] == VERDICT_BETTER
+            for key in ("baseline", "matched") if key in values
+        )
 
-        When both arms' screened configs share their learning rate, each arm trains its best
-        config. When they differ, each arm trains its best config at *both* learning rates,
-        scored on the confirmation's validation and test splits, and keeps the one with the
-        better mean validation metric: no new sweep, but a win that only came from the other
-        arm's tuning (a shared, cached baseline sweep that happened to pick a worse lr for the
-        whole epoch; docs/statistics.md) does not replicate.
-        """
+    def confirm(self, n_seeds: int) -> dict[str, list[RunRecord]]:
+        """The confirmation stage (PROTOCOL.md 2.6): the screened configs (no re-tuning) on
+        ``n_seeds`` seeds drawn for this job alone (``seeding.run_seeds`` under the job's key)."""
         seeds = confirmation_seeds(n_seeds)
-        bests = {arm: self.best(arm)["_cfg"] for arm in ARMS}
-        lrs = sorted({float(cfg["lr"]) for cfg in bests.values()})
-        self.tracker.add_total(len(ARMS) * len(lrs) * n_seeds)
+        self.tracker.add_total(self.runs_per_seed() * n_seeds)
         self.tracker.stage = "confirmation"
         self.tracker.emit("screening found a win: confirming it on fresh seeds")
         custom = self.request.custom_track
@@ -677,34 +692,7 @@ class _Job:
                 custom, [self.seeds(s).split for s in seeds], memory_mb=self.request.memory_mb,
                 deadline=self.deadline, cancel=self.cancel, timeout_s=self.request.timeout_s,
             )
-        if len(lrs) == 1:
-            return self.final(seeds, "confirmation")
-        split = "val+test"
-        records = [RunRecord(arm, {**bests[arm], "lr": lr}, seed, split, "confirmation")
-                   for lr in lrs for seed in seeds for arm in ARMS]
-        self.train(records)
-        sign = 1.0 if self.lower_is_better else -1.0
-        chosen: dict[str, list[RunRecord]] = {}
-        for arm in ARMS:
-            by_lr = {lr: [r for r in records if r.arm == arm and r.cfg["lr"] == lr] for lr in lrs}
-            # Mean validation metric, better = smaller after the sign; a diverged run loses its lr.
-            means = {lr: float(np.mean([sign * r.val_value if math.isfinite(r.val_value) else math.inf
-                                        for r in runs])) for lr, runs in by_lr.items()}
-            lr = min(lrs, key=lambda lr: (means[lr], lr != bests[arm]["lr"]))  # ties: its own
-            chosen[arm] = by_lr[lr]
-            self.confirmation_choice[arm] = {
-                "lr": lr, "candidates": lrs,
-                "val_means": {f"{k:g}": sign * v if math.isfinite(v) else None for k, v in means.items()},
-            }
-        for arm, runs in chosen.items():
-            count = sum(r.diverged for r in runs)
-            if count > MAX_DIVERGED_SHARE * len(runs):
-                raise BenchError(
-                    ErrorCode.DIVERGED,
-                    f"{count} of the {arm}'s {len(runs)} confirmation runs diverged (NaN/inf loss or "
-                    f"predictions); above a quarter the comparison means nothing.",
-                )
-        return chosen
+        return self.final(seeds, "confirmation")
 
     def _probe_arm(self, arm: str, finals: list[RunRecord]) -> list[float]:
         """The declared service probe on the arm's final models, in its trusted trainer."""
@@ -912,7 +900,7 @@ def _judge(
             job.tracker.add_total(sum(per_arm_sweep.values()) + 2 * n_seeds)
             job.run_sweep_with_edges()
             finals = job.final(final_seeds(n_seeds), "screening")
-            confirmation = job.confirm(n_seeds) if job.compare(finals)["verdict"] == VERDICT_BETTER else None
+            confirmation = job.confirm(n_seeds) if job.screened_better(finals) else None
             measured = job.measure(finals) if job.mechanism is not None else None
         finally:
             job.close()

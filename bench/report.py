@@ -155,11 +155,14 @@ class Stage(_Model):
     of both arms, their comparison, the seeds and the epoch they were drawn under."""
 
     comparison: Comparison
-    per_seed: dict[Literal["baseline", "idea"], list[float]]
+    per_seed: dict[Literal["baseline", "idea", "matched"], list[float]]
     seeds: list[int]
     seed_commitment: SeedCommitment
     diverged: dict[str, int] | None = None
     wall_time_s: dict[str, float] | None = None
+    # When the arms' best learning rates differ: the baseline also trained at the idea's lr
+    # (``lr``) on the same seeds, and the idea compared with it (``comparison``).
+    matched_lr: dict[str, Any] | None = None
 
 
 class Confirmation(Stage):
@@ -171,9 +174,6 @@ class Confirmation(Stage):
     job_key: str
     test: str | None = None
     n_runs: int | None = None
-    # When the arms' screened learning rates differ: per arm the lr kept, the candidates (both
-    # arms' screened lrs) and their mean validation metric on the confirmation's seeds.
-    choice: dict[str, Any] | None = None
 
 
 class Attempts(_Model):
@@ -241,7 +241,8 @@ class Report(_Model):
     metrics: dict[str, Any]
     system_verdict: Literal["worked", "partial", "failed"]
     practical_verdict: Literal["helps", "harms", "inconclusive"]
-    practical_detail: Literal["negligible", "underpowered", "inconclusive", "not_replicated"] | None = None
+    practical_detail: Literal["negligible", "underpowered", "inconclusive", "not_replicated",
+                              "lr_confounded"] | None = None
     mechanism_ok: Literal[0, 1] | None
     system_judged: bool
     bench_report: BenchReport

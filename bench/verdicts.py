@@ -134,7 +134,7 @@ def system_verdict(helps: bool, mechanism_ok: int | None) -> SystemVerdict:
 
 def decide(
     comparison: Mapping[str, Any], mechanism_ok: int | None, smallest_effect: float,
-    replicated: bool | None = None,
+    replicated: bool | None = None, lr_matched: bool | None = None,
 ) -> dict[str, Any]:
     """Practical and system verdicts from a ``comparison`` block (PROTOCOL.md section 5).
 
@@ -144,7 +144,9 @@ def decide(
     interest m (metric units, >= 0). ``replicated``: whether the confirmation stage
     (PROTOCOL.md 2.6) was significant in the screened direction; None when none ran (a
     report from before confirmation existed). A screened win that did not replicate is
-    ``inconclusive`` with detail ``not_replicated``.
+    ``inconclusive`` with detail ``not_replicated``. ``lr_matched``: whether the screening's
+    win also held against the baseline trained at the idea's learning rate (None: the arms
+    shared it); when not, ``inconclusive`` with detail ``lr_confounded``.
 
     Returns ``practical_verdict`` (helps / harms / inconclusive), ``practical_detail``
     (None for helps / harms; else "negligible" when the 90% CI lies inside [-m, m],
@@ -162,7 +164,9 @@ def decide(
         raise ValueError(f"smallest_effect must be finite and >= 0, got {smallest_effect!r}")
     practical = _PRACTICAL[verdict]
     detail = None if practical != "inconclusive" else _practical_detail(comparison, smallest_effect)
-    if practical == "helps" and replicated is False:
+    if practical == "helps" and lr_matched is False:
+        practical, detail = "inconclusive", "lr_confounded"
+    elif practical == "helps" and replicated is False:
         practical, detail = "inconclusive", "not_replicated"
     system = system_verdict(practical == "helps", mechanism_ok)
     return {
