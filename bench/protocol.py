@@ -665,11 +665,6 @@ class _Job:
         fill = self.diverged_value(runs["idea"][0].stage)
         return {key: fill_diverged([r.value for r in records], fill) for key, records in runs.items()}
 
-    def compare(self, runs: dict[str, list[RunRecord]]) -> dict[str, Any]:
-        """The paired comparison (``bench.stats.compare``) of one stage's runs."""
-        values = self.stage_values(runs)
-        return compare(values["baseline"], values["idea"], lower_is_better=self.lower_is_better)
-
     def screened_better(self, runs: dict[str, list[RunRecord]]) -> bool:
         """The idea is significantly better than the baseline, and than the baseline at the
         idea's learning rate when that was run (``matched_cfg``)."""

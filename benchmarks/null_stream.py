@@ -90,8 +90,9 @@ def runs_trained(report: dict[str, Any]) -> tuple[int, int]:
     """(all runs trained, of them the confirmation's) of one report (cache hits excluded)."""
     br = report["bench_report"]
     sweep = sum(len(row["per_seed"]) for arm in ("baseline", "idea") for row in br[arm]["sweep"])
+    screening = sum(len(values) for values in br["screening"]["per_seed"].values())  # (matched included)
     confirmation = int(br["confirmation"]["n_runs"]) if br["confirmation"] else 0
-    total = sweep + 2 * br["n_seeds"] + confirmation
+    total = sweep + screening + confirmation
     return total - int(br["execution"]["baseline_cache_hits"]), confirmation
 
 

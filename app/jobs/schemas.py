@@ -129,7 +129,8 @@ class Estimate(BaseModel):
     confirmation_runs: int = Field(
         default=0,
         description="Runs added, beyond runs_total, only if the screening finds a win: both arms' best "
-        "configs on fresh seeds of this job (PROTOCOL.md 2.6; never from the baseline cache).",
+        "configs on fresh seeds of this job (PROTOCOL.md 2.6; never from the baseline cache); n_seeds more "
+        "(here and in the screening) when the arms' best learning rates differ (docs/statistics.md).",
     )
 
 
