@@ -23,6 +23,7 @@ COPY workers ./workers
 COPY cli ./cli
 COPY ideabench_client ./ideabench_client
 COPY migrations ./migrations
+COPY docs ./docs
 # Editable: the Alembic migrations are found next to the app package.
 RUN pip install -e '.[all]' \
  && useradd --create-home --uid 10001 ideabench \

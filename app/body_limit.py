@@ -24,10 +24,10 @@ class BodySizeLimit:
             return
         length = _content_length(scope)
         if length is None:
-            await _reject(send, 400, "bad_request", "Content-Length is not a valid integer.")
+            await _reject(scope, send, 400, "bad_request", "Content-Length is not a valid integer.")
             return
         if length > self.max_bytes:
-            await _reject_too_large(send, length, self.max_bytes)
+            await _reject_too_large(scope, send, length, self.max_bytes)
             return
         chunks: list[bytes] = []
         size = 0
@@ -38,7 +38,7 @@ class BodySizeLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await _reject_too_large(send, size, self.max_bytes)
+                await _reject_too_large(scope, send, size, self.max_bytes)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -68,8 +68,9 @@ def _content_length(scope: Scope) -> int | None:
     return 0
 
 
-async def _reject_too_large(send: Send, size: int, limit: int) -> None:
+async def _reject_too_large(scope: Scope, send: Send, size: int, limit: int) -> None:
     await _reject(
+        scope,
         send,
         413,
         "payload_too_large",
@@ -78,14 +79,20 @@ async def _reject_too_large(send: Send, size: int, limit: int) -> None:
     )
 
 
-async def _reject(send: Send, status: int, code: str, message: str, hint: str = "") -> None:
-    payload = json.dumps({"code": code, "message": message, "hint": hint}).encode()
+async def _reject(scope: Scope, send: Send, status: int, code: str, message: str, hint: str = "") -> None:
+    from app.errors import problem
+    from app.request_id import request_id_of
+
+    body = {**problem(status, code, message, hint), "instance": scope.get("path")}
+    if request_id_of(scope):
+        body["request_id"] = request_id_of(scope)
+    payload = json.dumps(body).encode()
     await send(
         {
             "type": "http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", b"application/json"),
+                (b"content-type", b"application/problem+json"),
                 (b"content-length", str(len(payload)).encode()),
                 (b"connection", b"close"),
             ],

@@ -1,4 +1,7 @@
-"""Every error the API returns: ``{"code", "message", "hint"}`` with a fitting status.
+"""Every error the API returns: an RFC 9457 problem (``application/problem+json``: ``type``,
+``title``, ``status``, ``detail``, ``instance``) that keeps ``{"code", "message", "hint"}``
+and the request's ``request_id``, with a fitting status; validation errors list each field
+in ``errors``.
 
 Codes of failed ideas come from ``bench.errors.ErrorCode``; the codes below are
 the service's own (authentication, paging, lookups). ``install_error_handlers``
@@ -9,11 +12,13 @@ from __future__ import annotations
 
 import logging
 from enum import StrEnum
+from http import HTTPStatus
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bench.errors import BenchError, ErrorCode
@@ -99,24 +104,45 @@ _STATUS_CODES = {
 }
 
 
+class FieldError(BaseModel):
+    """One invalid field of a request (``validation_error``)."""
+
+    field: str
+    message: str
+    type: str = ""
+
+
 class ErrorBody(BaseModel):
-    """The body of every error answer."""
+    """The body of every error answer: an RFC 9457 problem with ``code``, ``message``, ``hint``."""
 
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
                 {
+                    "type": "/v1/docs/errors#invalid_code",
+                    "title": "Unprocessable Entity",
+                    "status": 422,
+                    "detail": "The idea file does not compile: invalid syntax (line 3).",
+                    "instance": "/v1/ideas",
                     "code": "invalid_code",
                     "message": "The idea file does not compile: invalid syntax (line 3).",
                     "hint": "Fix the Python error shown in the message.",
+                    "request_id": "req_4f3c2a1b0e9d8c7b6a5f4e3d2c1b0a99",
                 }
             ]
         }
     )
 
+    type: str = Field(default="about:blank", description="This code's entry in GET /v1/docs/errors.")
+    title: str = ""
+    status: int = 0
+    detail: str = Field(default="", description="The same as message.")
+    instance: str | None = Field(default=None, description="The request's path.")
     code: str
     message: str
     hint: str
+    request_id: str | None = Field(default=None, description="The request's X-Request-ID.")
+    errors: list[FieldError] | None = Field(default=None, description="validation_error: each invalid field.")
 
 
 class ApiError(Exception):
@@ -137,16 +163,45 @@ class ApiError(Exception):
         status = status if status is not None else BENCH_STATUS.get(exc.code, 422)
         return cls(status, exc.code.value, exc.message, exc.hint)
 
-    def response(self) -> JSONResponse:
-        """The JSON answer."""
-        body = {"code": self.code, "message": self.message, "hint": self.hint}
+    def response(self, request: Request | None = None, errors: list[dict[str, str]] | None = None) -> JSONResponse:
+        """The answer: an RFC 9457 problem (``application/problem+json``) that keeps our
+        ``code``, ``message`` and ``hint``, with the request's path and id when known."""
+        body = problem(self.status, self.code, self.message, self.hint, request)
+        if errors:
+            body["errors"] = errors
         headers = {**({"WWW-Authenticate": "Bearer"} if self.status == 401 else {}), **self.headers} or None
-        return JSONResponse(body, status_code=self.status, headers=headers)
+        return JSONResponse(body, status_code=self.status, headers=headers, media_type=PROBLEM_JSON)
 
 
-def error_response(status: int, code: str, message: str, hint: str | None = None) -> JSONResponse:
-    """A JSON error answer without raising."""
-    return ApiError(status, code, message, hint).response()
+PROBLEM_JSON = "application/problem+json"
+
+
+def problem(status: int, code: str, message: str, hint: str, request: Request | None = None) -> dict[str, Any]:
+    """An RFC 9457 problem body: ``type`` (this code's entry in the error docs), ``title``,
+    ``status``, ``detail``, ``instance``, plus ``code``, ``message``, ``hint``, ``request_id``."""
+    body: dict[str, Any] = {
+        "type": f"/v1/docs/errors#{code}", "title": _title(status), "status": status, "detail": message,
+        "code": code, "message": message, "hint": hint,
+    }
+    if request is not None:
+        body["instance"] = request.url.path
+        request_id = getattr(request.state, "request_id", None)
+        if request_id:
+            body["request_id"] = request_id
+    return body
+
+
+def _title(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def error_response(status: int, code: str, message: str, hint: str | None = None,
+                   request: Request | None = None) -> JSONResponse:
+    """An error answer without raising."""
+    return ApiError(status, code, message, hint).response(request)
 
 
 def _describe_validation(exc: RequestValidationError) -> str:
@@ -158,33 +213,40 @@ def _describe_validation(exc: RequestValidationError) -> str:
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
 
-async def _api_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return exc.response()
+    return exc.response(request)
 
 
-async def _bench_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _bench_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, BenchError)
-    return ApiError.from_bench(exc).response()
+    return ApiError.from_bench(exc).response(request)
 
 
-async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return error_response(422, ApiCode.VALIDATION_ERROR, _describe_validation(exc))
+    fields = [{"field": ".".join(str(p) for p in err.get("loc", ())), "message": str(err.get("msg", "invalid")),
+               "type": str(err.get("type", ""))} for err in exc.errors()[:50]]
+    return ApiError(422, ApiCode.VALIDATION_ERROR, _describe_validation(exc)).response(request, fields)
 
 
-async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _STATUS_CODES.get(exc.status_code, ApiCode.BAD_REQUEST)
     message = str(exc.detail) if exc.detail else "Request failed."
     if exc.status_code == 404:
         message = "No such route."
-    return error_response(exc.status_code, code, message)
+    return error_response(exc.status_code, code, message, request=request)
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(500, ApiCode.INTERNAL, "An internal error occurred.")
+    log.exception("unhandled error on %s %s (request %s)", request.method, request.url.path,
+                  getattr(request.state, "request_id", "-"), exc_info=exc)
+    response = error_response(500, ApiCode.INTERNAL, "An internal error occurred.", request=request)
+    request_id = getattr(request.state, "request_id", None)
+    if request_id:  # a 500 is answered outside the middleware stack: the id is added here
+        response.headers["X-Request-ID"] = request_id
+    return response
 
 
 def install_error_handlers(app: FastAPI) -> None:

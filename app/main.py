@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from app.body_limit import BodySizeLimit
 from app.compare.routes import router as compare_router
 from app.db import make_engine, make_sessionmaker
+from app.discovery.routes import router as discovery_router
 from app.errors import install_error_handlers
 from app.fair_use import FairUse
 from app.health.routes import router as health_router
@@ -21,6 +22,7 @@ from app.mcp import install_mcp
 from app.openapi import install_openapi
 from app.queue import JobQueue
 from app.reports.routes import router as reports_router
+from app.request_id import RequestId
 from app.settings import Settings
 from app.tracks.routes import router as tracks_router
 
@@ -54,7 +56,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.fair_use = FairUse(settings)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    for router in (jobs_router, reports_router, tracks_router, compare_router, keys_router, health_router):
+    app.add_middleware(RequestId)  # added last: outermost, so every answer carries the id
+    for router in (discovery_router, jobs_router, reports_router, tracks_router, compare_router, keys_router,
+                   health_router):
         app.include_router(router)
     install_openapi(app)
     mcp_server = install_mcp(app)

@@ -33,7 +33,7 @@ def _set_examples(schema: dict[str, Any], name: str, examples: list[Any]) -> Non
 
 def _errors_are_error_bodies(schema: dict[str, Any]) -> None:
     """FastAPI documents 422 as its own HTTPValidationError, and a streaming route's errors in
-    its stream's media type; every error here is an ErrorBody in application/json."""
+    its stream's media type; every error here is an ErrorBody in application/problem+json."""
     ref = {"$ref": "#/components/schemas/ErrorBody"}
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
@@ -41,10 +41,9 @@ def _errors_are_error_bodies(schema: dict[str, Any]) -> None:
             response = responses.get("422")
             if response is not None:
                 response["description"] = "validation_error or an idea error (invalid_code, ...)"
-                response["content"] = {"application/json": {"schema": ref}}
-            for status, response in responses.items():  # a streaming route's errors are JSON too
-                if status.startswith(("4", "5")) and "text/event-stream" in response.get("content", {}):
-                    response["content"] = {"application/json": {"schema": ref}}
+            for status, response in responses.items():  # every error is a problem+json ErrorBody
+                if status.startswith(("4", "5")):
+                    response["content"] = {"application/problem+json": {"schema": ref}}
     components = schema.get("components", {}).get("schemas", {})
     components.pop("HTTPValidationError", None)
     components.pop("ValidationError", None)

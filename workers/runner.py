@@ -80,7 +80,7 @@ def execute_job(ctx: WorkerContext, job_id: str) -> Outcome:
         log.info("job %s not claimable (taken, ended or cancelled); skipping", job_id)
         return Outcome.NOT_CLAIMED
     claim, job = claimed
-    log.info("running job %s (attempt %d)", job_id, claim.attempt)
+    log.info("running job %s (attempt %d, request %s)", job_id, claim.attempt, job.request_id or "-")
     cancel = threading.Event()
     beat = Heartbeat(ctx, claim, cancel)
     beat.start()
@@ -124,7 +124,7 @@ def _finish_succeeded(ctx: WorkerContext, claim: Claim, job: Job, report: dict[s
             log.warning("job %s: lease lost before the report was stored; discarding it", claim.job_id)
             return Outcome.LOST
         session.commit()
-    log.info("job %s succeeded: report %s", claim.job_id, row.id)
+    log.info("job %s succeeded: report %s (request %s)", claim.job_id, row.id, job.request_id or "-")
     return Outcome.SUCCEEDED
 
 

@@ -56,6 +56,7 @@ class Job(Base):
     # The idea family (bench.family): re-rolls of one idea share it (attempt records).
     family: Mapped[str | None] = mapped_column(String(40))
     request_sha256: Mapped[str] = mapped_column(String(64))
+    request_id: Mapped[str | None] = mapped_column(String(128))  # the submission's X-Request-ID (logs)
     # Progress, written by the worker while the protocol runs.
     stage: Mapped[str | None] = mapped_column(String(32))
     runs_done: Mapped[int] = mapped_column(Integer, default=0)

@@ -46,7 +46,7 @@ def submit_idea(
     """Submit an idea to judge; answers 202 with the queued job, its links and an estimate."""
     submitted = service.submit(
         session, caller, body, idempotency_key=idempotency_key, settings=settings, estimator=estimator,
-        fair_use=request.app.state.fair_use,
+        fair_use=request.app.state.fair_use, request_id=getattr(request.state, "request_id", None),
     )
     job = submitted.job
     session.commit()

@@ -88,6 +88,7 @@ def submit(
     settings: Settings,
     estimator: Estimator,
     fair_use: FairUse | None = None,
+    request_id: str | None = None,
 ) -> Submitted:
     """Validate and stage a queued job, or return the one this Idempotency-Key made (a replay
     never counts against the key's limits)."""
@@ -118,6 +119,7 @@ def submit(
         "submitter_id": caller.key_id,
         "idempotency_key": idempotency_key,
         "family": family_of(body.code),
+        "request_id": request_id,
         "request_sha256": digest,
         "runs_done": 0,
         "attempts": 0,

@@ -15,8 +15,10 @@ EXAMPLE = get_card("smoke")["example_idea"]
 def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
     assert response.status_code == status, response.text
     body = response.json()
-    assert set(body) == {"code", "message", "hint"}, body
-    assert body["code"] == code, body
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert {"type", "title", "status", "detail", "code", "message", "hint", "request_id"} <= set(body), body
+    assert body["code"] == code and body["status"] == status and body["detail"] == body["message"], body
+    assert body["type"] == f"/v1/docs/errors#{code}" and body["request_id"] == response.headers["x-request-id"]
     assert body["message"]
     return body
 
@@ -153,7 +155,7 @@ def test_wrong_role(client: Any, keys: dict[str, str]) -> None:
 
 def test_unknown_route_and_method(client: Any, keys: dict[str, str]) -> None:
     assert_error(client.get("/v1/nothing-here"), 404, "not_found")
-    assert_error(client.get("/"), 404, "not_found")
+    assert_error(client.get("/nothing"), 404, "not_found")  # (GET / is the index)
     assert_error(client.delete("/v1/ideas", headers=bearer(keys["agent"])), 405, "method_not_allowed")
 
 

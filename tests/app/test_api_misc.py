@@ -96,7 +96,7 @@ def test_openapi_has_examples_and_error_bodies(client: Any) -> None:
         for method, operation in methods.items():
             for status, response in operation["responses"].items():
                 if status.startswith(("4", "5")):
-                    ref = response["content"]["application/json"]["schema"]["$ref"]
+                    ref = response["content"]["application/problem+json"]["schema"]["$ref"]
                     assert ref.endswith("/ErrorBody"), (path, method, status, ref)
     assert "HTTPValidationError" not in components
 

@@ -125,12 +125,13 @@ def poll_job(client: TestClient, token: str, job_id: str, until: set[str], timeo
 def test_smoke_example_end_to_end(stack: Any) -> None:
     app, client, token, log = stack
     response = client.post("/v1/ideas", json={"track": "smoke", "code": EXAMPLE, "name": "e2e"},
-                           headers=bearer(token))
+                           headers={**bearer(token), "X-Request-ID": "e2e-submit-1"})
     assert response.status_code == 202, response.text
     job_id = response.json()["job_id"]
     job = poll_job(client, token, job_id, {"succeeded", "failed", "cancelled"}, 240, log)
     assert job["status"] == "succeeded", job
     assert job["progress"]["runs_total"] and job["progress"]["runs_done"] == job["progress"]["runs_total"]
+    assert "request e2e-submit-1" in log.read_text()  # the submission's id in the worker's lines
     report = client.get(f"/v1/jobs/{job_id}/report", headers=bearer(token)).json()
     body = report["report"]
     assert body["system_judged"] is True and body["bench_report"]["comparison"]["n_pairs"] == 8
