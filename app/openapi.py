@@ -12,6 +12,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from bench.catalog import get_card
+from bench.contract import EXPECT_KINDS, MAX_ATOL, MAX_RTOL, PROBE_KINDS
+from bench.report import Report
 
 EXAMPLE_TRACK = "smoke"
 
@@ -23,6 +25,52 @@ def _example_submission(card: dict[str, Any]) -> dict[str, Any]:
         "name": "silu-wide",
         "hypothesis": "A smooth activation fits the smooth target better than ReLU at equal width.",
     }
+
+
+MECHANISM_SCHEMA: dict[str, Any] = {
+    "title": "Mechanism",
+    "type": "object",
+    "description": "A declared, measurable prediction about the trained model (docs/idea-contract.md): "
+    "a bench probe measures it (else the file's measure(model, x), reported as self_measured) on every "
+    "final model of both arms, and the bench decides whether `expect` holds.",
+    "required": ["quantity", "prediction", "expect"],
+    "properties": {
+        "quantity": {"type": "string"},
+        "prediction": {"type": "string"},
+        "expect": {
+            "type": "object", "required": ["kind"],
+            "properties": {
+                "kind": {"type": "string", "enum": sorted(EXPECT_KINDS)},
+                "target": {"type": "number", "description": "close_to"},
+                "value": {"type": "number", "description": "less_than / greater_than"},
+                "rtol": {"type": "number", "minimum": 0, "maximum": MAX_RTOL},
+                "atol": {"type": "number", "minimum": 0, "maximum": MAX_ATOL},
+            },
+        },
+        "probe": {
+            "type": "object", "required": ["kind"], "description": "A bench probe (measured by the bench).",
+            "properties": {"kind": {"type": "string", "enum": list(PROBE_KINDS)}},
+        },
+    },
+}
+
+
+def _typed_objects(schema: dict[str, Any]) -> None:
+    """The report (``bench.report.Report``) and the mechanism as schemas, not ``object``:
+    documented only, so a stored report is served as stored."""
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    report = Report.model_json_schema(ref_template="#/components/schemas/Report_{model}")
+    for name, definition in report.pop("$defs", {}).items():
+        components[f"Report_{name}"] = definition
+    components["Report_Report"] = report
+    components["Mechanism"] = MECHANISM_SCHEMA
+    for key, component in components.items():
+        properties = component.get("properties", {})
+        if key.startswith("ReportView") and "report" in properties:
+            properties["report"] = {"$ref": "#/components/schemas/Report_Report"}
+        if key.startswith("IdeaSubmission") and "mechanism" in properties:
+            properties["mechanism"] = {"anyOf": [{"$ref": "#/components/schemas/Mechanism"}, {"type": "null"}],
+                                       "description": properties["mechanism"].get("description", "")}
 
 
 def _set_examples(schema: dict[str, Any], name: str, examples: list[Any]) -> None:
@@ -59,6 +107,7 @@ def install_openapi(app: FastAPI) -> None:
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
         _errors_are_error_bodies(schema)
+        _typed_objects(schema)
         try:
             card = get_card(EXAMPLE_TRACK)
         except Exception:  # a build without the smoke track still serves its schema

@@ -52,3 +52,21 @@ def test_every_answer_carries_a_request_id_and_a_job_keeps_it(app: Any, client: 
         **bearer(keys["agent"]), "Content-Type": "application/json", "X-Request-ID": "big-1"})
     assert too_big.status_code == 413 and too_big.json()["request_id"] == "big-1"
     assert too_big.json()["type"] == "/v1/docs/errors#payload_too_large"
+
+
+def test_the_openapi_schema_types_the_report_and_the_mechanism(client: Any) -> None:
+    schema = client.get("/openapi.json").json()
+    components = schema["components"]["schemas"]
+    assert components["ReportView"]["properties"]["report"] == {"$ref": "#/components/schemas/Report_Report"}
+    assert "bench_report" in components["Report_Report"]["properties"]
+    mechanism = components["IdeaSubmission"]["properties"]["mechanism"]["anyOf"][0]
+    assert mechanism == {"$ref": "#/components/schemas/Mechanism"}
+    assert "input_gradient" in components["Mechanism"]["properties"]["probe"]["properties"]["kind"]["enum"]
+
+    def refs(node: Any) -> list[str]:
+        if isinstance(node, dict):
+            return ([node["$ref"]] if "$ref" in node else []) + [r for v in node.values() for r in refs(v)]
+        return [r for v in node for r in refs(v)] if isinstance(node, list) else []
+
+    for ref in refs(schema):  # every reference resolves
+        assert ref.split("/")[-1] in components, ref
