@@ -120,7 +120,10 @@ def run_one(kind: str, index: int, epoch: int) -> dict[str, Any]:
     br = report["bench_report"]
     return {
         "kind": kind, "epoch": epoch,
+        # the screening's comparison with the baseline alone (the protocol before the lr guard)
         "screened": br["comparison"]["verdict"] == "idea better (significant)",
+        # the screening's verdict: also against the baseline at the idea's lr (it ran the confirmation)
+        "screened_guarded": br["confirmation"] is not None,
         "helps": report["practical_verdict"] == "helps", "worked": report["worked"],
         "runs": trained, "confirmation_runs": confirmation_runs,
         "seconds": ended - started, "confirmation_seconds": ended - confirm_started[0] if confirm_started else 0.0,
@@ -128,11 +131,14 @@ def run_one(kind: str, index: int, epoch: int) -> dict[str, Any]:
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Without confirmation: the screening's verdict (against the baseline, and the baseline at
+    the idea's lr); with it: ``worked``. ``unguarded``: the screening against the baseline alone."""
     nulls = [r for r in rows if r["kind"] != "gain"]
     gains = [r for r in rows if r["kind"] == "gain"]
-    screened_nulls = sum(r["screened"] for r in nulls)
+    unguarded_nulls = sum(r["screened"] for r in nulls)
+    screened_nulls = sum(r["screened_guarded"] for r in nulls)
     worked_nulls = sum(r["worked"] for r in nulls)
-    screened_gains = [r for r in gains if r["screened"]]
+    screened_gains = [r for r in gains if r["screened_guarded"]]
     kept = sum(r["worked"] for r in screened_gains)
     runs = sum(r["runs"] for r in rows)
     screening_runs = runs - sum(r["confirmation_runs"] for r in rows)
@@ -147,6 +153,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "null_false_worked": worked_nulls / max(1, len(nulls)),
         "null_false_worked_ci95": clopper_pearson(worked_nulls, len(nulls)),
         "null_screened": screened_nulls, "null_worked": worked_nulls,
+        "null_screened_unguarded": unguarded_nulls,
+        "null_false_worked_unguarded_ci95": clopper_pearson(unguarded_nulls, len(nulls)),
         "gains_screened": len(screened_gains), "gains_kept": kept,
         "gains_kept_share": kept / len(screened_gains) if screened_gains else None,
         "runs_screening_only": screening_runs, "runs_with_confirmation": runs,
@@ -154,7 +162,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "seconds_screening_only": round(screening_seconds, 1), "seconds_with_confirmation": round(seconds, 1),
         "seconds_ratio": seconds / max(1e-9, screening_seconds),
         "by_kind": {kind: {"n": sum(r["kind"] == kind for r in rows),
-                           "screened": sum(r["screened"] for r in rows if r["kind"] == kind),
+                           "screened_unguarded": sum(r["screened"] for r in rows if r["kind"] == kind),
+                           "screened": sum(r["screened_guarded"] for r in rows if r["kind"] == kind),
                            "worked": sum(r["worked"] for r in rows if r["kind"] == kind)}
                     for kind in (*NULL_KINDS, "gain")},
     }
@@ -166,7 +175,14 @@ def main() -> int:
     parser.add_argument("--gains", type=int, default=20)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--rows", help="also write every job's row here (JSON lines)")
+    parser.add_argument("--summarize", metavar="ROWS", help="only summarize the rows of an earlier run")
     args = parser.parse_args()
+    if args.summarize:
+        rows = [json.loads(line) for line in Path(args.summarize).read_text().splitlines() if line.strip()]
+        for row in rows:  # rows of a run from before the lr guard have no screened_guarded
+            row.setdefault("screened_guarded", row["confirmation_runs"] > 0)
+        print(json.dumps(summarize(rows)))
+        return 0
     os.environ["IDEABENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="ideabench-null-stream-")
     jobs = [(NULL_KINDS[i % len(NULL_KINDS)], i) for i in range(args.nulls)]
     jobs += [("gain", i) for i in range(args.gains)]
