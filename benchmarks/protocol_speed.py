@@ -38,6 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 BUILT_IN = ("smoke", "tabular", "correlated_tokens", "dynamics", "sequence", "vision")
+JOB_KEY = "protocol-speed"  # both sides draw the same confirmation seeds
 
 
 def available(names: list[str]) -> list[str]:
@@ -77,7 +78,8 @@ def run_engine(track: str, idea: str, warm: bool) -> tuple[float, dict[str, Any]
     with tempfile.TemporaryDirectory(prefix="ideabench-speed-cache-") as cache:
         os.environ["IDEABENCH_CACHE_DIR"] = cache
         start = time.perf_counter()
-        request = JudgeRequest(track=track, idea_code=idea, timeout_s=3600.0, seed_secret=public_secret())
+        request = JudgeRequest(track=track, idea_code=idea, timeout_s=3600.0, seed_secret=public_secret(),
+                               job_key=JOB_KEY)
         report = judge(request, keep_warm=warm)
         seconds = time.perf_counter() - start
     return seconds, report["bench_report"]
@@ -93,7 +95,16 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
     from bench.metrics import score
     from bench.protocol import _grid, diverged_score, fill_diverged
     from bench.registry import load_track
-    from bench.seeding import final_seeds, public_secret, run_seeds, sweep_seeds, task_seed
+    from bench.seeding import (
+        confirmation_seeds,
+        final_seeds,
+        public_secret,
+        run_seeds,
+        sweep_seeds,
+        task_seed,
+    )
+    from bench.stats import VERDICT_BETTER
+    from bench.stats import compare as paired
     from bench.trainer import RunConfig, build_checked, train
 
     torch.set_num_threads(1)
@@ -117,7 +128,7 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
     }
 
     def run(arm: str, lr: float, hp: dict[str, Any], seed: int, split: str) -> tuple[float, Any]:
-        seeds = run_seeds(seed, secret)
+        seeds = run_seeds(seed, secret, JOB_KEY)
         splits, _ = splits_for(track, seeds.split, task)
         spec = dict(track.spec, hparams=dict(hp))
         model = build_checked(builders[arm], spec, init_seed=seeds.init, param_cap=int(card["param_cap"]),
@@ -174,9 +185,32 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
             values.append(value)
             if measure is not None:
                 model.eval()
-                probe = splits_for(track, run_seeds(seed, secret).split, task)[0].x_test[:256]
+                probe = splits_for(track, run_seeds(seed, secret, JOB_KEY).split, task)[0].x_test[:256]
                 measured.append(float(measure(model, probe)))
         out[arm] = {"lr": lr, "hparams": hp, "per_seed": fill_diverged(values, ceiling)}
+
+    # As the engine: the baseline at the idea's lr when the two differ, and the confirmation
+    # on the job's own seeds when the screening finds a win against both.
+    def stage(seeds: list[int]) -> dict[str, list[float]]:
+        runs = {"baseline": (out["baseline"]["lr"], {}), "idea": (out["idea"]["lr"], out["idea"]["hparams"])}
+        if out["baseline"]["lr"] != out["idea"]["lr"]:
+            runs["matched"] = (out["idea"]["lr"], {})
+        values = {k: [run("idea" if k == "idea" else "baseline", lr, hp, s, "test")[0] for s in seeds]
+                  for k, (lr, hp) in runs.items()}
+        every = [v for vals in values.values() for v in vals]
+        fill = diverged_score(every, ceiling, sign > 0)
+        return {k: fill_diverged(v, fill) for k, v in values.items()}
+
+    def better(values: dict[str, list[float]]) -> bool:
+        return all(paired(values[k], values["idea"], lower_is_better=sign > 0)["verdict"] == VERDICT_BETTER
+                   for k in ("baseline", "matched") if k in values)
+
+    n = int(defaults["n_seeds"])
+    screening = {"baseline": out["baseline"]["per_seed"], "idea": out["idea"]["per_seed"]}
+    if out["baseline"]["lr"] != out["idea"]["lr"]:
+        screening["matched"] = [run("baseline", out["idea"]["lr"], {}, s, "test")[0] for s in final_seeds(n)]
+    if better(screening):
+        out["confirmation"] = stage(confirmation_seeds(n))
     return time.perf_counter() - start, out
 
 
