@@ -48,6 +48,7 @@ class ApiCode(StrEnum):
     NOT_OWNER = "not_owner"
     TOO_MANY_VALIDATIONS = "too_many_validations"
     N_SEEDS_FIXED = "n_seeds_fixed"
+    INVALID_CALLBACK_URL = "invalid_callback_url"
     RATE_LIMITED = "rate_limited"
     TOO_MANY_JOBS = "too_many_jobs"
     DAILY_QUOTA = "daily_quota"
@@ -78,6 +79,8 @@ HINTS: dict[str, str] = {
     "GET /v1/tracks?kind=custom&status=validating), then register again.",
     ApiCode.N_SEEDS_FIXED: "Leave n_seeds unset: it is fixed per track (GET /v1/tracks/{name}, "
     "defaults.n_seeds), so a re-roll cannot change the test; only an operator may set it.",
+    ApiCode.INVALID_CALLBACK_URL: "Give a public http(s) URL without credentials (no localhost or private "
+    "addresses), or leave callback_url out and wait with GET /v1/jobs/{job_id}?wait=60.",
     ApiCode.RATE_LIMITED: "Slow down: wait the seconds in Retry-After, then retry (the Python client "
     "does this for you).",
     ApiCode.TOO_MANY_JOBS: "Wait for some of your jobs to end (GET /v1/jobs?status=queued), then submit again.",

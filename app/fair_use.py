@@ -1,5 +1,8 @@
 """Fair use: per-key request rate, jobs in flight and jobs per UTC day (429 + Retry-After).
 
+The caps on jobs are the service's settings, or a key's own overrides set by an operator
+(PATCH /v1/keys/{key_id}).
+
 The request rate is counted by the ``limits`` library (a moving window; in memory for the
 embedded service and one API process, in Redis when ``rate_limit_storage`` names it, so
 that several API processes share one count). Jobs in flight and jobs per day are counted
@@ -41,16 +44,19 @@ class FairUse:
                        f"More than {self.settings.rate_limit} requests from this key.",
                        headers={"Retry-After": str(wait)})
 
-    def check_jobs(self, session: Session, key_id: str, now: dt.datetime) -> None:
-        """429 ``too_many_jobs`` / ``daily_quota`` before another job of ``key_id`` is made."""
-        active = session.scalar(select(func.count()).select_from(Job).where(
-            Job.submitter_id == key_id, Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])))
-        cap = self.settings.max_active_jobs_per_key
+    def check_jobs(self, session: Session, key_id: str, now: dt.datetime, *, max_active: int | None = None,
+                   daily_quota: int | None = None) -> None:
+        """429 ``too_many_jobs`` / ``daily_quota`` before another job of ``key_id`` is made;
+        ``max_active`` / ``daily_quota`` are the key's own overrides (None: the settings)."""
+        cap = self.settings.max_active_jobs_per_key if max_active is None else max_active
+        quota = self.settings.daily_job_quota_per_key if daily_quota is None else daily_quota
+        if cap:
+            active = session.scalar(select(func.count()).select_from(Job).where(
+                Job.submitter_id == key_id, Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])))
         if cap and (active or 0) >= cap:
             raise ApiError(429, ApiCode.TOO_MANY_JOBS,
                            f"This key has {active} jobs queued or running; the limit is {cap}.",
                            headers={"Retry-After": "30"})
-        quota = self.settings.daily_job_quota_per_key
         if quota:
             midnight = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
             today = session.scalar(select(func.count()).select_from(Job).where(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from app.db import Base
 from app.health.models import WorkerBeat
-from app.jobs.models import Job, JobEvent, JobStatus
+from app.jobs.models import Job, JobEvent, JobStatus, WebhookAttempt
 from app.keys.models import ApiKey
 from app.reports.models import Report, VerdictCount
 from app.tracks.models import CustomTrackRow
 
 metadata = Base.metadata
 
-__all__ = ["ApiKey", "Base", "CustomTrackRow", "Job", "JobEvent", "JobStatus", "Report", "VerdictCount", "WorkerBeat", "metadata"]
+__all__ = ["ApiKey", "Base", "CustomTrackRow", "Job", "JobEvent", "JobStatus", "Report", "VerdictCount", "WebhookAttempt", "WorkerBeat",
+           "metadata"]

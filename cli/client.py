@@ -37,6 +37,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--name", help="a short label (default: the file's name)")
     p.add_argument("--hypothesis", help="what the idea should do, and why")
     p.add_argument("--wait", action="store_true", help="follow the job's events until it is judged")
+    p.add_argument("--callback-url", help="a public URL to POST a signed message to when the job ends")
     p.set_defaults(client_verb="submit")
     p = sub.add_parser("status", parents=[common], help="a job's status and progress")
     p.add_argument("job_id")
@@ -115,7 +116,7 @@ def _submit(args: argparse.Namespace, client: Client) -> int:
     code = Path(args.idea).read_text()
     baseline = Path(args.baseline).read_text() if args.baseline else None
     job = client.submit(args.track, code, baseline_code=baseline, name=args.name or Path(args.idea).stem,
-                        hypothesis=args.hypothesis, wait=args.wait,
+                        hypothesis=args.hypothesis, callback_url=args.callback_url, wait=args.wait,
                         on_event=None if args.json else _Progress())
     if args.json:
         out: dict[str, Any] = {"job": job.raw}

@@ -1,9 +1,9 @@
 """The Python client of the ideabench API: ``Client`` (sync) and ``AsyncClient``.
 
-Needs only httpx and httpx-sse (``pip install ideabench``: no torch, no web stack).
+Needs only httpx, httpx-sse and standardwebhooks (``pip install ideabench``: no torch, no web stack).
 """
 
-from ideabench_client.client import AsyncClient, Client, Event, Job
+from ideabench_client.client import AsyncClient, Client, Event, Job, verify_webhook
 from ideabench_client.errors import (
     AuthError,
     Conflict,
@@ -17,5 +17,5 @@ from ideabench_client.errors import (
 
 __all__ = [
     "AsyncClient", "AuthError", "Client", "Conflict", "Event", "IdeabenchError", "InvalidRequest", "Job",
-    "JobFailed", "NotFound", "RateLimited", "Unavailable",
+    "JobFailed", "NotFound", "RateLimited", "Unavailable", "verify_webhook",
 ]

@@ -19,12 +19,13 @@ import json
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from httpx_sse import aconnect_sse, connect_sse
+from standardwebhooks.webhooks import Webhook
 
 from ideabench_client import config
 from ideabench_client.errors import IdeabenchError, JobFailed, RateLimited, Unavailable, error_for
@@ -177,6 +178,10 @@ class Client(_Base):
                 time.sleep(_retry_delay(attempt, self.backoff, response))
         raise self._final_error(response, error)
 
+    def me(self) -> dict[str, Any]:
+        """The calling key: id, role, the limits in force and the webhook secret."""
+        return dict(self.request("GET", "/v1/keys/me"))
+
     # -- tracks -----------------------------------------------------------------
     def tracks(self) -> list[dict[str, Any]]:
         """Every track: name, title, task, metric, contract summary."""
@@ -190,12 +195,14 @@ class Client(_Base):
     def submit(self, track: str, code: str, *, baseline_code: str | None = None, name: str | None = None,
                hypothesis: str | None = None, hparams: dict[str, list[Any]] | None = None,
                mechanism: dict[str, Any] | None = None, n_seeds: int | None = None,
-               idempotency_key: str | None = None, wait: bool = False,
+               callback_url: str | None = None, idempotency_key: str | None = None, wait: bool = False,
                on_event: EventCallback | None = None, timeout: float | None = None) -> Job:
         """Submit an idea; with ``wait`` follow its event stream (``on_event`` sees each event)
-        until it ends and return the ended job, else return the queued job at once."""
+        until it ends and return the ended job, else return the queued job at once.
+        ``callback_url``: a public URL the service POSTs a signed message to once the job has
+        ended (check it with ``verify_webhook`` and the secret of ``me()``)."""
         body = _submission(track, code, baseline_code=baseline_code, name=name, hypothesis=hypothesis,
-                           hparams=hparams, mechanism=mechanism, n_seeds=n_seeds)
+                           hparams=hparams, mechanism=mechanism, n_seeds=n_seeds, callback_url=callback_url)
         key = idempotency_key or f"client-{uuid.uuid4().hex}"
         job = Job.from_json(self.request("POST", "/v1/ideas", json_body=body, headers={"Idempotency-Key": key}))
         return self.wait(job.job_id, on_event=on_event, timeout=timeout) if wait else job
@@ -314,6 +321,9 @@ class AsyncClient(_Base):
                 await asyncio.sleep(_retry_delay(attempt, self.backoff, response))
         raise self._final_error(response, error)
 
+    async def me(self) -> dict[str, Any]:
+        return dict(await self.request("GET", "/v1/keys/me"))
+
     async def tracks(self) -> list[dict[str, Any]]:
         return list((await self.request("GET", "/v1/tracks"))["items"])
 
@@ -323,10 +333,10 @@ class AsyncClient(_Base):
     async def submit(self, track: str, code: str, *, baseline_code: str | None = None, name: str | None = None,
                      hypothesis: str | None = None, hparams: dict[str, list[Any]] | None = None,
                      mechanism: dict[str, Any] | None = None, n_seeds: int | None = None,
-                     idempotency_key: str | None = None, wait: bool = False,
+                     callback_url: str | None = None, idempotency_key: str | None = None, wait: bool = False,
                      on_event: EventCallback | None = None, timeout: float | None = None) -> Job:
         body = _submission(track, code, baseline_code=baseline_code, name=name, hypothesis=hypothesis,
-                           hparams=hparams, mechanism=mechanism, n_seeds=n_seeds)
+                           hparams=hparams, mechanism=mechanism, n_seeds=n_seeds, callback_url=callback_url)
         key = idempotency_key or f"client-{uuid.uuid4().hex}"
         job = Job.from_json(await self.request("POST", "/v1/ideas", json_body=body,
                                                headers={"Idempotency-Key": key}))
@@ -402,3 +412,11 @@ class AsyncClient(_Base):
 
 
 __all__ = ["AsyncClient", "Client", "Event", "IdeabenchError", "Job", "JobFailed", "RateLimited"]
+
+
+def verify_webhook(secret: str, body: bytes | str, headers: Mapping[str, str]) -> dict[str, Any]:
+    """The message of a webhook the service POSTed (``{"type", "timestamp", "data"}``), once its
+    Standard Webhooks signature is checked against ``secret`` (``Client.me()["webhook_secret"]``)
+    and its timestamp is within five minutes; raises ``standardwebhooks``' verification error
+    otherwise. Deduplicate on the ``webhook-id`` header: a retry repeats it."""
+    return dict(Webhook(secret).verify(body, dict(headers)))

@@ -71,11 +71,14 @@ def build_server(client_for: ClientFor) -> MCPServer:
 
     @server.tool()
     async def submit_idea(track: str, code: str, ctx: Context, baseline_code: str | None = None,
-                          name: str | None = None, hypothesis: str | None = None) -> dict[str, Any]:
+                          name: str | None = None, hypothesis: str | None = None,
+                          callback_url: str | None = None) -> dict[str, Any]:
         """Submit an idea file (Python source defining build_model(spec)) to a track; optionally a
-        matched baseline file of the same contract, a name and a hypothesis. Returns the queued
-        job. Next: call wait_for_job with its job_id (judging takes seconds to minutes)."""
-        job = await call(ctx, "submit", track, code, baseline_code=baseline_code, name=name, hypothesis=hypothesis)
+        matched baseline file of the same contract, a name, a hypothesis, and a public callback_url
+        that gets a signed POST when the job ends. Returns the queued job. Next: call wait_for_job
+        with its job_id (judging takes seconds to minutes)."""
+        job = await call(ctx, "submit", track, code, baseline_code=baseline_code, name=name, hypothesis=hypothesis,
+                         callback_url=callback_url)
         return {**job.raw, "next": f"call wait_for_job with job_id {job.job_id!r}"}
 
     @server.tool()

@@ -44,6 +44,7 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
     from workers.celery_app import make_celery
     from workers.context import WorkerContext
     from workers.reconciler import WorkerLoop
+    from workers.webhooks import WebhookSender
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _tune_embedded_broker(settings)
@@ -53,12 +54,15 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
     loop_ctx = WorkerContext.create(settings)
     loop = WorkerLoop(loop_ctx)
     loop.start()
+    sender = WebhookSender(loop_ctx)
+    sender.start()
     try:
         celery.worker_main(worker_argv(settings, queues, concurrency))
     except SystemExit as exc:
         return int(exc.code or 0) if isinstance(exc.code, int) else 1
     finally:
         loop.stop()
+        sender.stop()
         loop_ctx.close()
     return 0
 

@@ -37,6 +37,7 @@ class Job(Base):
         Index("ix_jobs_submitter_created", "submitter_id", "created_at", "id"),
         Index("ix_jobs_track_created", "track", "created_at", "id"),
         Index("ix_jobs_track_family_created", "track", "family", "created_at"),
+        Index("ix_jobs_callback_state_next", "callback_state", "callback_next_at"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -57,6 +58,12 @@ class Job(Base):
     family: Mapped[str | None] = mapped_column(String(40))
     request_sha256: Mapped[str] = mapped_column(String(64))
     request_id: Mapped[str | None] = mapped_column(String(128))  # the submission's X-Request-ID (logs)
+    # The webhook (app/webhooks): POSTed once the job has ended. State: pending (until it is
+    # delivered or given up), delivered, failed; attempts fence the senders (compare-and-set).
+    callback_url: Mapped[str | None] = mapped_column(String(2000))
+    callback_state: Mapped[str | None] = mapped_column(String(16))
+    callback_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    callback_next_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # Progress, written by the worker while the protocol runs.
     stage: Mapped[str | None] = mapped_column(String(32))
     runs_done: Mapped[int] = mapped_column(Integer, default=0)
@@ -95,3 +102,16 @@ class JobEvent(Base):
     attempt: Mapped[int] = mapped_column(Integer)
     data: Mapped[dict[str, Any]] = mapped_column(JsonType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class WebhookAttempt(Base):
+    """One try at delivering a job's webhook: when, the answer's status (or why none came)."""
+
+    __tablename__ = "webhook_attempts"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(String(500))
+    duration_ms: Mapped[int] = mapped_column(Integer)

@@ -78,7 +78,7 @@ async def get_job(
 
 def _view_now(session: Session, job: Job) -> JobView:
     position = repository.queue_position(session, job) if job.status == JobStatus.QUEUED.value else None
-    return service.job_view(job, queue_position=position)
+    return service.job_view(job, queue_position=position, session=session)
 
 
 def _visible_job(job_id: str, session: SessionDep, caller: SubmitterDep) -> Job:

@@ -64,6 +64,12 @@ class IdeaSubmission(BaseModel):
     device: Literal["cpu", "gpu"] | None = Field(
         default=None, description="Which workers run it; default: the service's setting."
     )
+    callback_url: str | None = Field(
+        default=None, max_length=2000,
+        description="A public http(s) URL to POST to once the job has ended: a Standard Webhooks message "
+        "signed with your key's webhook_secret (GET /v1/keys/me), retried with backoff; its deliveries "
+        "show on the job (callback.deliveries).",
+    )
 
 
 class JobError(BaseModel):
@@ -82,6 +88,28 @@ class JobProgress(BaseModel):
     runs_total: int | None
     eta_s: float | None = Field(description="Estimated seconds left.")
     message: str | None = None
+
+
+class WebhookDelivery(BaseModel):
+    """One try at POSTing a job's webhook."""
+
+    attempt: int
+    at: datetime
+    status_code: int | None = Field(description="The receiver's HTTP status; null when none came.")
+    error: str | None = Field(description="Why the attempt did not count as delivered (null: 2xx).")
+    duration_ms: int
+
+
+class JobCallback(BaseModel):
+    """The job's webhook: where it goes and how its deliveries went."""
+
+    url: str
+    state: Literal["pending", "delivered", "failed"] | None = Field(
+        description="pending until delivered (a 2xx answer) or given up (refused, 410, retries spent).")
+    attempts: int
+    next_attempt_at: datetime | None = Field(description="When the next try is due (pending only).")
+    deliveries: list[WebhookDelivery] | None = Field(
+        description="Every attempt, first first (in GET /v1/jobs/{job_id}; null in listings).")
 
 
 class JobLinks(BaseModel):
@@ -117,6 +145,7 @@ class JobView(BaseModel):
     error: JobError | None
     report_id: str | None
     links: JobLinks
+    callback: JobCallback | None = Field(default=None, description="Only for a job submitted with callback_url.")
 
 
 class Estimate(BaseModel):

@@ -24,6 +24,7 @@ from app.keys.deps import Caller
 from app.keys.roles import Role
 from app.settings import Settings
 from app.tracks import service as tracks_service
+from app.webhooks import service as webhooks
 from bench.contract import check_hparams, check_mechanism, check_source
 from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
 from bench.family import family_of
@@ -56,8 +57,13 @@ class Checked:
     hparams: Any
 
 
-def validate_submission(session: Session, body: IdeaSubmission) -> Checked:
-    """Static checks before queuing; raises ``BenchError``."""
+def validate_submission(session: Session, body: IdeaSubmission, settings: Settings) -> Checked:
+    """Static checks before queuing; raises ``BenchError`` (``ApiError`` for the callback URL)."""
+    if body.callback_url is not None:
+        try:
+            webhooks.check_url(body.callback_url, allow_private=settings.webhook_allow_private)
+        except webhooks.CallbackRefused as exc:
+            raise ApiError(422, ApiCode.INVALID_CALLBACK_URL, str(exc)) from None
     track, card = tracks_service.resolve_for_job(session, body.track)
     max_configs = int(card.get("max_configs", 12))
     info = check_source(body.code, role="idea")
@@ -100,10 +106,11 @@ def submit(
         existing = repository.find_by_idempotency_key(session, caller.key_id, idempotency_key)
         if existing is not None:
             return _replay(session, existing, digest, settings, estimator)
-    checked = validate_submission(session, body)
+    checked = validate_submission(session, body, settings)
     now = utcnow()
     if fair_use is not None and not caller.is_operator:
-        fair_use.check_jobs(session, caller.key_id, now)
+        fair_use.check_jobs(session, caller.key_id, now, max_active=caller.max_active_jobs,
+                            daily_quota=caller.daily_job_quota)
     values: dict[str, Any] = {
         "id": new_id("job"),
         "status": JobStatus.QUEUED.value,
@@ -121,6 +128,9 @@ def submit(
         "family": family_of(body.code),
         "request_id": request_id,
         "request_sha256": digest,
+        "callback_url": body.callback_url,
+        "callback_state": webhooks.PENDING if body.callback_url else None,
+        "callback_attempts": 0,
         "runs_done": 0,
         "attempts": 0,
         "cancel_requested": False,
@@ -230,8 +240,8 @@ def cancel(session: Session, job_id: str, caller: Caller, now: datetime | None =
     return job
 
 
-def job_view(job: Job, queue_position: int | None = None) -> JobView:
-    """The API's view of a job row."""
+def job_view(job: Job, queue_position: int | None = None, session: Session | None = None) -> JobView:
+    """The API's view of a job row; with ``session``, its webhook deliveries too."""
     base = f"/v1/jobs/{job.id}"
     error = None
     if job.error_code is not None:
@@ -256,4 +266,6 @@ def job_view(job: Job, queue_position: int | None = None) -> JobView:
         error=error,
         report_id=job.report_id,
         links=JobLinks(self=base, report=f"{base}/report", cancel=f"{base}/cancel"),
+        callback=webhooks.view(job, webhooks.attempts_of(session, job.id)
+                               if session is not None and job.callback_url else None),
     )

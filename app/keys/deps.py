@@ -24,10 +24,13 @@ BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 @dataclass(frozen=True)
 class Caller:
-    """The authenticated key: its id and role."""
+    """The authenticated key: its id, role and overrides of the fair-use limits (None: the
+    service's settings)."""
 
     key_id: str
     role: Role
+    max_active_jobs: int | None = None
+    daily_job_quota: int | None = None
 
     @property
     def is_operator(self) -> bool:
@@ -49,7 +52,8 @@ async def authenticate(request: Request, credentials: BearerDep) -> Caller:
         key = await run_in_threadpool(cache.lookup, request.app.state.sessionmaker, token)
     if key is None:
         raise ApiError(401, ApiCode.INVALID_API_KEY, "The API key is unknown or revoked.")
-    caller = Caller(key_id=key.id, role=Role(key.role))
+    caller = Caller(key_id=key.id, role=Role(key.role), max_active_jobs=key.max_active_jobs,
+                    daily_job_quota=key.daily_job_quota)
     if not caller.is_operator:
         request.app.state.fair_use.check_rate(key.id)  # 429 rate_limited over the key's rate
     return caller

@@ -1,14 +1,24 @@
-"""Operator routes for API keys: create, list, revoke."""
+"""Routes for API keys: the caller's own (``/me``); an operator's create, list, limits, revoke."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
 from app.db import SessionDep
+from app.deps import SettingsDep
 from app.errors import ApiCode, ApiError, error_responses
 from app.keys import repository, service
-from app.keys.deps import OperatorDep
-from app.keys.schemas import KeyCreate, KeyCreated, KeyList, KeyView
+from app.keys.deps import CallerDep, OperatorDep
+from app.keys.roles import Role
+from app.keys.schemas import (
+    EffectiveLimits,
+    KeyCreate,
+    KeyCreated,
+    KeyLimitsUpdate,
+    KeyList,
+    KeySelf,
+    KeyView,
+)
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"], responses=error_responses(401, 403, 429))
 
@@ -33,6 +43,38 @@ def revoke_key(key_id: str, session: SessionDep, _caller: OperatorDep, request: 
     key = service.revoke_key(session, key_id)
     if key is None:
         raise ApiError(404, ApiCode.KEY_NOT_FOUND, f"No key with id {key_id!r}.")
+    session.commit()
+    request.app.state.key_cache.clear()
+    return KeyView.of(key)
+
+
+@router.get("/me", response_model=KeySelf)
+def my_key(session: SessionDep, caller: CallerDep, settings: SettingsDep) -> KeySelf:
+    """The calling key (any role): its id and role, the limits in force for it, and the secret
+    that signs its webhooks (POST /v1/ideas with callback_url)."""
+    key = repository.get_key(session, caller.key_id)
+    assert key is not None  # it authenticated this request
+    if key.webhook_secret is None:  # (a key made before webhooks, never migrated)
+        key.webhook_secret = service.new_webhook_secret()
+        session.commit()
+    limits = EffectiveLimits(
+        rate_limit=settings.rate_limit,
+        max_active_jobs=settings.max_active_jobs_per_key if key.max_active_jobs is None else key.max_active_jobs,
+        daily_job_quota=settings.daily_job_quota_per_key if key.daily_job_quota is None else key.daily_job_quota,
+    )
+    return KeySelf(id=key.id, name=key.name, role=Role(key.role), limits=limits, webhook_secret=key.webhook_secret)
+
+
+@router.patch("/{key_id}", response_model=KeyView, responses=error_responses(404, 422))
+def set_key_limits(key_id: str, body: KeyLimitsUpdate, session: SessionDep, _caller: OperatorDep,
+                   request: Request) -> KeyView:
+    """Set one key's caps on jobs in flight and jobs per UTC day (null: back to the service's
+    setting; 0: no cap). Takes effect at once in this API process, within key_cache_s elsewhere."""
+    key = repository.get_key(session, key_id)
+    if key is None:
+        raise ApiError(404, ApiCode.KEY_NOT_FOUND, f"No key with id {key_id!r}.")
+    for field in body.model_fields_set:
+        setattr(key, field, getattr(body, field))
     session.commit()
     request.app.state.key_cache.clear()
     return KeyView.of(key)

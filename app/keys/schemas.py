@@ -33,6 +33,8 @@ class KeyView(BaseModel):
                     "role": "agent",
                     "created_at": "2025-05-01T12:00:00Z",
                     "revoked_at": None,
+                    "max_active_jobs": None,
+                    "daily_job_quota": 200,
                 }
             ]
         }
@@ -43,13 +45,62 @@ class KeyView(BaseModel):
     role: Role
     created_at: datetime
     revoked_at: datetime | None
+    max_active_jobs: int | None = Field(default=None, description="This key's cap on jobs queued or running "
+                                        "(None: the service's setting; 0: no cap).")
+    daily_job_quota: int | None = Field(default=None, description="This key's jobs per UTC day (None: the "
+                                        "service's setting; 0: no quota).")
 
     @classmethod
     def of(cls, key: ApiKey) -> KeyView:
         """From the table row."""
         return cls(
-            id=key.id, name=key.name, role=Role(key.role), created_at=key.created_at, revoked_at=key.revoked_at
+            id=key.id, name=key.name, role=Role(key.role), created_at=key.created_at, revoked_at=key.revoked_at,
+            max_active_jobs=key.max_active_jobs, daily_job_quota=key.daily_job_quota,
         )
+
+
+class KeyLimitsUpdate(BaseModel):
+    """An operator's overrides of one key's fair-use limits; a field sent as null goes back to the
+    service's setting, a field left out is unchanged, 0 lifts the cap."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"daily_job_quota": 200}, {"max_active_jobs": None}]}
+    )
+
+    max_active_jobs: int | None = Field(default=None, ge=0, le=100_000)
+    daily_job_quota: int | None = Field(default=None, ge=0, le=10_000_000)
+
+
+class EffectiveLimits(BaseModel):
+    """The limits in force for a key (0: no cap)."""
+
+    rate_limit: str = Field(description="Requests per key, e.g. 3000/minute (operators are exempt).")
+    max_active_jobs: int
+    daily_job_quota: int
+
+
+class KeySelf(BaseModel):
+    """The calling key: who it is, its limits and the secret that signs its webhooks."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "key_1a2b3c4d", "name": "research-agent-1", "role": "agent",
+                    "limits": {"rate_limit": "3000/minute", "max_active_jobs": 50, "daily_job_quota": 0},
+                    "webhook_secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                }
+            ]
+        }
+    )
+
+    id: str
+    name: str | None
+    role: Role
+    limits: EffectiveLimits
+    webhook_secret: str = Field(description="Verify this key's webhooks with it (Standard Webhooks: "
+                                "webhook-id, webhook-timestamp and webhook-signature headers; any "
+                                "standardwebhooks library's Webhook(secret).verify(body, headers)).")
 
 
 class KeyCreated(KeyView):

@@ -7,6 +7,7 @@ stored, so a leaked database does not leak usable keys.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import secrets
 import threading
@@ -36,11 +37,17 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def new_webhook_secret() -> str:
+    """A Standard Webhooks signing secret: ``whsec_`` and 24 random bytes in base64."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
 def create_key(session: Session, role: Role | str, name: str | None = None) -> NewKey:
     """Stage a new key of ``role``; the caller commits."""
     key_id = "key_" + secrets.token_hex(4)
     token = f"{TOKEN_PREFIX}{key_id[4:]}_{secrets.token_urlsafe(32)}"
-    key = ApiKey(id=key_id, name=name, role=Role(role).value, token_sha256=hash_token(token))
+    key = ApiKey(id=key_id, name=name, role=Role(role).value, token_sha256=hash_token(token),
+                 webhook_secret=new_webhook_secret())
     repository.add_key(session, key)
     return NewKey(key=key, token=token)
 
@@ -59,6 +66,8 @@ class KnownKey:
 
     id: str
     role: str
+    max_active_jobs: int | None = None  # the key's overrides of the fair-use limits
+    daily_job_quota: int | None = None
 
 
 class KeyCache:
@@ -92,7 +101,8 @@ class KeyCache:
         digest = hash_token(token)
         with sessions() as session:
             key = repository.find_active_by_hash(session, digest)
-            known = None if key is None else KnownKey(id=key.id, role=key.role)
+            known = None if key is None else KnownKey(id=key.id, role=key.role, max_active_jobs=key.max_active_jobs,
+                                                      daily_job_quota=key.daily_job_quota)
         if known is not None:
             with self._lock:
                 if len(self._entries) >= self.max_entries:

@@ -73,3 +73,28 @@ def test_jobs_in_flight_and_per_day_are_capped(tmp_path: Any) -> None:
         over = _submit(client, tokens["agent"])
         assert over.status_code == 429 and over.json()["code"] == "daily_quota"
         assert 1 <= int(over.headers["Retry-After"]) <= 86400
+
+
+def test_an_operator_sets_one_keys_quota_and_the_key_sees_its_limits(tmp_path: Any) -> None:
+    app, tokens = _service(tmp_path, max_active_jobs_per_key=5)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        me = client.get("/v1/keys/me", headers=bearer(tokens["agent"])).json()
+        assert me["limits"] == {"rate_limit": "3000/minute", "max_active_jobs": 5, "daily_job_quota": 0}
+        assert me["role"] == "agent" and me["webhook_secret"].startswith("whsec_")
+        patch = {"daily_job_quota": 1, "max_active_jobs": 0}
+        refused = client.patch(f"/v1/keys/{me['id']}", json=patch, headers=bearer(tokens["agent"]))
+        assert refused.status_code == 403 and refused.json()["code"] == "forbidden_role"
+        done = client.patch(f"/v1/keys/{me['id']}", json=patch, headers=bearer(tokens["operator"]))
+        assert done.status_code == 200 and done.json()["daily_job_quota"] == 1
+        assert client.get("/v1/keys/me", headers=bearer(tokens["agent"])).json()["limits"]["daily_job_quota"] == 1
+        assert _submit(client, tokens["agent"]).status_code == 202
+        over = _submit(client, tokens["agent"])
+        assert over.status_code == 429 and over.json()["code"] == "daily_quota"
+        assert _submit(client, tokens["agent2"]).status_code == 202  # other keys keep the settings
+        # null: back to the service's setting (no daily quota); the other override is kept
+        reset = client.patch(f"/v1/keys/{me['id']}", json={"daily_job_quota": None}, headers=bearer(tokens["operator"]))
+        assert reset.json()["daily_job_quota"] is None and reset.json()["max_active_jobs"] == 0
+        assert _submit(client, tokens["agent"]).status_code == 202
+        bad = client.patch(f"/v1/keys/{me['id']}", json={"daily_job_quota": -1}, headers=bearer(tokens["operator"]))
+        assert bad.status_code == 422
+        assert client.patch("/v1/keys/key_nope", json={}, headers=bearer(tokens["operator"])).status_code == 404

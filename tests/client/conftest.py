@@ -23,7 +23,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     from app.settings import Settings
 
     tmp = tmp_path_factory.mktemp("service")
-    settings = Settings(data_dir=tmp / "var")
+    settings = Settings(data_dir=tmp / "var", webhook_allow_private=True)  # webhooks to a loopback receiver
     upgrade_head(settings)
     app = create_app(settings)
     with app.state.sessionmaker() as session:
@@ -36,7 +36,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    worker = start_worker(settings, tmp)
+    worker = start_worker(settings, tmp, IDEABENCH_WEBHOOK_ALLOW_PRIVATE="true")
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: server.started, 30, "uvicorn to start")

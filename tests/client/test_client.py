@@ -17,8 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from ideabench_client import AsyncClient, AuthError, Client, InvalidRequest, NotFound, RateLimited
-from tests.workers.test_end_to_end import EXAMPLE
+from ideabench_client import AsyncClient, AuthError, Client, InvalidRequest, NotFound, RateLimited, verify_webhook
+from tests.workers.test_end_to_end import EXAMPLE, wait_for
+from tests.workers.test_webhooks import Receiver
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD = "def build_model(:\n"
@@ -32,12 +33,20 @@ def cli(*args: str, env: dict[str, str] | None = None, **kwargs: Any) -> subproc
 
 @pytest.mark.slow
 def test_submit_wait_and_read_the_report_with_the_sync_client(service: tuple[str, str, Path]) -> None:
-    url, key, _log = service
+    url, key, log = service
     events: list[Any] = []
+    receiver = Receiver()
     with Client(url, key) as bench:
         assert "smoke" in {t["name"] for t in bench.tracks()}
-        job = bench.submit("smoke", EXAMPLE, name="client", wait=True, on_event=events.append)
+        job = bench.submit("smoke", EXAMPLE, name="client", wait=True, on_event=events.append,
+                           callback_url=receiver.url)
         assert job.status == "succeeded" and job.finished and job.report_id, job
+        # the worker's sender POSTs the signed end event, once, and the job shows the delivery
+        wait_for(lambda: bench.job(job.job_id).raw["callback"]["state"] == "delivered", 30, "the webhook", log)
+        receiver.close()
+        (headers, body), = receiver.received
+        message = verify_webhook(bench.me()["webhook_secret"], body, headers)
+        assert message["type"] == "job.succeeded" and message["data"] == events[-1].data
         kinds = [e.event for e in events]
         assert kinds[0] == "queued" and kinds[-1] == "end" and "run" in kinds
         assert [e.id for e in events] == list(range(len(events)))

@@ -41,8 +41,9 @@ VERDICTS = {"system_verdict": ("worked", "partial", "failed"),
             "practical_verdict": ("helps", "harms", "inconclusive")}
 
 
-def start_worker(settings: Any, cwd: Path) -> subprocess.Popen[bytes]:
-    """A real ``ideabench worker`` process on the settings' database and broker."""
+def start_worker(settings: Any, cwd: Path, **extra_env: str) -> subprocess.Popen[bytes]:
+    """A real ``ideabench worker`` process on the settings' database and broker (and
+    ``extra_env``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("IDEABENCH_")}
     env.update(
         DATABASE_URL=settings.database_url,
@@ -50,6 +51,7 @@ def start_worker(settings: Any, cwd: Path) -> subprocess.Popen[bytes]:
         IDEABENCH_DATA_DIR=str(settings.data_dir),
         IDEABENCH_HEARTBEAT_S="0.5",
         PYTHONPATH=str(ROOT),
+        **extra_env,
     )
     log = open(cwd / "worker.log", "wb")  # noqa: SIM115 - closed with the process
     return subprocess.Popen([sys.executable, "-m", "cli.main", "worker"], cwd=cwd, env=env, stdout=log,

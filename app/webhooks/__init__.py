@@ -1,0 +1,1 @@
+"""Job-end webhooks."""
