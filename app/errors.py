@@ -11,6 +11,7 @@ replaces FastAPI's default handlers so no answer ever has another shape.
 from __future__ import annotations
 
 import logging
+import re
 from enum import StrEnum
 from http import HTTPStatus
 from typing import Any
@@ -239,7 +240,39 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     message = str(exc.detail) if exc.detail else "Request failed."
     if exc.status_code == 404:
         message = "No such route."
-    return error_response(exc.status_code, code, message, request=request)
+    response = error_response(exc.status_code, code, message, request=request)
+    for name, value in (exc.headers or {}).items():
+        response.headers[name] = value
+    if exc.status_code == 405:  # Starlette names the first route's methods; a path may have several
+        response.headers["Allow"] = ", ".join(_methods_of(request))
+    return response
+
+
+def _methods_of(request: Request) -> list[str]:
+    """The methods this path's resource accepts (RFC 9110's ``Allow``), from the OpenAPI
+    schema's paths and the app's plain routes (``/mcp``, the docs): a literal path (``/v1/keys/me``)
+    is its own resource, even where a template (``/v1/keys/{key_id}``) would match it too."""
+    app = request.app
+    table: tuple[dict[str, set[str]], list[tuple[re.Pattern[str], set[str]]]] | None = \
+        getattr(app.state, "allow_table", None)
+    if table is None:
+        literal: dict[str, set[str]] = {}
+        templated: list[tuple[re.Pattern[str], set[str]]] = []
+        paths = {path: {m.upper() for m in ops} for path, ops in app.openapi().get("paths", {}).items()}
+        for route in app.router.routes:
+            if getattr(route, "methods", None) and isinstance(getattr(route, "path", None), str):
+                paths.setdefault(route.path, set()).update(route.methods)
+        for path, methods in paths.items():
+            if "{" in path:
+                templated.append((re.compile("^" + re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(path)) + "$"),
+                                  methods))
+            else:
+                literal[path] = methods
+        table = app.state.allow_table = (literal, templated)
+    literal, templated = table
+    path = request.url.path
+    methods = literal.get(path) or set().union(*(m for pattern, m in templated if pattern.match(path)))
+    return sorted(methods - {"HEAD"})
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:

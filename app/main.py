@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from app.body_limit import BodySizeLimit
 from app.compare.routes import router as compare_router
@@ -56,6 +57,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.fair_use = FairUse(settings)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    if settings.cors_origins:  # off unless configured: agents call from servers, not browsers
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
+                           allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID",
+                                          "X-Request-ID"],
+                           expose_headers=["X-Request-ID", "Retry-After", "Location"])
     app.add_middleware(RequestId)  # added last: outermost, so every answer carries the id
     for router in (discovery_router, jobs_router, reports_router, tracks_router, compare_router, keys_router,
                    health_router):

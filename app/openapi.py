@@ -97,6 +97,60 @@ def _errors_are_error_bodies(schema: dict[str, Any]) -> None:
     components.pop("ValidationError", None)
 
 
+def _job_links(job_id: str) -> dict[str, Any]:
+    param = {"job_id": job_id}
+    return {
+        "GetJob": {"operationId": "get_job_v1_jobs__job_id__get", "parameters": param,
+                   "description": "Poll the job (or long-poll with ?wait=60)."},
+        "JobEvents": {"operationId": "job_events_v1_jobs__job_id__events_get", "parameters": param,
+                      "description": "Follow the job's progress as Server-Sent Events."},
+        "JobReport": {"operationId": "get_job_report_v1_jobs__job_id__report_get", "parameters": param,
+                      "description": "The report, once the job has succeeded."},
+        "CancelJob": {"operationId": "cancel_job_v1_jobs__job_id__cancel_post", "parameters": param,
+                      "description": "Cancel the job."},
+    }
+
+
+# (path, method, status) -> the OpenAPI links of that answer: what an agent (or a stateful
+# fuzzer) calls next with the ids the answer holds.
+LINKS: dict[tuple[str, str, str], dict[str, Any]] = {
+    ("/v1/ideas", "post", "202"): _job_links("$response.body#/job_id"),
+    ("/v1/jobs", "get", "200"): _job_links("$response.body#/items/0/job_id"),
+    ("/v1/reports", "get", "200"): {
+        "GetReport": {"operationId": "get_report_v1_reports__report_id__get",
+                      "parameters": {"report_id": "$response.body#/items/0/report_id"}},
+        "GetJobReport": {"operationId": "get_job_report_v1_jobs__job_id__report_get",
+                         "parameters": {"job_id": "$response.body#/items/0/job_id"}},
+    },
+    ("/v1/tracks", "post", "202"): {
+        "GetTrack": {"operationId": "get_track_v1_tracks__ident__get",
+                     "parameters": {"ident": "$response.body#/id"}},
+    },
+    ("/v1/keys", "post", "201"): {
+        "SetKeyLimits": {"operationId": "set_key_limits_v1_keys__key_id__patch",
+                         "parameters": {"key_id": "$response.body#/id"}},
+        "RevokeKey": {"operationId": "revoke_key_v1_keys__key_id__delete",
+                      "parameters": {"key_id": "$response.body#/id"}},
+    },
+}
+
+
+def _links_and_bad_bodies(schema: dict[str, Any]) -> None:
+    """The answers' links (``LINKS``), and a 400 ``bad_request`` on every route that takes a
+    body (a body that is not JSON at all is refused before validation)."""
+    ref = {"$ref": "#/components/schemas/ErrorBody"}
+    for path, operations in schema.get("paths", {}).items():
+        for method, operation in operations.items():
+            responses = operation.get("responses", {})
+            for status, response in responses.items():
+                links = LINKS.get((path, method, status))
+                if links is not None:
+                    response["links"] = links
+            if "requestBody" in operation and "400" not in responses:
+                responses["400"] = {"description": "bad_request: the body is not JSON",
+                                    "content": {"application/problem+json": {"schema": ref}}}
+
+
 def install_openapi(app: FastAPI) -> None:
     """Build the schema lazily, adding catalog-based examples."""
 
@@ -107,6 +161,7 @@ def install_openapi(app: FastAPI) -> None:
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
         _errors_are_error_bodies(schema)
+        _links_and_bad_bodies(schema)
         _typed_objects(schema)
         try:
             card = get_card(EXAMPLE_TRACK)

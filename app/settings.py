@@ -36,6 +36,8 @@ class Settings(BaseSettings):
 
     # HTTP
     max_body_bytes: int = 256 * 1024
+    cors_origins: list[str] = Field(default=[], description="Origins a browser may call the API from "
+                                    "(CORS); empty: CORS is off.")
     key_cache_s: float = Field(default=5.0, description="How long an API process trusts a checked key.")
 
     # Jobs (API side)
@@ -46,6 +48,11 @@ class Settings(BaseSettings):
         "for up to 15 minutes); operators are exempt.",
     )
     estimate_run_s: float = 1.0
+    stream_max_s: float = Field(
+        default=300.0, gt=0, description="An event stream is closed after this long (the client resumes "
+        "with Last-Event-ID), so no connection is held forever.")
+    long_poll_max_s: float = Field(default=60.0, gt=0, le=60.0,
+                                   description="The longest GET /v1/jobs/{job_id}?wait= waits.")
     # Fair use (app/fair_use.py); operators are exempt.
     rate_limit: str = Field(default="3000/minute", description="Requests per key, in the limits "
                             "library's notation (e.g. 50/second, 3000/minute).")

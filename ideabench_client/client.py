@@ -82,6 +82,9 @@ class Event:
 EventCallback = Callable[[Event], None]
 
 
+STREAM_ROTATED_S = 1.0  # a stream closed cleanly after this long was rotated, not lost
+
+
 def _submission(track: str, code: str, **fields: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"track": track, "code": code}
     body.update({k: v for k, v in fields.items() if v is not None})
@@ -221,6 +224,7 @@ class Client(_Base):
             if last_event_id is not None:
                 headers["Last-Event-ID"] = str(last_event_id)
             try:
+                opened = time.monotonic()
                 with connect_sse(self._http, "GET", f"/v1/jobs/{job_id}/events", headers=headers,
                                  timeout=httpx.Timeout(self.timeout, read=None)) as source:
                     if source.response.status_code >= 400:
@@ -235,6 +239,9 @@ class Client(_Base):
                         yield event
                         if event.event == "end":
                             return
+                if time.monotonic() - opened >= STREAM_ROTATED_S:
+                    failures = 0  # the server ends long streams (stream_max_s): resume at once
+                    continue
                 raise httpx.TransportError("the stream closed before its end event")
             except httpx.TransportError:
                 failures += 1
@@ -354,6 +361,7 @@ class AsyncClient(_Base):
             if last_event_id is not None:
                 headers["Last-Event-ID"] = str(last_event_id)
             try:
+                opened = time.monotonic()
                 async with aconnect_sse(self._http, "GET", f"/v1/jobs/{job_id}/events", headers=headers,
                                         timeout=httpx.Timeout(self.timeout, read=None)) as source:
                     if source.response.status_code >= 400:
@@ -368,6 +376,9 @@ class AsyncClient(_Base):
                         yield event
                         if event.event == "end":
                             return
+                if time.monotonic() - opened >= STREAM_ROTATED_S:
+                    failures = 0  # the server ends long streams (stream_max_s): resume at once
+                    continue
                 raise httpx.TransportError("the stream closed before its end event")
             except httpx.TransportError:
                 failures += 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat
 
 
 class CompareRequest(BaseModel):
@@ -23,10 +23,11 @@ class CompareRequest(BaseModel):
         },
     )
 
-    baseline: list[float] = Field(min_length=2, max_length=64)
-    idea: list[float] = Field(min_length=2, max_length=64)
-    lower_is_better: bool = True
-    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    # Strict: JSON's true is not the number 1, nor 0 false (strict floats still take integers).
+    baseline: list[StrictFloat] = Field(min_length=2, max_length=64)
+    idea: list[StrictFloat] = Field(min_length=2, max_length=64)
+    lower_is_better: StrictBool = True
+    alpha: StrictFloat = Field(default=0.05, gt=0.0, lt=1.0)
 
 
 class Comparison(BaseModel):

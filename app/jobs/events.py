@@ -78,8 +78,11 @@ def _queued(session_factory: Callable[[], Session], job: Job) -> ServerSentEvent
     })
 
 
-async def stream(session_factory: Callable[[], Session], job: Job, last_event_id: int | None) -> AsyncIterator[ServerSentEvent]:
-    """The job's events after ``last_event_id`` (None: from the start), until its ``end``."""
+async def stream(session_factory: Callable[[], Session], job: Job, last_event_id: int | None,
+                 max_s: float = 300.0) -> AsyncIterator[ServerSentEvent]:
+    """The job's events after ``last_event_id`` (None: from the start), until its ``end``, or
+    for ``max_s`` seconds (a client resumes with ``Last-Event-ID``)."""
+    deadline = time.monotonic() + max_s
     after = -1 if last_event_id is None else last_event_id
     if after < 0:
         yield await run_in_threadpool(_queued, session_factory, job)
@@ -89,7 +92,7 @@ async def stream(session_factory: Callable[[], Session], job: Job, last_event_id
         for event in events:
             yield event
             after = int(event.id or after)
-        if over:
+        if over or time.monotonic() >= deadline:
             return
         await asyncio.sleep(POLL_S)
 
@@ -100,10 +103,11 @@ def _ended(session_factory: Callable[[], Session], job_id: str) -> bool:
         return job is None or _finished(job)
 
 
-async def wait_for_end(session_factory: Callable[[], Session], job_id: str, wait_s: float) -> None:
-    """Return once the job has ended or ``wait_s`` (at most ``MAX_WAIT_S``) have passed; polls
+async def wait_for_end(session_factory: Callable[[], Session], job_id: str, wait_s: float,
+                       max_s: float = MAX_WAIT_S) -> None:
+    """Return once the job has ended or ``wait_s`` (at most ``max_s``) have passed; polls
     without holding a worker thread between polls."""
-    deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
+    deadline = time.monotonic() + min(max(wait_s, 0.0), max_s, MAX_WAIT_S)
     while not await run_in_threadpool(_ended, session_factory, job_id):
         left = deadline - time.monotonic()
         if left <= 0:

@@ -71,7 +71,8 @@ async def get_job(
     """A job's status, stage, progress, queue position, times, error and report link."""
     job = await run_in_threadpool(service.get_visible_job, session, job_id, caller)
     if wait:
-        await events.wait_for_end(request.app.state.sessionmaker, job_id, wait)
+        await events.wait_for_end(request.app.state.sessionmaker, job_id, wait,
+                                  request.app.state.settings.long_poll_max_s)
         await run_in_threadpool(session.refresh, job)
     return await run_in_threadpool(_view_now, session, job)
 
@@ -114,9 +115,11 @@ async def job_events(
     ``queued`` (id 0), ``stage``, ``run`` (arm, stage, config, seed index, seconds; no metric),
     ``warning``, and ``end`` (status, verdicts and report link, or the error), then the stream
     closes. Events are stored: a reconnect loses and repeats nothing; the stream reads them
-    with its own sessions."""
+    with its own sessions. A stream open for 5 minutes without its end is closed by the server;
+    reconnect with ``Last-Event-ID`` (EventSource and the Python client do)."""
     resume = last_event_id if last_event_id is not None else after
-    async for event in events.stream(request.app.state.sessionmaker, job, resume):
+    async for event in events.stream(request.app.state.sessionmaker, job, resume,
+                                     request.app.state.settings.stream_max_s):
         yield event
 
 
@@ -127,7 +130,8 @@ def list_jobs(
     status: JobStatus | None = None,
     track: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=2000,
+                                        description="next_cursor of the previous page")] = None,
 ) -> JobPage:
     """Jobs newest first, filtered by status and track; agents see their own, operators all."""
     jobs, next_cursor = service.list_visible(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt
 
 from app.jobs.models import JobStatus
 
@@ -53,7 +53,7 @@ class IdeaSubmission(BaseModel):
         validation_alias=AliasChoices("hparams", "grid"),
         description="Extra sweep grid {name: [values]} (alias: grid); overrides the file's HPARAMS.",
     )
-    n_seeds: int | None = Field(
+    n_seeds: StrictInt | None = Field(
         default=None, ge=2, le=32,
         description="Final paired seeds per arm; fixed per track, so only an operator may set it "
         "(403 n_seeds_fixed otherwise).",

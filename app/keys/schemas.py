@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from app.keys.models import ApiKey
 from app.keys.roles import Role
@@ -67,8 +67,8 @@ class KeyLimitsUpdate(BaseModel):
         extra="forbid", json_schema_extra={"examples": [{"daily_job_quota": 200}, {"max_active_jobs": None}]}
     )
 
-    max_active_jobs: int | None = Field(default=None, ge=0, le=100_000)
-    daily_job_quota: int | None = Field(default=None, ge=0, le=10_000_000)
+    max_active_jobs: StrictInt | None = Field(default=None, ge=0, le=100_000)
+    daily_job_quota: StrictInt | None = Field(default=None, ge=0, le=10_000_000)
 
 
 class EffectiveLimits(BaseModel):

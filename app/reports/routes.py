@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Literal
+import re
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
+from pydantic import AfterValidator, BeforeValidator
 
 from app.db import SessionDep
 from app.errors import ApiCode, ApiError, error_responses
@@ -24,12 +26,28 @@ from app.reports.schemas import (
 )
 
 router = APIRouter(tags=["reports"], responses=error_responses(401, 403, 429))
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
-def _utc(value: dt.datetime | None) -> dt.datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+def _iso_only(value: Any) -> Any:
+    """Query dates and times in ISO 8601 only: pydantic alone would read ``0`` as 1970-01-01."""
+    if isinstance(value, str) and not _ISO_DAY.match(value):
+        raise ValueError("expected an ISO 8601 date (YYYY-MM-DD) or date-time")
+    return value
+
+
+def _in_utc(value: dt.datetime) -> dt.datetime:
+    """A naive time is UTC; an aware one must be expressible in UTC (0001-01-01T00:00+06:00 is not)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    try:
+        return value.astimezone(dt.UTC)
+    except OverflowError:
+        raise ValueError("the time is out of range once converted to UTC") from None
+
+
+IsoDate = Annotated[dt.date, BeforeValidator(_iso_only)]
+IsoDateTime = Annotated[dt.datetime, BeforeValidator(_iso_only), AfterValidator(_in_utc)]
 
 
 @router.get("/v1/jobs/{job_id}/report", response_model=ReportView, responses=error_responses(404, 409))
@@ -58,15 +76,16 @@ def list_reports(
     mechanism_ok: Annotated[
         MechanismFilter | None, Query(description="true, false, or none (no mechanism declared)")
     ] = None,
-    created_after: Annotated[dt.datetime | None, Query(description="inclusive, ISO 8601 (UTC if naive)")] = None,
-    created_before: Annotated[dt.datetime | None, Query(description="exclusive, ISO 8601")] = None,
+    created_after: Annotated[IsoDateTime | None, Query(description="inclusive, ISO 8601 (UTC if naive)")] = None,
+    created_before: Annotated[IsoDateTime | None, Query(description="exclusive, ISO 8601")] = None,
     submitter: Annotated[str | None, Query(max_length=32, description="a key id")] = None,
     family: Annotated[
         str | None, Query(max_length=40, description="an idea family (a report's family): its re-rolls")
     ] = None,
     sort: ReportSort = ReportSort.CREATED_DESC,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=2000,
+                                        description="next_cursor of the previous page")] = None,
 ) -> ReportPage:
     """Report rows filtered by track (or built-in vs custom), verdicts, mechanism, time, submitter and
     idea family; cursor-paged. Each row has its Benjamini-Hochberg q-value over every idea judged on
@@ -78,8 +97,8 @@ def list_reports(
         practical_verdict=practical_verdict.value if practical_verdict else None,
         mechanism_ok=None if mechanism_ok in (None, MechanismFilter.NONE) else mechanism_ok is MechanismFilter.TRUE,
         mechanism_none=mechanism_ok is MechanismFilter.NONE,
-        created_after=_utc(created_after),
-        created_before=_utc(created_before),
+        created_after=created_after,
+        created_before=created_before,
         submitter_id=submitter,
         family=family,
     )
@@ -97,9 +116,9 @@ def verdict_summary(
         Literal["builtin", "custom"] | None, Query(description="only built-in or only custom tracks")
     ] = None,
     since: Annotated[
-        dt.date | None, Query(description="first day, inclusive (UTC); default: 30 days / 26 weeks back")
+        IsoDate | None, Query(description="first day, inclusive (UTC); default: 30 days / 26 weeks back")
     ] = None,
-    until: Annotated[dt.date | None, Query(description="last day, inclusive (UTC); default: today")] = None,
+    until: Annotated[IsoDate | None, Query(description="last day, inclusive (UTC); default: today")] = None,
 ) -> VerdictSummary:
     """Counts of each (system, practical) verdict pair by track and day or week, for dashboards."""
     if since is not None and until is not None and since > until:

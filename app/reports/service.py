@@ -203,7 +203,8 @@ def summary_window(bucket: str, since: dt.date | None, until: dt.date | None) ->
     """The range a summary covers: ``until`` defaults to today (UTC), ``since`` to
     30 days (by day) or 26 weeks (by week) before it."""
     until = until or dt.datetime.now(dt.UTC).date()
-    since = since or until - dt.timedelta(days=DEFAULT_SUMMARY_DAYS[bucket] - 1)
+    span = dt.timedelta(days=DEFAULT_SUMMARY_DAYS[bucket] - 1)
+    since = since or (until - span if until - dt.date.min >= span else dt.date.min)
     return since, until
 
 

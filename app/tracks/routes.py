@@ -43,7 +43,10 @@ def list_tracks(
     return TrackList(items=items)
 
 
-@router.post("", status_code=202, response_model=TrackCard, responses=error_responses(409, 413, 422, 429))
+@router.post("", status_code=202, response_model=TrackCard, responses={
+    **error_responses(409, 413, 422, 429),
+    200: {"model": TrackCard, "description": "The same file was registered before: its existing version."},
+})
 def register_track(
     body: TrackRegistration, session: SessionDep, caller: SubmitterDep, queue: QueueDep,
     settings: SettingsDep, response: Response,

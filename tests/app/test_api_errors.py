@@ -195,3 +195,20 @@ def test_internal_error_has_no_stack_trace(app: Any, client: Any, keys: dict[str
     body = assert_error(response, 500, "internal")
     assert "secret" not in response.text and "Traceback" not in response.text
     assert body["hint"]
+
+
+def test_405_lists_every_method_of_the_path(client: Any, keys: dict[str, str]) -> None:
+    for method, path, allow in [("OPTIONS", "/v1/keys", "GET, POST"), ("PUT", "/v1/keys/key_x", "DELETE, PATCH"),
+                                ("TRACE", "/v1/tracks", "GET, POST"), ("TRACE", "/v1/keys/me", "GET")]:
+        answer = client.request(method, path, headers=bearer(keys["operator"]))
+        assert answer.status_code == 405 and answer.json()["code"] == "method_not_allowed", (method, path)
+        assert answer.headers["Allow"] == allow, (method, path)
+
+
+def test_json_booleans_are_not_numbers_nor_numbers_booleans(client: Any, keys: dict[str, str]) -> None:
+    base = {"baseline": [0.4, 0.41, 0.42], "idea": [0.39, 0.4, 0.41]}
+    for body in [{**base, "lower_is_better": 0}, {**base, "idea": [True, 0.4, 0.41]}, {**base, "alpha": True}]:
+        answer = client.post("/v1/compare", json=body, headers=bearer(keys["viewer"]))
+        assert answer.status_code == 422 and answer.json()["code"] == "validation_error", body
+    assert client.post("/v1/compare", json={**base, "idea": [1, 0.4, 0.41]},
+                       headers=bearer(keys["viewer"])).status_code == 200  # an integer is a number

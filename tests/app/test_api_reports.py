@@ -152,3 +152,24 @@ def test_verdict_summary_by_day_and_week(env: Any) -> None:
     bad = client.get("/v1/verdicts/summary", params={"since": "2025-06-01", "until": "2025-05-01"},
                      headers=bearer(tokens["viewer"]))
     assert bad.status_code == 422 and bad.json()["code"] == "validation_error"
+
+
+@pytest.mark.parametrize("query", [
+    {"created_after": "0001-01-01T00:00:59+06:29"},  # before year 1 in UTC (found by schemathesis)
+    {"created_before": "9999-12-31T23:59:59-06:00"},  # after year 9999 in UTC
+    {"created_after": "0"}, {"since": "0"}, {"until": "1"},  # not ISO 8601: pydantic alone reads 1970
+    {"cursor": ""},
+])
+def test_times_and_cursors_out_of_range_or_form_are_422(client: TestClient, keys: dict[str, str],
+                                                        query: dict[str, str]) -> None:
+    path = "/v1/verdicts/summary" if set(query) & {"since", "until"} else "/v1/reports"
+    answer = client.get(path, params=query, headers=bearer(keys["viewer"]))
+    assert answer.status_code == 422 and answer.json()["code"] == "validation_error", answer.text
+
+
+def test_a_summary_window_at_the_first_day_of_the_calendar(client: TestClient, keys: dict[str, str]) -> None:
+    answer = client.get("/v1/verdicts/summary", params={"until": "0001-01-02"}, headers=bearer(keys["viewer"]))
+    assert answer.status_code == 200 and answer.json()["since"] == "0001-01-01"  # (found by schemathesis)
+    answer = client.get("/v1/verdicts/summary", params={"since": "9999-12-01", "until": "9999-12-31"},
+                        headers=bearer(keys["viewer"]))
+    assert answer.status_code == 200

@@ -17,7 +17,15 @@ from typing import Any
 import httpx
 import pytest
 
-from ideabench_client import AsyncClient, AuthError, Client, InvalidRequest, NotFound, RateLimited, verify_webhook
+from ideabench_client import (
+    AsyncClient,
+    AuthError,
+    Client,
+    InvalidRequest,
+    NotFound,
+    RateLimited,
+    verify_webhook,
+)
 from tests.workers.test_end_to_end import EXAMPLE, wait_for
 from tests.workers.test_webhooks import Receiver
 
