@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("migrate", help="upgrade the database to the latest schema")
 
+    p = sub.add_parser("backup", help="back up the database (online) into a new directory")
+    p.add_argument("dest", help="a new directory: the dump and manifest.json")
+    p = sub.add_parser("restore", help="restore a backup into the configured database (stop the service first)")
+    p.add_argument("source", help="a directory written by `ideabench backup`")
+    p.add_argument("--force", action="store_true", help="replace a database that already holds tables")
+
     p = sub.add_parser("keys", help="manage API keys")
     keys = p.add_subparsers(dest="keys_command", required=True)
     k = keys.add_parser("create", help="create a key; prints it alone on the last line")

@@ -1,4 +1,5 @@
-"""Service subcommands: ``serve``, ``worker``, ``migrate``, ``keys``, ``track register|deprecate``.
+"""Service subcommands: ``serve``, ``worker``, ``migrate``, ``backup``, ``restore``, ``keys``,
+``track register|deprecate``.
 
 Imports the web stack and the worker lazily, so the API process never loads
 torch: ``serve`` runs the worker as its own process.
@@ -36,6 +37,25 @@ def cmd_migrate(settings: Settings) -> int:
 
     upgrade_head(settings)
     print(f"database at head: {_safe_url(settings.database_url)}")
+    return 0
+
+
+def cmd_backup_restore(args: argparse.Namespace, settings: Settings) -> int:
+    """``backup DEST`` / ``restore SOURCE [--force]``: print the manifest; exit 1 with the reason."""
+    from app import backup
+
+    try:
+        if args.command == "backup":
+            manifest = backup.backup(settings, Path(args.dest))
+        else:
+            manifest = backup.restore(settings, Path(args.source), force=args.force)
+    except backup.BackupError as exc:
+        print(f"{args.command} failed: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(backup.describe(manifest), indent=2))
+    if args.command == "restore":
+        print(f"restored into {_safe_url(settings.database_url)}; run `ideabench migrate` if the backup is "
+              "of an older schema", file=sys.stderr)
     return 0
 
 
@@ -243,6 +263,8 @@ def dispatch(args: argparse.Namespace) -> int:
         return cmd_worker(args, settings)
     if args.command == "migrate":
         return cmd_migrate(settings)
+    if args.command in ("backup", "restore"):
+        return cmd_backup_restore(args, settings)
     if args.command == "keys":
         return cmd_keys(args, settings)
     if args.command == "track":
