@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from fastapi import APIRouter
 
 from app.compare.schemas import CompareRequest, Comparison
@@ -14,10 +16,16 @@ router = APIRouter(tags=["compare"], responses=error_responses(401, 403, 422, 42
 @router.post("/v1/compare", response_model=Comparison)
 def compare(body: CompareRequest, _caller: ReaderDep) -> Comparison:
     """Exact paired sign-flip statistics of idea - baseline: the report's comparison block."""
-    from bench.stats import compare as compare_arms  # numpy/scipy: loaded on first use
+    import numpy  # numpy/scipy: loaded on first use
+
+    from bench.stats import compare as compare_arms
 
     try:
-        result = compare_arms(body.baseline, body.idea, lower_is_better=body.lower_is_better, alpha=body.alpha)
-    except ValueError as exc:
-        raise ApiError(422, ApiCode.INVALID_COMPARISON, str(exc)) from None
+        with numpy.errstate(over="raise", invalid="raise"):
+            result = compare_arms(body.baseline, body.idea, lower_is_better=body.lower_is_better, alpha=body.alpha)
+    except (ValueError, FloatingPointError, OverflowError) as exc:
+        raise ApiError(422, ApiCode.INVALID_COMPARISON, f"The numbers cannot be compared: {exc}.") from None
+    if any(isinstance(v, float) and not math.isfinite(v) for v in result.values()):
+        raise ApiError(422, ApiCode.INVALID_COMPARISON,
+                       "The numbers are so large that their differences overflow; rescale them.")
     return Comparison.model_validate(result)

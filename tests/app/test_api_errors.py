@@ -212,3 +212,10 @@ def test_json_booleans_are_not_numbers_nor_numbers_booleans(client: Any, keys: d
         assert answer.status_code == 422 and answer.json()["code"] == "validation_error", body
     assert client.post("/v1/compare", json={**base, "idea": [1, 0.4, 0.41]},
                        headers=bearer(keys["viewer"])).status_code == 200  # an integer is a number
+
+
+def test_numbers_whose_differences_overflow_are_422_not_nulls(client: Any, keys: dict[str, str]) -> None:
+    big = 1.7976931348623157e308  # (found by schemathesis: inf went out as null)
+    body = {"baseline": [big, -big, 1.0, 2.0], "idea": [-big, big, 0.0, 0.0], "lower_is_better": False}
+    answer = client.post("/v1/compare", json=body, headers=bearer(keys["viewer"]))
+    assert answer.status_code == 422 and answer.json()["code"] == "invalid_comparison", answer.text
