@@ -20,6 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bench.errors import BenchError, ErrorCode
@@ -54,6 +55,7 @@ class ApiCode(StrEnum):
     TOO_MANY_JOBS = "too_many_jobs"
     DAILY_QUOTA = "daily_quota"
     NOT_READY = "not_ready"
+    DATABASE_UNAVAILABLE = "database_unavailable"
     INTERNAL = "internal"
 
 
@@ -87,6 +89,8 @@ HINTS: dict[str, str] = {
     ApiCode.TOO_MANY_JOBS: "Wait for some of your jobs to end (GET /v1/jobs?status=queued), then submit again.",
     ApiCode.DAILY_QUOTA: "Your key's jobs for today (UTC) are used up: retry after Retry-After, or ask an "
     "operator for a higher quota.",
+    ApiCode.DATABASE_UNAVAILABLE: "The database was briefly unreachable and nothing was changed; retry after "
+    "Retry-After (with the same Idempotency-Key for a submission; the Python client does this).",
     ApiCode.NOT_READY: "Start the database, the broker and a worker (`ideabench worker`).",
     ApiCode.INTERNAL: "This is a bug in ideabench; retry later and report it if it persists.",
 }
@@ -285,12 +289,31 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     return response
 
 
+async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+    """A lost or refused database connection (a restart, a failover, a killed backend) is a 503
+    to retry, not a 500: the transaction was rolled back, and the pool drops the dead connection.
+    Any other database error is a bug: a 500."""
+    lost = isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError) or (
+        isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated)
+    if not lost:
+        return await _internal_error(request, exc)
+    log.warning("database unavailable on %s %s (request %s): %s", request.method, request.url.path,
+                getattr(request.state, "request_id", "-"), type(exc).__name__)
+    response = ApiError(503, ApiCode.DATABASE_UNAVAILABLE, "The database is unreachable right now.",
+                        headers={"Retry-After": "1"}).response(request)
+    request_id = getattr(request.state, "request_id", None)
+    if request_id:
+        response.headers["X-Request-ID"] = request_id
+    return response
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Replace FastAPI's default handlers with ones that answer ``ErrorBody``."""
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(BenchError, _bench_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(sa_exc.DBAPIError, _database_error)
     app.add_exception_handler(Exception, _internal_error)
 
 
@@ -306,6 +329,6 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, object]]:
         429: "Too many requests (rate_limited, too_many_jobs, daily_quota, too_many_validations); "
         "see Retry-After",
         422: "validation_error or an idea error (invalid_code, missing_build_model, unknown_track, ...)",
-        503: "not_ready",
+        503: "not_ready or database_unavailable; see Retry-After",
     }
     return {s: {"model": ErrorBody, "description": descriptions.get(s, "Error")} for s in statuses}

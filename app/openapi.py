@@ -136,8 +136,9 @@ LINKS: dict[tuple[str, str, str], dict[str, Any]] = {
 
 
 def _links_and_bad_bodies(schema: dict[str, Any]) -> None:
-    """The answers' links (``LINKS``), and a 400 ``bad_request`` on every route that takes a
-    body (a body that is not JSON at all is refused before validation)."""
+    """The answers' links (``LINKS``); a 400 ``bad_request`` on every route that takes a body
+    (a body that is not JSON at all is refused before validation); a 503 on every route that
+    reads the database (``database_unavailable`` while it is unreachable)."""
     ref = {"$ref": "#/components/schemas/ErrorBody"}
     for path, operations in schema.get("paths", {}).items():
         for method, operation in operations.items():
@@ -148,6 +149,9 @@ def _links_and_bad_bodies(schema: dict[str, Any]) -> None:
                     response["links"] = links
             if "requestBody" in operation and "400" not in responses:
                 responses["400"] = {"description": "bad_request: the body is not JSON",
+                                    "content": {"application/problem+json": {"schema": ref}}}
+            if path != "/healthz" and "503" not in responses:
+                responses["503"] = {"description": "database_unavailable: retry after Retry-After",
                                     "content": {"application/problem+json": {"schema": ref}}}
 
 

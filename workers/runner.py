@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
+
+from sqlalchemy import exc as sa_exc
 
 from app.db import utcnow
 from app.jobs import leases
@@ -22,6 +26,22 @@ from workers.heartbeat import Heartbeat, ProgressWriter
 from workers.tracks import custom_track_of
 
 log = logging.getLogger("ideabench.worker")
+T = TypeVar("T")
+WRITE_RETRIES = 6  # the final write survives a database blip of ~6 s (0.2 s, doubling)
+
+
+def _retrying(write: Callable[[], T], what: str) -> T:
+    """``write`` (one transaction), again on a lost or refused connection: the judging is done,
+    and a retry is safe because every write is fenced by the claim."""
+    for attempt in range(WRITE_RETRIES):
+        try:
+            return write()
+        except (sa_exc.OperationalError, sa_exc.InterfaceError):
+            if attempt == WRITE_RETRIES - 1:
+                raise
+            log.warning("%s: the database is unreachable; retrying", what, exc_info=True)
+            time.sleep(0.2 * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 class Outcome(StrEnum):
@@ -111,6 +131,10 @@ def _cancelled() -> dict[str, str]:
 
 
 def _finish_succeeded(ctx: WorkerContext, claim: Claim, job: Job, report: dict[str, Any]) -> Outcome:
+    return _retrying(lambda: _store_report(ctx, claim, job, report), f"job {claim.job_id}'s report")
+
+
+def _store_report(ctx: WorkerContext, claim: Claim, job: Job, report: dict[str, Any]) -> Outcome:
     now = utcnow()
     with ctx.sessions() as session:
         try:  # the attempts before it are counted in the transaction that stores it
@@ -133,6 +157,10 @@ def _finish_unsuccessful(
 ) -> Outcome:
     if status is JobStatus.CANCELLED and error.get("code") != ErrorCode.CANCELLED.value:
         error = _cancelled()
+    return _retrying(lambda: _store_end(ctx, claim, status, error), f"job {claim.job_id}'s end")
+
+
+def _store_end(ctx: WorkerContext, claim: Claim, status: JobStatus, error: dict[str, str]) -> Outcome:
     with ctx.sessions() as session:
         if not leases.finish_unsuccessful(session, claim, status, error, utcnow()):
             session.rollback()
