@@ -5,7 +5,9 @@ The caps on jobs are the service's settings, or a key's own overrides set by an 
 
 The request rate is counted by the ``limits`` library (a moving window; in memory for the
 embedded service and one API process, in Redis when ``rate_limit_storage`` names it, so
-that several API processes share one count). Jobs in flight and jobs per day are counted
+that several API processes share one count), with its asyncio API: the count is taken in
+the event loop without blocking it (and, in memory, without the timer thread the
+synchronous memory storage starts every few milliseconds). Jobs in flight and jobs per day are counted
 in the database at submission, where the jobs are. Operators are exempt: they run the
 service (and its tests and load benchmarks).
 """
@@ -16,7 +18,8 @@ import datetime as dt
 import math
 import time
 
-from limits import RateLimitItem, parse, storage, strategies
+from limits import RateLimitItem, parse, storage
+from limits.aio import strategies
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -31,14 +34,16 @@ class FairUse:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.item: RateLimitItem = parse(settings.rate_limit)
-        backend = storage.storage_from_string(settings.rate_limit_storage or "memory://")
+        url = settings.rate_limit_storage or "memory://"
+        options = {"implementation": "redispy"} if url.startswith(("redis", "rediss")) else {}
+        backend = storage.storage_from_string(f"async+{url}", **options)
         self.limiter = strategies.MovingWindowRateLimiter(backend)
 
-    def check_rate(self, key_id: str) -> None:
+    async def check_rate(self, key_id: str) -> None:
         """Count one request of ``key_id``; 429 ``rate_limited`` over ``rate_limit``."""
-        if self.limiter.hit(self.item, key_id):
+        if await self.limiter.hit(self.item, key_id):
             return
-        reset = self.limiter.get_window_stats(self.item, key_id).reset_time
+        reset = (await self.limiter.get_window_stats(self.item, key_id)).reset_time
         wait = max(1, math.ceil(reset - time.time()))
         raise ApiError(429, ApiCode.RATE_LIMITED,
                        f"More than {self.settings.rate_limit} requests from this key.",

@@ -31,6 +31,7 @@ class SourceInfo:
 
     defines: frozenset[str] = field(default_factory=frozenset)
     literals: dict[str, Any] = field(default_factory=dict)
+    tree: ast.Module | None = field(default=None, repr=False, compare=False)  # the parsed file
 
     @property
     def has_mechanism(self) -> bool:
@@ -76,7 +77,7 @@ def parse_source(source: str, *, role: str = "idea", max_bytes: int = MAX_SOURCE
             defines.add(node.target.id)
         elif isinstance(node, ast.ImportFrom | ast.Import):
             defines.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return SourceInfo(frozenset(defines), literals)
+    return SourceInfo(frozenset(defines), literals, tree)
 
 
 def check_source(source: str, *, role: str = "idea") -> SourceInfo:

@@ -110,9 +110,10 @@ def _bound_names(tree: ast.Module) -> tuple[set[str], set[str]]:
     return imported, own - imported
 
 
-def normalized(code: str) -> str:
-    """The normalized syntax tree of ``code`` as text (what ``family_of`` hashes)."""
-    tree = ast.parse(code)
+def normalized(code: str, tree: ast.Module | None = None) -> str:
+    """The normalized syntax tree of ``code`` as text (what ``family_of`` hashes); ``tree``:
+    the file already parsed, which this then normalizes in place (saves a second parse)."""
+    tree = tree if tree is not None else ast.parse(code)
     body = tree.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         tree.body = body[1:]  # the module docstring
@@ -121,11 +122,12 @@ def normalized(code: str) -> str:
     return ast.dump(tree, annotate_fields=False, include_attributes=False)
 
 
-def family_of(code: str) -> str:
+def family_of(code: str, tree: ast.Module | None = None) -> str:
     """``ast-v1:`` + the first 16 hex digits of sha256 of the normalized tree; code that
-    does not parse falls back to the hash of its text (it is refused before judging)."""
+    does not parse falls back to the hash of its text (it is refused before judging).
+    ``tree``: ``code`` already parsed, consumed here (see ``normalized``)."""
     try:
-        text = normalized(code)
+        text = normalized(code, tree)
     except (SyntaxError, ValueError, RecursionError):
         text = code
     return f"{SCHEME}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"

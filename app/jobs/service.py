@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app import pagination
@@ -55,6 +54,7 @@ class Checked:
     track: str
     card: dict[str, Any]
     hparams: Any
+    family: str
 
 
 def validate_submission(session: Session, body: IdeaSubmission, settings: Settings) -> Checked:
@@ -82,7 +82,8 @@ def validate_submission(session: Session, body: IdeaSubmission, settings: Settin
                 "Declare one of the bench's probes in MECHANISM['probe'] (measured by the bench "
                 "itself), or define measure(model, x) (reported as self_measured).",
             )
-    return Checked(track=track, card=card, hparams=hparams)
+    # Last: the family normalizes the parsed tree in place (one parse for both).
+    return Checked(track=track, card=card, hparams=hparams, family=family_of(body.code, info.tree))
 
 
 def submit(
@@ -102,15 +103,21 @@ def submit(
         raise ApiError(403, ApiCode.N_SEEDS_FIXED,
                        "n_seeds is fixed per track; an agent's submission may not set it.")
     digest = request_digest(body)
-    if idempotency_key is not None:
-        existing = repository.find_by_idempotency_key(session, caller.key_id, idempotency_key)
-        if existing is not None:
-            return _replay(session, existing, digest, settings, estimator)
-    checked = validate_submission(session, body, settings)
     now = utcnow()
-    if fair_use is not None and not caller.is_operator:
-        fair_use.check_jobs(session, caller.key_id, now, max_active=caller.max_active_jobs,
-                            daily_quota=caller.daily_job_quota)
+    try:
+        checked = validate_submission(session, body, settings)
+        if fair_use is not None and not caller.is_operator:
+            fair_use.check_jobs(session, caller.key_id, now, max_active=caller.max_active_jobs,
+                                daily_quota=caller.daily_job_quota)
+    except (BenchError, ApiError):
+        # A retry of a submission that made its job is answered with that job, even where the
+        # same body would now be refused (the track deprecated, the key at its cap). Looked up
+        # only here and on an insert conflict: a fresh submission costs no extra query.
+        existing = (repository.find_by_idempotency_key(session, caller.key_id, idempotency_key)
+                    if idempotency_key is not None else None)
+        if existing is None:
+            raise
+        return _replay(session, existing, digest, settings, estimator)
     values: dict[str, Any] = {
         "id": new_id("job"),
         "status": JobStatus.QUEUED.value,
@@ -125,7 +132,7 @@ def submit(
         "mechanism": body.mechanism,
         "submitter_id": caller.key_id,
         "idempotency_key": idempotency_key,
-        "family": family_of(body.code),
+        "family": checked.family,
         "request_id": request_id,
         "request_sha256": digest,
         "callback_url": body.callback_url,
@@ -137,17 +144,10 @@ def submit(
         "created_at": now,
         "enqueued_at": now,
     }
-    try:
-        repository.insert_job(session, values)
-    except IntegrityError:
-        # A concurrent request with the same Idempotency-Key won the insert; this
-        # transaction held nothing else, so roll it back and answer with theirs.
-        session.rollback()
-        if idempotency_key is None:
-            raise
-        existing = repository.find_by_idempotency_key(session, caller.key_id, idempotency_key)
-        if existing is None:
-            raise
+    if not repository.insert_job(session, values):
+        # A concurrent (or earlier) request with the same Idempotency-Key made the job.
+        existing = repository.find_by_idempotency_key(session, caller.key_id, str(idempotency_key))
+        assert existing is not None, "a conflict on the idempotency key leaves its job"
         return _replay(session, existing, digest, settings, estimator)
     job = Job(**values)  # the view of the row just inserted (not tracked by the session)
     runs = count_runs(checked.card, grid_size(checked.hparams), body.n_seeds)

@@ -55,7 +55,7 @@ async def authenticate(request: Request, credentials: BearerDep) -> Caller:
     caller = Caller(key_id=key.id, role=Role(key.role), max_active_jobs=key.max_active_jobs,
                     daily_job_quota=key.daily_job_quota)
     if not caller.is_operator:
-        request.app.state.fair_use.check_rate(key.id)  # 429 rate_limited over the key's rate
+        await request.app.state.fair_use.check_rate(key.id)  # 429 rate_limited over the key's rate
     return caller
 
 
