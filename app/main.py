@@ -20,6 +20,7 @@ from app.jobs.routes import router as jobs_router
 from app.keys.routes import router as keys_router
 from app.keys.service import KeyCache
 from app.mcp import install_mcp
+from app.metrics import install_metrics
 from app.openapi import install_openapi
 from app.queue import JobQueue
 from app.reports.routes import router as reports_router
@@ -62,6 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID",
                                           "X-Request-ID"],
                            expose_headers=["X-Request-ID", "Retry-After", "Location"])
+    install_metrics(app, app.state.sessionmaker)  # (its middleware sees every routed request)
     app.add_middleware(RequestId)  # added last: outermost, so every answer carries the id
     for router in (discovery_router, jobs_router, reports_router, tracks_router, compare_router, keys_router,
                    health_router):

@@ -1,0 +1,69 @@
+"""GET /metrics: the Prometheus text format (parsed with prometheus_client's own parser),
+request counts by route template, the service's state from the database; viewers and
+operators only."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.db import utcnow
+from app.health import repository as health_repository
+from app.jobs.models import JobStatus
+from app.keys.service import create_key
+from app.main import create_app
+from app.migrate import upgrade_head
+from app.settings import Settings
+from tests.app.factories import insert_job, insert_report
+from tests.conftest import bearer
+
+
+def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_count_requests_by_route_and_read_the_state(tmp_path: Any) -> None:
+    settings = Settings(data_dir=tmp_path / "var", broker_url="memory://")
+    upgrade_head(settings)
+    app = create_app(settings)
+    now = utcnow()
+    with app.state.sessionmaker() as session:
+        tokens = {role: create_key(session, role, role).token for role in ("agent", "viewer", "operator")}
+        session.flush()
+        agent = create_key(session, "agent", "owner").key
+        session.flush()
+        insert_report(session, agent.id)
+        insert_job(session, agent.id)  # queued
+        insert_job(session, agent.id, status=JobStatus.FAILED.value, error_code="timeout",
+                   started_at=now - dt.timedelta(seconds=40), finished_at=now)
+        health_repository.record_beat(session, "host:7", "cpu", "cpu", now - dt.timedelta(seconds=3))
+        session.commit()
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for _ in range(3):
+            assert client.get("/v1/tracks", headers=bearer(tokens["viewer"])).status_code == 200
+        client.get("/v1/jobs/job_missing", headers=bearer(tokens["agent"]))
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/metrics", headers=bearer(tokens["agent"])).status_code == 403
+        answer = client.get("/metrics", headers=bearer(tokens["viewer"]))
+        assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/plain")
+    samples = _samples(answer.text)
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, frozenset(labels.items()))]
+
+    requests = "ideabench_http_request_duration_seconds_count"
+    assert value(requests, method="GET", route="/v1/tracks", status="200") == 3
+    assert value(requests, method="GET", route="/v1/jobs/{job_id}", status="404") == 1  # the template
+    assert value(requests, method="GET", route="/metrics", status="403") == 1
+    assert value("ideabench_jobs", status="succeeded", track="smoke") == 1
+    assert value("ideabench_jobs", status="queued", track="smoke") == 1
+    assert value("ideabench_queue_depth", queue="cpu") == 1
+    assert value("ideabench_job_failures", code="timeout") == 1
+    assert 2 <= value("ideabench_worker_heartbeat_age_seconds", worker="host:7", queue="cpu", device="cpu") < 60
+    assert value("ideabench_job_duration_seconds_count") >= 1
+    bucket = "ideabench_job_duration_seconds_bucket"  # the failed job took 40 s
+    assert value(bucket, le="60.0") - value(bucket, le="30.0") == 1
