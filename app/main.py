@@ -19,6 +19,7 @@ from app.jobs.estimate import Estimator
 from app.jobs.routes import router as jobs_router
 from app.keys.routes import router as keys_router
 from app.keys.service import KeyCache
+from app.logs import configure as configure_logs
 from app.mcp import install_mcp
 from app.metrics import install_metrics
 from app.openapi import install_openapi
@@ -38,6 +39,8 @@ Authenticate with `Authorization: Bearer <key>`. See docs/api.md for the flow.
 def create_app(settings: Settings | None = None) -> FastAPI:
     """A new app bound to ``settings`` (default: from the environment)."""
     settings = settings or Settings()
+    if settings.log_format == "json":  # (under plain uvicorn too: it loads the factory after its own logging)
+        configure_logs(settings.log_format)
     engine = make_engine(settings.database_url)
     queue = JobQueue(settings.broker_url)
 

@@ -34,6 +34,9 @@ class Settings(BaseSettings):
         description="Celery broker URL; empty means sqla+sqlite:///<data_dir>/broker.db.",
     )
 
+    log_format: Literal["text", "json"] = Field(default="text", description="Log lines as text or as JSON "
+                                                 "lines; both carry the request id (app/logs.py).")
+
     # HTTP
     max_body_bytes: int = 256 * 1024
     cors_origins: list[str] = Field(default=[], description="Origins a browser may call the API from "

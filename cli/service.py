@@ -247,7 +247,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     # that runs the finally below (stopping the worker) instead of a hard kill.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
+        from app.logs import configure
+
+        configure(settings.log_format)
+        uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info", log_config=None)
     finally:
         if worker is not None:
             _stop(worker)

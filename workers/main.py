@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
@@ -41,12 +40,13 @@ def worker_argv(settings: Settings, queues: list[str], concurrency: int) -> list
 def run_worker(settings: Settings, queues: list[str] | None = None, concurrency: int = 1) -> int:
     """Run a worker until it is stopped; returns its exit status."""
     import workers.runner  # noqa: F401  (loads torch and the engine now, not on the first job)
+    from app.logs import configure
     from workers.celery_app import make_celery
     from workers.context import WorkerContext
     from workers.reconciler import WorkerLoop
     from workers.webhooks import WebhookSender
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure(settings.log_format)
     _tune_embedded_broker(settings)
     prepare_broker(settings.broker_url)
     queues = queues or [settings.worker_queue]

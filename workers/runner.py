@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
 
+from app import request_id
 from app.db import utcnow
 from app.jobs import leases
 from app.jobs.leases import Claim
@@ -100,6 +101,15 @@ def execute_job(ctx: WorkerContext, job_id: str) -> Outcome:
         log.info("job %s not claimable (taken, ended or cancelled); skipping", job_id)
         return Outcome.NOT_CLAIMED
     claim, job = claimed
+    token = request_id.current.set(job.request_id)  # this job's log lines carry its submission's id
+    try:
+        return _execute_claimed(ctx, claim, job)
+    finally:
+        request_id.current.reset(token)
+
+
+def _execute_claimed(ctx: WorkerContext, claim: Claim, job: Job) -> Outcome:
+    job_id = claim.job_id
     log.info("running job %s (attempt %d, request %s)", job_id, claim.attempt, job.request_id or "-")
     cancel = threading.Event()
     beat = Heartbeat(ctx, claim, cancel)

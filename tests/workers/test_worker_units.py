@@ -231,3 +231,39 @@ def test_reconciler_resends_lost_track_validations(ctx: WorkerContext) -> None:
     assert reconcile_once(ctx, now).tracks_resent == []  # just sent: not again
     with ctx.sessions() as session:
         assert session.get(CustomTrackRow, "tiny_quadratic@3").sent_at is not None
+
+
+def test_a_jobs_log_lines_carry_its_submissions_request_id(ctx: WorkerContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import json
+    import logging
+
+    from app.logs import handler
+
+    with ctx.sessions() as session:
+        key = create_key(session, "agent").key
+        session.flush()
+        job = insert_job(session, key.id, request_id="req_from_the_api")
+        session.commit()
+        job_id = job.id
+    out = io.StringIO()
+    line = handler("json")
+    line.stream = out  # type: ignore[attr-defined]
+    logger = logging.getLogger("ideabench.test.engine")
+    logger.addHandler(line)
+    logger.setLevel(logging.INFO)
+
+    def fake_judge(*_args: Any, **_kwargs: Any) -> dict[str, Any]:
+        logger.info("training")  # a line logged while the job runs, far from the runner
+        return report_body("failed", "inconclusive", mechanism_ok=None)
+
+    monkeypatch.setattr(runner, "judge", fake_judge)
+    try:
+        assert runner.execute_job(ctx, job_id) is runner.Outcome.SUCCEEDED
+        logger.info("after")
+    finally:
+        logger.removeHandler(line)
+    during, after = (json.loads(text) for text in out.getvalue().splitlines())
+    assert during["message"] == "training" and during["request_id"] == "req_from_the_api"
+    assert {"time", "level", "logger"} <= set(during) and during["level"] == "INFO"
+    assert after["request_id"] == "-"  # the id ends with the job
