@@ -9,6 +9,8 @@ latency and the throughput, as a Markdown table and JSON. A benchmark, not a tim
 
 The load generator is raw asyncio HTTP/1.1 on keep-alive connections (one process), so the
 client's own CPU stays small next to the server's; all of it shares this machine's cores.
+``machine_busy_share`` (from /proc/stat) is the whole machine's use during the sustained phase;
+``cpu_ms_per_request`` splits it by process from /proc/PID/stat, which reads lower than top.
 """
 
 from __future__ import annotations
@@ -119,6 +121,14 @@ def _cpu_ticks(api_pid: int) -> dict[str, int]:
     return out
 
 
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine so far (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def _summary(elapsed: float, out: list[tuple[float, int, bool, bool]]) -> dict[str, Any]:
     latencies = [o[0] * 1000 for o in out]
     statuses: dict[int, int] = {}
@@ -190,10 +200,13 @@ def main() -> int:
             idempotent = _summary(elapsed, out)
             idempotent["jobs_made"] = made
             ticks = _cpu_ticks(server.pid)
+            machine = _machine_ticks()
             elapsed, out = asyncio.run(_load(port, tokens, args.sustained, body, seed=2)) if args.sustained else (1, [])
             sustained = _summary(elapsed, [o for o in out if not o[2]])  # fresh submissions only
             hz = os.sysconf("SC_CLK_TCK")
             after = _cpu_ticks(server.pid)
+            busy, total = (a - b for a, b in zip(_machine_ticks(), machine, strict=True))
+            sustained["machine_busy_share"] = round(busy / max(1, total), 3)  # of all cores, any process
             sustained["cores_busy"] = {k: round((after[k] - ticks[k]) / hz / elapsed, 2) for k in ticks}
             sustained["cpu_ms_per_request"] = {k: round(1000 * (after[k] - ticks[k]) / hz / max(1, len(out)), 2)
                                                for k in ticks}
@@ -214,7 +227,8 @@ def main() -> int:
           f"{idempotent['statuses']} | {made} |")
     print(f"| sustained fresh submissions | {sustained['requests']} | {sustained['requests_per_s']} | "
           f"{sustained['p50_ms']} | {sustained['p99_ms']} | {sustained['statuses']} | |")
-    print("CPU ms per sustained request:", sustained.get("cpu_ms_per_request"))
+    print("CPU ms per sustained request:", sustained.get("cpu_ms_per_request"), "machine busy:",
+          sustained.get("machine_busy_share"))
     print(json.dumps(results, indent=2))
     ok = made == args.submissions and all(s < 500 for s in idempotent["statuses"]) and \
         idempotent["retries"] == idempotent["retries_answered_as_replays"]
