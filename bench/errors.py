@@ -31,10 +31,13 @@ class ErrorCode(StrEnum):
     TRACK_DEPRECATED = "track_deprecated"
     TRACK_NAME_TAKEN = "track_name_taken"
     CANCELLED = "cancelled"
+    NO_SPACE = "no_space"
     INTERNAL = "internal"
 
 
 DEFAULT_HINTS: dict[ErrorCode, str] = {
+    ErrorCode.NO_SPACE: "Not your idea's fault: the worker's disk for temporary files is full. Submit it "
+    "again later (an operator frees space or gives the workers a larger TMPDIR).",
     ErrorCode.INVALID_CODE: "Fix the Python error shown in the message; the file must import with "
     "only torch, numpy, math and the standard library.",
     ErrorCode.MISSING_BUILD_MODEL: "Define a top-level function `build_model(spec)` that returns a "

@@ -8,10 +8,13 @@ training; both children train at the same time, one per core.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import math
 import os
 import secrets
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -811,13 +814,45 @@ def judge(
     custom = request.custom_track
     track = custom_mod.as_track(custom) if custom is not None else load_track(request.track)
     n_seeds = _check_request(request, track)
+    _check_space()
     limits = Limits(memory_mb=request.memory_mb)
     slot = warm.take(limits) if keep_warm else None
     try:
         return _judge(request, track, custom, n_seeds, slot, on_progress, cancel, started)
+    except BenchError as exc:
+        # A child that could not write its files reports it as its own failure
+        # (training_error, crashed): when the disk is what ran out, say so instead.
+        if exc.code is not ErrorCode.CANCELLED and _free_bytes() < MIN_FREE_BYTES:
+            raise _no_space() from exc
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _no_space() from exc
+        raise
     finally:
         if keep_warm:
             warm.prepare(limits)
+
+
+MIN_FREE_BYTES = 64 * 2**20  # below this on the temporary directory's disk, no job starts
+
+
+def _free_bytes() -> int:
+    try:
+        return shutil.disk_usage(tempfile.gettempdir()).free
+    except OSError:
+        return 0
+
+
+def _no_space() -> BenchError:
+    return BenchError(ErrorCode.NO_SPACE, f"The worker's temporary directory ({tempfile.gettempdir()}) has "
+                      f"{_free_bytes() // 2**20} MiB free; a job needs at least {MIN_FREE_BYTES // 2**20} MiB.")
+
+
+def _check_space() -> None:
+    """``no_space`` before any child starts when the disk for the job's files is (nearly) full."""
+    if _free_bytes() < MIN_FREE_BYTES:
+        raise _no_space()
 
 
 def _judge(

@@ -249,3 +249,35 @@ def test_the_api_rides_through_a_database_outage(tmp_path: Path, redis_url: str)
         finally:
             proxy.down()
             app.state.engine.dispose()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 128 MiB tmpfs of its own (root only: skipped elsewhere)."""
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_temp_disk_fails_the_job_with_no_space_and_the_worker_goes_on(stack: Stack, small_disk: Path) -> None:
+    filler = small_disk / "filler"
+    with open(filler, "wb") as f:  # 100 MiB of the 128: under the 64 MiB a job needs
+        for _ in range(100):
+            f.write(b"\0" * 2**20)
+    stack.spawn(TMPDIR=str(small_disk))
+    with TestClient(stack.app) as client:
+        first = stack.submit(client, 1)[0]
+        wait_for(stack.all_ended, 120, "the job on a full disk to end", stack.log)
+        view = client.get(f"/v1/jobs/{first}", headers=bearer(stack.token)).json()
+        assert view["status"] == "failed" and view["error"]["code"] == "no_space", view
+        assert "Not your idea's fault" in view["error"]["hint"]
+        filler.unlink()  # an operator frees the space: the same worker judges the next job
+        second = stack.submit(client, 1)[0]
+        wait_for(stack.all_ended, 180, "the next job to end", stack.log)
+        assert client.get(f"/v1/jobs/{second}", headers=bearer(stack.token)).json()["status"] == "succeeded"
