@@ -114,6 +114,60 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+# --- A real HTTP server ---------------------------------------------------
+
+
+@contextlib.contextmanager
+def served(app: Any) -> Iterator[str]:
+    """``app`` under uvicorn on a free loopback port, in a thread; yields its base URL."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start within 30 s"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@contextlib.contextmanager
+def json_log_lines(logger_name: str) -> Iterator[list[dict[str, Any]]]:
+    """The lines ``logger_name`` writes meanwhile, through the service's JSON handler (parsed
+    into the list once the block ends)."""
+    import io
+    import json
+    import logging
+
+    from app.logs import handler
+
+    out = io.StringIO()
+    line = handler("json")
+    line.stream = out  # type: ignore[attr-defined]
+    logger = logging.getLogger(logger_name)
+    logger.addHandler(line)
+    logger.setLevel(logging.INFO)
+    lines: list[dict[str, Any]] = []
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(line)
+        lines.extend(json.loads(text) for text in out.getvalue().splitlines())
+
+
 # --- Postgres ---------------------------------------------------------------
 
 

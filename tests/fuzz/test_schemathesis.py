@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from app.db import utcnow
 from app.health import repository as health_repository
@@ -34,7 +31,7 @@ from app.keys.service import create_key
 from app.main import create_app
 from app.migrate import upgrade_head
 from app.settings import Settings
-from tests.workers.test_end_to_end import wait_for
+from tests.conftest import served
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")  # which checks, and the statuses a refusal may have
 SEED = os.environ.get("IDEABENCH_FUZZ_SEED", "20261201")
@@ -42,7 +39,7 @@ EXAMPLES = os.environ.get("IDEABENCH_FUZZ_EXAMPLES", "20")
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
+def fuzz_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
     tmp = tmp_path_factory.mktemp("fuzz")
     settings = Settings(data_dir=tmp / "var", broker_url="memory://", rate_limit="1000000/minute",
                         stream_max_s=1.0, long_poll_max_s=1.0)  # no answer held longer than the timeout
@@ -52,21 +49,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
         tokens = {role: create_key(session, role, f"fuzz {role}").token for role in ("agent", "operator")}
         health_repository.record_beat(session, "fuzz:1", "cpu", "cpu", utcnow())  # /readyz: a worker seen
         session.commit()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: server.started, 30, "uvicorn to start")
+    with served(app) as url:
         assert httpx.get(f"{url}/readyz").status_code == 200
         yield url, tokens
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def _schemathesis() -> str:
@@ -76,9 +61,9 @@ def _schemathesis() -> str:
 
 
 @pytest.mark.parametrize("role", ["agent", "operator"])
-def test_no_operation_answers_5xx_or_off_its_schema(served: tuple[str, dict[str, str]], role: str,
+def test_no_operation_answers_5xx_or_off_its_schema(fuzz_target: tuple[str, dict[str, str]], role: str,
                                                     tmp_path: Path) -> None:
-    url, tokens = served
+    url, tokens = fuzz_target
     report = tmp_path / "junit.xml"
     run = subprocess.run(
         [_schemathesis(), "--config-file", str(CONFIG), "run", f"{url}/openapi.json",

@@ -234,11 +234,9 @@ def test_reconciler_resends_lost_track_validations(ctx: WorkerContext) -> None:
 
 
 def test_a_jobs_log_lines_carry_its_submissions_request_id(ctx: WorkerContext, monkeypatch: pytest.MonkeyPatch) -> None:
-    import io
-    import json
     import logging
 
-    from app.logs import handler
+    from tests.conftest import json_log_lines
 
     with ctx.sessions() as session:
         key = create_key(session, "agent").key
@@ -246,24 +244,17 @@ def test_a_jobs_log_lines_carry_its_submissions_request_id(ctx: WorkerContext, m
         job = insert_job(session, key.id, request_id="req_from_the_api")
         session.commit()
         job_id = job.id
-    out = io.StringIO()
-    line = handler("json")
-    line.stream = out  # type: ignore[attr-defined]
     logger = logging.getLogger("ideabench.test.engine")
-    logger.addHandler(line)
-    logger.setLevel(logging.INFO)
 
     def fake_judge(*_args: Any, **_kwargs: Any) -> dict[str, Any]:
         logger.info("training")  # a line logged while the job runs, far from the runner
         return report_body("failed", "inconclusive", mechanism_ok=None)
 
     monkeypatch.setattr(runner, "judge", fake_judge)
-    try:
+    with json_log_lines(logger.name) as lines:
         assert runner.execute_job(ctx, job_id) is runner.Outcome.SUCCEEDED
         logger.info("after")
-    finally:
-        logger.removeHandler(line)
-    during, after = (json.loads(text) for text in out.getvalue().splitlines())
+    during, after = lines
     assert during["message"] == "training" and during["request_id"] == "req_from_the_api"
     assert {"time", "level", "logger"} <= set(during) and during["level"] == "INFO"
     assert after["request_id"] == "-"  # the id ends with the job
