@@ -10,15 +10,17 @@ replaces FastAPI's default handlers so no answer ever has another shape.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -54,6 +56,8 @@ class ApiCode(StrEnum):
     RATE_LIMITED = "rate_limited"
     TOO_MANY_JOBS = "too_many_jobs"
     DAILY_QUOTA = "daily_quota"
+    SIGN_IN_REQUIRED = "sign_in_required"
+    CSRF_FAILED = "csrf_failed"
     NOT_READY = "not_ready"
     DATABASE_UNAVAILABLE = "database_unavailable"
     INTERNAL = "internal"
@@ -76,6 +80,8 @@ HINTS: dict[str, str] = {
     ApiCode.MISSING_API_KEY: "Send the header 'Authorization: Bearer <key>'; an operator creates keys "
     "with `ideabench keys create --role agent`.",
     ApiCode.INVALID_API_KEY: "The key is unknown or revoked; ask an operator for a valid one.",
+    ApiCode.SIGN_IN_REQUIRED: "Open /dashboard/login and sign in with a viewer, agent or operator key.",
+    ApiCode.CSRF_FAILED: "Reload the dashboard page and submit its form again.",
     ApiCode.FORBIDDEN_ROLE: "Use a key whose role allows this route (see docs/api.md, Roles).",
     ApiCode.NOT_OWNER: "Only the author of a resource (or an operator) may change it.",
     ApiCode.TOO_MANY_VALIDATIONS: "Wait until one of your tracks leaves status validating (poll "
@@ -307,14 +313,37 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     return response
 
 
+PAGE_PREFIX = "/dashboard"
+
+
+def _paged(handler: Callable[[Request, Exception], Awaitable[Response]]
+           ) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """``handler``, whose answer under ``/dashboard`` becomes the dashboard's error page (the same
+    status, code, message and hint, as HTML) when the app has one (``app.state.error_page``)."""
+
+    async def handle(request: Request, exc: Exception) -> Response:
+        response = await handler(request, exc)
+        render = getattr(request.app.state, "error_page", None)
+        if render is None or not request.url.path.startswith(PAGE_PREFIX) or not isinstance(response, JSONResponse):
+            return response
+        page: Response = render(request, response.status_code, json.loads(bytes(response.body)))
+        for name in ("Retry-After", "Allow", "X-Request-ID"):
+            if name in response.headers:
+                page.headers[name] = response.headers[name]
+        return page
+
+    return handle
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Replace FastAPI's default handlers with ones that answer ``ErrorBody``."""
-    app.add_exception_handler(ApiError, _api_error)
-    app.add_exception_handler(BenchError, _bench_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(sa_exc.DBAPIError, _database_error)
-    app.add_exception_handler(Exception, _internal_error)
+    """Replace FastAPI's default handlers with ones that answer ``ErrorBody`` (a page under
+    ``/dashboard``)."""
+    app.add_exception_handler(ApiError, _paged(_api_error))
+    app.add_exception_handler(BenchError, _paged(_bench_error))
+    app.add_exception_handler(RequestValidationError, _paged(_validation_error))
+    app.add_exception_handler(StarletteHTTPException, _paged(_http_error))
+    app.add_exception_handler(sa_exc.DBAPIError, _paged(_database_error))
+    app.add_exception_handler(Exception, _paged(_internal_error))
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, object]]:

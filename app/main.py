@@ -10,6 +10,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from app.body_limit import BodySizeLimit
 from app.compare.routes import router as compare_router
+from app.dashboard.routes import install_dashboard
 from app.db import make_engine, make_sessionmaker
 from app.discovery.routes import router as discovery_router
 from app.errors import install_error_handlers
@@ -71,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (discovery_router, jobs_router, reports_router, tracks_router, compare_router, keys_router,
                    health_router):
         app.include_router(router)
+    install_dashboard(app, settings)
     install_openapi(app)
     mcp_server = install_mcp(app)
     return app

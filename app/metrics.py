@@ -10,7 +10,8 @@ Two kinds, read two ways:
   every API process answers the same): jobs by status and track, queue depth per queue, each
   worker's heartbeat age, failed jobs by error code (the sandbox's refusals among them:
   ``timeout``, ``out_of_memory``, ``output_limit``, ``sandbox_violation``, ...), webhooks by
-  state, and the durations of jobs that ended in the last hour.
+  state, and the durations of the jobs that ended in the last hour and of each of their stages
+  (``app.health.state``, which the operator's dashboard page reads too).
 
 ``/metrics`` needs a viewer's or an operator's key (a Prometheus ``authorization`` bearer).
 """
@@ -18,8 +19,8 @@ Two kinds, read two ways:
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -28,13 +29,11 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.db import utcnow
-from app.health.models import WorkerBeat
-from app.jobs.models import Job, JobStatus
+from app.health.state import read_state
 from app.keys.deps import Caller, require_role
 from app.keys.roles import Role
 
@@ -75,38 +74,44 @@ class StateCollector(Collector):
         self.sessions = sessions
 
     def collect(self) -> Iterator[Any]:
-        now = utcnow()
+        with self.sessions() as session:
+            state = read_state(session, utcnow())
         jobs = GaugeMetricFamily("ideabench_jobs", "Jobs by status and track.", labels=["status", "track"])
+        for status, track, n in state.jobs:
+            jobs.add_metric([status, track], n)
         depth = GaugeMetricFamily("ideabench_queue_depth", "Queued jobs per queue.", labels=["queue"])
+        for queue, n in state.queue_depth.items():
+            depth.add_metric([queue], n)
         failures = GaugeMetricFamily("ideabench_job_failures", "Jobs that ended failed, by error code "
                                      "(the sandbox's refusals among them).", labels=["code"])
+        for code, n in state.failures.items():
+            failures.add_metric([code], n)
         webhooks = GaugeMetricFamily("ideabench_webhooks", "Job webhooks by state.", labels=["state"])
+        for hook_state, n in state.webhooks.items():
+            webhooks.add_metric([hook_state], n)
         beats = GaugeMetricFamily("ideabench_worker_heartbeat_age_seconds", "Seconds since each worker "
                                   "last said it was alive.", labels=["worker", "queue", "device"])
-        with self.sessions() as session:
-            for status, track, n in session.execute(
-                    select(Job.status, Job.track, func.count()).group_by(Job.status, Job.track)):
-                jobs.add_metric([status, track], n)
-            for queue, n in session.execute(select(Job.queue, func.count()).where(
-                    Job.status == JobStatus.QUEUED.value).group_by(Job.queue)):
-                depth.add_metric([queue], n)
-            for code, n in session.execute(select(Job.error_code, func.count()).where(
-                    Job.status == JobStatus.FAILED.value).group_by(Job.error_code)):
-                failures.add_metric([code or "unknown"], n)
-            for state, n in session.execute(select(Job.callback_state, func.count()).where(
-                    Job.callback_state.is_not(None)).group_by(Job.callback_state)):
-                webhooks.add_metric([state or "none"], n)
-            for beat in session.scalars(select(WorkerBeat)):
-                beats.add_metric([beat.id, beat.queue, beat.device], (now - beat.seen_at).total_seconds())
-            ended = session.execute(select(Job.started_at, Job.finished_at).where(
-                Job.finished_at >= now - timedelta(hours=1), Job.started_at.is_not(None))).all()
+        for beat in state.beats:
+            beats.add_metric([beat.id, beat.queue, beat.device], state.heartbeat_age_s(beat))
         yield from (jobs, depth, failures, webhooks, beats)
-        seconds = [(f - s).total_seconds() for s, f in ended if s is not None and f is not None]
-        buckets = [(str(b), sum(x <= b for x in seconds)) for b in DURATION_BUCKETS]
         durations = HistogramMetricFamily("ideabench_job_duration_seconds", "Start to end of the jobs "
                                           "that ended in the last hour.")
-        durations.add_metric([], buckets + [("+Inf", len(seconds))], sum(seconds))
+        durations.add_metric([], _buckets(state.durations_s), sum(state.durations_s))
         yield durations
+        stages = HistogramMetricFamily("ideabench_stage_duration_seconds", "Each stage of the jobs that "
+                                       "ended in the last hour (capture, sweep, final, confirmation, ...).",
+                                       labels=["stage"])
+        by_stage: dict[str, list[float]] = defaultdict(list)
+        for span in state.stages:
+            by_stage[span.stage].append(span.seconds)
+        for stage, seconds in sorted(by_stage.items()):
+            stages.add_metric([stage], _buckets(seconds), sum(seconds))
+        yield stages
+
+
+def _buckets(seconds: list[float]) -> list[tuple[str, float]]:
+    """Cumulative histogram buckets of ``seconds``."""
+    return [(str(b), float(sum(x <= b for x in seconds))) for b in DURATION_BUCKETS] + [("+Inf", float(len(seconds)))]
 
 
 def install_metrics(app: Any, sessions: sessionmaker[Session]) -> None:

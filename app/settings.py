@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 JobDevice = Literal["cpu", "gpu"]
@@ -42,6 +42,13 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(default=[], description="Origins a browser may call the API from "
                                     "(CORS); empty: CORS is off.")
     key_cache_s: float = Field(default=5.0, description="How long an API process trusts a checked key.")
+
+    # Dashboard (app/dashboard): a signed session cookie after sign-in with a key
+    session_secret: SecretStr = Field(default=SecretStr(""), description="Signs the dashboard's session "
+                                      "cookies; empty: a random one kept in <data_dir>/session_secret "
+                                      "(set it when several API processes share no data dir).")
+    dashboard_session_s: int = Field(default=8 * 3600, ge=60, description="How long a dashboard sign-in "
+                                     "lasts.")
 
     # Jobs (API side)
     default_job_device: JobDevice = "cpu"

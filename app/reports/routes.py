@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from pydantic import AfterValidator, BeforeValidator
 
 from app.db import SessionDep
@@ -63,10 +64,17 @@ def get_report(report_id: str, session: SessionDep, _caller: ReaderDep) -> Repor
     return service.view_of(session, service.get_report(session, report_id))
 
 
-@router.get("/v1/reports", response_model=ReportPage, responses=error_responses(400, 422))
-def list_reports(
-    session: SessionDep,
-    _caller: ReaderDep,
+@dataclass(frozen=True)
+class ReportQuery:
+    """A page request of the report listing: its filters, sort, size and cursor."""
+
+    filters: ReportFilters
+    sort: ReportSort
+    limit: int
+    cursor: str | None
+
+
+def report_query(
     track: Annotated[str | None, Query(max_length=80)] = None,
     track_kind: Annotated[
         Literal["builtin", "custom"] | None, Query(description="reports on built-in or on custom tracks")
@@ -86,10 +94,8 @@ def list_reports(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(min_length=1, max_length=2000,
                                         description="next_cursor of the previous page")] = None,
-) -> ReportPage:
-    """Report rows filtered by track (or built-in vs custom), verdicts, mechanism, time, submitter and
-    idea family; cursor-paged. Each row has its Benjamini-Hochberg q-value over every idea judged on
-    its track so far (``q_value``) and over those against the same baseline (``q_value_baseline``)."""
+) -> ReportQuery:
+    """The listing's query parameters (the API's and the dashboard's reports table)."""
     filters = ReportFilters(
         track=track,
         custom_track=None if track_kind is None else track_kind == "custom",
@@ -102,8 +108,19 @@ def list_reports(
         submitter_id=submitter,
         family=family,
     )
-    rows, next_cursor = service.list_page(session, filters, sort, limit, cursor)
-    return ReportPage(items=service.summaries(session, rows), next_cursor=next_cursor)
+    return ReportQuery(filters, sort, limit, cursor)
+
+
+ReportQueryDep = Annotated[ReportQuery, Depends(report_query)]
+
+
+@router.get("/v1/reports", response_model=ReportPage, responses=error_responses(400, 422))
+def list_reports(session: SessionDep, _caller: ReaderDep, query: ReportQueryDep) -> ReportPage:
+    """Report rows filtered by track (or built-in vs custom), verdicts, mechanism, time, submitter and
+    idea family; cursor-paged. Each row has its Benjamini-Hochberg q-value over every idea judged on
+    its track so far (``q_value``) and over those against the same baseline (``q_value_baseline``);
+    ``sort=p_helps`` lists the track's best evidence first (the q-values' order)."""
+    return service.report_page(session, query.filters, query.sort, query.limit, query.cursor)
 
 
 @router.get("/v1/verdicts/summary", response_model=VerdictSummary, responses=error_responses(422))

@@ -42,6 +42,7 @@ class ReportSort(StrEnum):
     P_VALUE_DESC = "-p_value"
     DELTA = "delta"
     DELTA_DESC = "-delta"
+    P_HELPS = "p_helps"  # the one-sided p that the idea helps, smallest first: the q-values' order
 
 
 _SUMMARY_EXAMPLE: dict[str, Any] = {

@@ -23,6 +23,7 @@ from app.reports.schemas import (
     Discoveries,
     PracticalVerdict,
     ReportLinks,
+    ReportPage,
     ReportSort,
     ReportSummary,
     ReportView,
@@ -41,6 +42,7 @@ SORTS: dict[ReportSort, SortKey] = {
     ReportSort.P_VALUE_DESC: SortKey(Report.p_value, True, True),
     ReportSort.DELTA: SortKey(Report.delta_mean, False, True),
     ReportSort.DELTA_DESC: SortKey(Report.delta_mean, True, True),
+    ReportSort.P_HELPS: SortKey(Report.p_helps, False, True),
 }
 
 
@@ -194,6 +196,13 @@ def list_page(
         last = rows[-1]
         next_cursor = pagination.encode_cursor(sort.value, getattr(last, key.column.key), last.id)
     return rows, next_cursor
+
+
+def report_page(session: Session, filters: ReportFilters, sort: ReportSort, limit: int,
+                cursor: str | None) -> ReportPage:
+    """A page of the listing as light rows with their q-values."""
+    rows, next_cursor = list_page(session, filters, sort, limit, cursor)
+    return ReportPage(items=summaries(session, rows), next_cursor=next_cursor)
 
 
 DEFAULT_SUMMARY_DAYS = {"day": 30, "week": 7 * 26}

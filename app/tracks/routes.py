@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
 
@@ -13,17 +13,10 @@ from app.keys.deps import ReaderDep, SubmitterDep
 from app.tracks import service
 from app.tracks.models import TrackStatus
 from app.tracks.schemas import TrackCard, TrackList, TrackRegistration
-from bench.catalog import get_card, list_cards
+from bench.catalog import list_cards
 from bench.errors import BenchError
 
 router = APIRouter(prefix="/v1/tracks", tags=["tracks"], responses=error_responses(401, 403, 429))
-
-
-def _builtin_view(card: dict[str, Any], counts: dict[str, int]) -> TrackCard:
-    return TrackCard.model_validate({
-        **card, "kind": "builtin", "status": TrackStatus.ACTIVE, "deprecated": False, "author": "ideabench",
-        "n_reports": counts.get(card["name"], 0),
-    })
 
 
 @router.get("", response_model=TrackList)
@@ -37,7 +30,7 @@ def list_tracks(
     counts = service.report_counts(session)
     items: list[TrackCard] = []
     if kind in (None, "builtin") and status in (None, TrackStatus.ACTIVE):
-        items += [_builtin_view(card, counts) for card in list_cards()]
+        items += [service.builtin_view(card, counts) for card in list_cards()]
     if kind in (None, "custom"):
         items += [service.custom_view(row, counts.get(row.id, 0)) for row in service.list_custom(session, status)]
     return TrackList(items=items)
@@ -76,17 +69,7 @@ def register_track(
 @router.get("/{ident}", response_model=TrackCard, responses=error_responses(404))
 def get_track(ident: str, session: SessionDep, _caller: ReaderDep) -> TrackCard:
     """One track: a built-in card with its example idea, or a custom version with its source."""
-    counts = service.report_counts(session, ident.split("@", 1)[0])
-    if service.is_builtin(ident):
-        try:
-            card = get_card(ident)
-        except BenchError as exc:
-            raise ApiError.from_bench(exc, status=404) from None
-        return _builtin_view(card, counts)
-    row = service.get(session, ident)
-    if row is None:
-        raise ApiError.from_bench(BenchError("unknown_track", f"No track named {ident!r}."), status=404)
-    return service.custom_view(row, counts.get(row.id, 0), with_source=True)
+    return service.card(session, ident)
 
 
 @router.post("/{ident}/deprecate", response_model=TrackCard, responses=error_responses(404))

@@ -247,3 +247,27 @@ def record_validation(
             .where(CustomTrackRow.id == track_id, CustomTrackRow.status == TrackStatus.VALIDATING.value)
             .values(**values))
     return bool(session.execute(stmt).rowcount)  # type: ignore[attr-defined]
+
+
+def builtin_view(card: dict[str, Any], counts: dict[str, int]) -> TrackCard:
+    """The API's card of a built-in track (``counts``: reports per track)."""
+    return TrackCard.model_validate({
+        **card, "kind": "builtin", "status": TrackStatus.ACTIVE, "deprecated": False, "author": "ideabench",
+        "n_reports": counts.get(card["name"], 0),
+    })
+
+
+def card(session: Session, ident: str) -> TrackCard:
+    """One track's card: a built-in one with its example idea, or a custom version with its
+    source; 404 ``unknown_track``."""
+    counts = report_counts(session, ident.split("@", 1)[0])
+    if is_builtin(ident):
+        try:
+            found = get_card(ident)
+        except BenchError as exc:
+            raise ApiError.from_bench(exc, status=404) from None
+        return builtin_view(found, counts)
+    row = get(session, ident)
+    if row is None:
+        raise ApiError.from_bench(BenchError("unknown_track", f"No track named {ident!r}."), status=404)
+    return custom_view(row, counts.get(row.id, 0), with_source=True)

@@ -1,0 +1,146 @@
+"""Dashboard sign-in: an API key once, then a signed session cookie.
+
+The cookie (``itsdangerous``, HMAC-SHA1 over a timestamped payload) holds the key's id and a
+random CSRF token, never the key itself; it is ``HttpOnly``, ``SameSite=Strict``, ``Secure``
+over https, and lasts ``dashboard_session_s``. Each page checks that the key still exists and
+is not revoked, and takes its role from the database (a revoked key's session ends at once).
+
+Every state-changing form (cancel, sign-out) carries the session's CSRF token in a hidden
+field, compared in constant time; POSTs whose ``Origin`` names another site are refused too.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+
+from app.errors import ApiCode, ApiError
+from app.keys import repository as keys_repository
+from app.keys.deps import Caller
+from app.keys.roles import Role
+from app.keys.service import KnownKey
+from app.settings import Settings
+
+COOKIE = "ideabench_session"
+SECRET_FILE = "session_secret"
+
+
+def session_secret(settings: Settings) -> str:
+    """The configured secret, else the data dir's ``session_secret`` (made on first use, 0600;
+    two processes starting at once agree on one through O_EXCL)."""
+    configured = settings.session_secret.get_secret_value()
+    if configured:
+        return configured
+    path = Path(settings.data_dir) / SECRET_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as fh:
+        value = secrets.token_hex(32)
+        fh.write(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """A signed-in dashboard user: the key behind the session and the session's CSRF token."""
+
+    caller: Caller
+    csrf: str
+
+    @property
+    def is_operator(self) -> bool:
+        return self.caller.is_operator
+
+
+class Sessions:
+    """Issues and reads session cookies for one app."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.max_age = settings.dashboard_session_s
+        self.serializer = URLSafeTimedSerializer(session_secret(settings), salt="ideabench.dashboard.session")
+
+    def issue(self, response: Response, key: KnownKey, secure: bool) -> None:
+        """Set the cookie of a new session for ``key``."""
+        value = self.serializer.dumps({"k": key.id, "c": secrets.token_urlsafe(24)})
+        response.set_cookie(COOKIE, value, max_age=self.max_age, httponly=True, samesite="strict",
+                            secure=secure, path="/dashboard")
+
+    @staticmethod
+    def clear(response: Response) -> None:
+        response.delete_cookie(COOKIE, path="/dashboard", httponly=True, samesite="strict")
+
+    def read(self, value: str) -> tuple[str, str] | None:
+        """(key id, csrf token) of a valid, unexpired cookie, else None."""
+        try:
+            data = self.serializer.loads(value, max_age=self.max_age)
+        except BadSignature:  # (SignatureExpired is one)
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("k"), str) or not isinstance(data.get("c"), str):
+            return None
+        return data["k"], data["c"]
+
+
+def _active_key(request: Request, key_id: str) -> Caller | None:
+    with request.app.state.sessionmaker() as session:
+        key = keys_repository.get_key(session, key_id)
+        if key is None or key.revoked_at is not None:
+            return None
+        return Caller(key_id=key.id, role=Role(key.role))
+
+
+def sign_in_required() -> ApiError:
+    return ApiError(401, ApiCode.SIGN_IN_REQUIRED, "Sign in with an API key to see the dashboard.")
+
+
+async def current_viewer(request: Request) -> Viewer:
+    """The signed-in user, or 401 ``sign_in_required`` (the dashboard answers it with a redirect
+    to the sign-in page)."""
+    sessions: Sessions = request.app.state.dashboard_sessions
+    cookie = request.cookies.get(COOKIE)
+    found = sessions.read(cookie) if cookie else None
+    if found is None:
+        raise sign_in_required()
+    caller = await run_in_threadpool(_active_key, request, found[0])
+    if caller is None:
+        raise sign_in_required()
+    return Viewer(caller, found[1])
+
+
+async def current_operator(viewer: Annotated[Viewer, Depends(current_viewer)]) -> Viewer:
+    """The signed-in user if an operator, else 403 ``forbidden_role``."""
+    if not viewer.is_operator:
+        raise ApiError(403, ApiCode.FORBIDDEN_ROLE, "The operator page is for operator keys only.",
+                       "Sign in with an operator key.")
+    return viewer
+
+
+def same_origin(request: Request) -> bool:
+    """False when the request's ``Origin`` (or, lacking it, ``Referer``) names another site."""
+    claimed = request.headers.get("origin") or request.headers.get("referer")
+    if not claimed or claimed == "null":
+        return claimed != "null"
+    parts = urlsplit(claimed)
+    return (parts.scheme, parts.netloc) == (request.url.scheme, request.url.netloc)
+
+
+def check_csrf(request: Request, viewer: Viewer, token: str) -> None:
+    """403 ``csrf_failed`` unless ``token`` is the session's and the request comes from this site."""
+    if not (same_origin(request) and hmac.compare_digest(token.encode(), viewer.csrf.encode())):
+        raise ApiError(403, ApiCode.CSRF_FAILED, "The form's security token is missing or stale.")
+
+
+ViewerDep = Annotated[Viewer, Depends(current_viewer)]
+OperatorViewerDep = Annotated[Viewer, Depends(current_operator)]

@@ -1,0 +1,13 @@
+// Draws every chart of a page from its figure (JSON in a script tag the server rendered).
+(function () {
+  "use strict";
+  var config = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+  document.querySelectorAll("[data-figure]").forEach(function (el) {
+    var source = document.getElementById(el.getAttribute("data-figure"));
+    if (!source) { return; }
+    var figure = JSON.parse(source.textContent);
+    Plotly.newPlot(el, figure.data, figure.layout, config).then(function () {
+      el.setAttribute("data-ready", "true");
+    });
+  });
+})();

@@ -1,0 +1,213 @@
+"""The dashboard without a browser: sign-in and its cookie, roles, CSRF, error pages, the pages'
+content against the API's answers, and the charts' points (tests/browser draws them)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.dashboard import charts
+from app.dashboard.auth import COOKIE
+from app.db import utcnow
+from app.jobs.models import Job, JobEvent, JobStatus
+from app.keys.service import revoke_key
+from app.reports.service import verdict_summary
+from tests.app.factories import insert_job, insert_report, key_id, report_body
+from tests.bench.test_report import SEED_FILES, read_seed
+from tests.conftest import bearer
+
+
+def sign_in(client: TestClient, token: str, next_: str = "/dashboard") -> Any:
+    return client.post("/dashboard/login", data={"key": token, "next": next_}, follow_redirects=False)
+
+
+def csrf_of(html: str) -> str:
+    match = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert match, "no CSRF field on the page"
+    return match.group(1)
+
+
+def test_pages_need_a_sign_in_and_send_back_where_one_was_going(client: TestClient) -> None:
+    for path in ("/dashboard", "/dashboard/reports?track=smoke", "/dashboard/operator", "/dashboard/tracks/smoke"):
+        answer = client.get(path, follow_redirects=False)
+        assert answer.status_code == 303, path
+        assert answer.headers["location"].startswith("/dashboard/login?next=%2Fdashboard")
+    assert client.get("/dashboard/login").status_code == 200
+
+
+def test_sign_in_sets_a_signed_http_only_strict_cookie_without_the_key(client: TestClient,
+                                                                      keys: dict[str, str]) -> None:
+    bad = sign_in(client, "ib_00000000_not-a-key")
+    assert bad.status_code == 401 and "unknown or revoked" in bad.text and COOKIE not in bad.cookies
+    answer = sign_in(client, keys["viewer"], "/dashboard/reports")
+    assert answer.status_code == 303 and answer.headers["location"] == "/dashboard/reports"
+    header = answer.headers["set-cookie"]
+    assert "HttpOnly" in header and "SameSite=strict" in header and "Path=/dashboard" in header
+    assert keys["viewer"] not in header and keys["viewer"].split("_")[2] not in header
+    assert client.get("/dashboard").status_code == 200
+    value = answer.cookies[COOKIE]
+    client.cookies.clear()
+    client.cookies.set(COOKIE, value[:-2] + ("xx" if not value.endswith("xx") else "yy"))  # tampered
+    assert client.get("/dashboard", follow_redirects=False).status_code == 303
+
+
+@pytest.mark.parametrize("target", ["https://evil.example/x", "//evil.example/x", "/v1/keys", "/dashboard\\@evil",
+                                    "javascript:alert(1)"])
+def test_sign_in_never_redirects_off_the_dashboard(client: TestClient, keys: dict[str, str], target: str) -> None:
+    assert sign_in(client, keys["viewer"], target).headers["location"] == "/dashboard"
+
+
+def test_a_revoked_key_ends_its_session_at_once(app: Any, client: TestClient, keys: dict[str, str]) -> None:
+    sign_in(client, keys["agent"])
+    assert client.get("/dashboard").status_code == 200
+    with app.state.sessionmaker() as session:
+        revoke_key(session, key_id(keys["agent"]))
+        session.commit()
+    assert client.get("/dashboard", follow_redirects=False).status_code == 303
+
+
+def test_viewers_see_no_operator_page_and_cannot_cancel(app: Any, client: TestClient, keys: dict[str, str]) -> None:
+    with app.state.sessionmaker() as session:
+        job = insert_job(session, key_id(keys["agent"]))
+        session.commit()
+    sign_in(client, keys["viewer"])
+    home = client.get("/dashboard")
+    assert "/dashboard/operator" not in home.text
+    page = client.get("/dashboard/operator")
+    assert page.status_code == 403 and 'data-code="forbidden_role"' in page.text
+    assert page.headers["content-type"].startswith("text/html")
+    cancel = client.post(f"/dashboard/jobs/{job.id}/cancel", data={"csrf": csrf_of(home.text)})
+    assert cancel.status_code == 403
+    with app.state.sessionmaker() as session:
+        assert session.get(Job, job.id).status == JobStatus.QUEUED.value  # type: ignore[union-attr]
+
+
+def test_an_operator_cancels_with_the_forms_token_only(app: Any, client: TestClient, keys: dict[str, str]) -> None:
+    with app.state.sessionmaker() as session:
+        job = insert_job(session, key_id(keys["agent"]))
+        session.commit()
+    sign_in(client, keys["operator"])
+    page = client.get("/dashboard/operator")
+    assert page.status_code == 200 and f'data-job="{job.id}"' in page.text
+    token = csrf_of(page.text)
+    url = f"/dashboard/jobs/{job.id}/cancel"
+    assert client.post(url, data={}).status_code == 403  # no token
+    assert client.post(url, data={"csrf": token + "x"}).status_code == 403
+    cross = client.post(url, data={"csrf": token}, headers={"Origin": "https://evil.example"})
+    assert cross.status_code == 403 and 'data-code="csrf_failed"' in cross.text
+    with app.state.sessionmaker() as session:
+        assert session.get(Job, job.id).status == JobStatus.QUEUED.value  # type: ignore[union-attr]
+    done = client.post(url, data={"csrf": token}, headers={"Origin": "http://testserver"}, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == f"/dashboard/operator?cancelled={job.id}"
+    with app.state.sessionmaker() as session:
+        assert session.get(Job, job.id).status == JobStatus.CANCELLED.value  # type: ignore[union-attr]
+    signed_out = client.post("/dashboard/logout", data={"csrf": token}, follow_redirects=False)
+    assert signed_out.status_code == 303
+    assert client.get("/dashboard", follow_redirects=False).status_code == 303
+
+
+def test_pages_load_nothing_from_elsewhere_and_errors_are_pages(client: TestClient, keys: dict[str, str]) -> None:
+    sign_in(client, keys["viewer"])
+    page = client.get("/dashboard")
+    csp = page.headers["content-security-policy"]
+    assert "default-src 'self'" in csp and "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    assert page.headers["cache-control"] == "no-store"
+    sources = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert sources and all(s.startswith(("/", "data:", "#")) for s in sources), sources
+    js = [s for s in sources if "plotly" in s]
+    assert js and client.get(js[0]).status_code == 200
+    missing = client.get("/dashboard/reports/rep_missing")
+    assert missing.status_code == 404 and 'data-code="report_not_found"' in missing.text
+    bad = client.get("/dashboard/reports?sort=nonsense")
+    assert bad.status_code == 422 and 'data-code="validation_error"' in bad.text
+    assert client.get("/v1/reports/rep_missing", headers=bearer(keys["viewer"])).json()["code"] == "report_not_found"
+
+
+def test_the_reports_table_filters_and_pages_as_the_api_does(app: Any, client: TestClient,
+                                                             keys: dict[str, str]) -> None:
+    with app.state.sessionmaker() as session:
+        for i, (system, practical) in enumerate([("worked", "helps")] * 3 + [("failed", "harms")] * 2
+                                                 + [("partial", "inconclusive")] * 4):
+            insert_report(session, key_id(keys["agent"]), report_body(system, practical),
+                          created_at=utcnow() - dt.timedelta(minutes=i))
+        session.commit()
+    sign_in(client, keys["viewer"])
+    for query, expected in (("", 9), ("system_verdict=worked", 3), ("practical_verdict=harms", 2),
+                            ("system_verdict=partial&practical_verdict=inconclusive", 4)):
+        page = client.get(f"/dashboard/reports?{query}")
+        api = client.get(f"/v1/reports?{query}", headers=bearer(keys["viewer"])).json()["items"]
+        assert re.findall(r'data-report="([^"]+)"', page.text) == [r["report_id"] for r in api]
+        assert len(api) == expected
+    first = client.get("/dashboard/reports?limit=5")
+    rows = re.findall(r'data-report="([^"]+)"', first.text)
+    next_url = re.search(r'href="([^"]+)" rel="next"', first.text)
+    assert len(rows) == 5 and next_url
+    second = client.get(next_url.group(1).replace("&amp;", "&"))
+    assert len(re.findall(r'data-report="([^"]+)"', second.text)) == 4
+    assert 'rel="next"' not in second.text and "First page" in second.text
+
+
+@pytest.mark.parametrize("path", SEED_FILES, ids=lambda p: p.name[:3])
+def test_the_seed_reports_render(app: Any, client: TestClient, keys: dict[str, str], path: Any) -> None:
+    seed = read_seed(path)
+    track = seed["bench_report"]["track"]
+    with app.state.sessionmaker() as session:
+        report = insert_report(session, key_id(keys["agent"]), seed, track=track)
+        session.commit()
+    sign_in(client, keys["viewer"])
+    page = client.get(f"/dashboard/reports/{report.id}")
+    assert page.status_code == 200, page.text[-2000:]
+    assert 'id="fig-paired"' in page.text and 'data-stage="screening"' in page.text
+    raw = client.get(f"/dashboard/reports/{report.id}.json").json()
+    assert raw == client.get(f"/v1/reports/{report.id}", headers=bearer(keys["viewer"])).json()
+
+
+def test_the_paired_plot_has_two_points_per_seed_of_each_stage() -> None:
+    bench = {"screening": {"per_seed": {"baseline": [1.0, 2.0, 3.0], "idea": [0.5, 2.5, 2.0]}, "seeds": [7, 8, 9],
+                           "comparison": {}},
+             "confirmation": {"per_seed": {"baseline": [1.0, 1.5], "idea": [0.9, 1.2]}, "seeds": [11, 12],
+                              "comparison": {"ci_low": -0.4, "ci_high": -0.1, "delta_mean": -0.2, "mde": 0.3}}}
+    stages = charts.stages_of(bench)
+    assert [s.name for s in stages] == ["screening", "confirmation"]
+    figure = charts.paired_figure(stages, "mse")
+    markers = [t for t in figure["data"] if t["mode"] == "markers"]
+    assert sum(len(t["y"]) for t in markers) == 2 * (3 + 2)
+    lines = [t for t in figure["data"] if t["mode"] == "lines"]
+    assert lines[0]["x"] == ["S1", "S1", None, "S2", "S2", None, "S3", "S3", None]
+    assert stages[1].diffs == pytest.approx([-0.1, -0.3])
+    diffs = charts.diffs_figure(stages, stages[1].comparison, "lower is better")
+    kinds = [(s["type"], s.get("y0")) for s in diffs["layout"]["shapes"]]
+    assert ("rect", -0.4) in kinds and ("line", 0.3) in kinds and ("line", -0.3) in kinds
+
+
+def test_the_history_chart_has_one_bar_per_non_empty_cell(app: Any, keys: dict[str, str]) -> None:
+    today = utcnow().replace(hour=12)
+    with app.state.sessionmaker() as session:
+        for days, system, practical in [(0, "worked", "helps"), (0, "worked", "helps"), (0, "failed", "harms"),
+                                        (2, "failed", "harms"), (3, "partial", "inconclusive")]:
+            insert_report(session, key_id(keys["agent"]), report_body(system, practical),
+                          created_at=today - dt.timedelta(days=days))
+        session.commit()
+        summary = verdict_summary(session, "day", None, None, None)
+    figure = charts.history_figure(summary)
+    bars = {t["name"]: t["y"] for t in figure["data"]}
+    assert bars == {"worked/helps": [2], "partial/inconclusive": [1], "failed/harms": [1, 1]}
+
+
+def test_stage_spans_end_at_the_next_stage_or_the_jobs_end(app: Any, keys: dict[str, str]) -> None:
+    from app.health.state import job_stages
+
+    t0 = utcnow()
+    with app.state.sessionmaker() as session:
+        job = insert_job(session, key_id(keys["agent"]), status=JobStatus.SUCCEEDED.value, started_at=t0,
+                         finished_at=t0 + dt.timedelta(seconds=10))
+        for seq, (stage, at) in enumerate([("sweep", 1), ("final", 6), ("mechanism", 9)], start=1):
+            session.add(JobEvent(job_id=job.id, seq=seq, kind="stage", attempt=1, data={"stage": stage},
+                                 created_at=t0 + dt.timedelta(seconds=at)))
+        session.commit()
+        spans = job_stages(session, [job.id], {job.id: job.finished_at})
+    assert [(s.stage, round(s.seconds, 3)) for s in spans] == [("sweep", 5.0), ("final", 3.0), ("mechanism", 1.0)]
