@@ -67,12 +67,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID",
                                           "X-Request-ID"],
                            expose_headers=["X-Request-ID", "Retry-After", "Location"])
+    install_dashboard(app, settings)
     install_metrics(app, app.state.sessionmaker)  # (its middleware sees every routed request)
     app.add_middleware(RequestId)  # added last: outermost, so every answer carries the id
     for router in (discovery_router, jobs_router, reports_router, tracks_router, compare_router, keys_router,
                    health_router):
         app.include_router(router)
-    install_dashboard(app, settings)
     install_openapi(app)
     mcp_server = install_mcp(app)
     return app

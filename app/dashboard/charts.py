@@ -153,7 +153,7 @@ def paired_figure(stages: list[StageValues], metric: str) -> dict[str, Any]:
                      "marker": {"color": color, "size": 10, "symbol": "diamond"},
                      "hovertemplate": "idea %{y:.5g}<extra>%{text}</extra>"})
     return {"data": data, "layout": _layout(
-        f"Test {metric} per paired seed", xaxis={"type": "category", "title": {"text": "seed"}},
+        f"Test {metric} per paired seed (S: screening, C: confirmation)", xaxis={"type": "category"},
         yaxis={"title": {"text": metric}})}
 
 

@@ -14,13 +14,14 @@ import importlib.util
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.dashboard import charts
 from app.dashboard.auth import OperatorViewerDep, Sessions, Viewer, ViewerDep, check_csrf
@@ -285,9 +286,27 @@ def error_page(request: Request, status: int, body: dict[str, Any]) -> Response:
     return page(request, "error.html", None, status_code=status, error=body)
 
 
+class DropEmptyFields:
+    """ASGI middleware: under ``/dashboard``, query fields with an empty value are dropped before
+    routing. A filter form sends its "all" choices as empty fields (``track=&sort=p_value``); the
+    listing's shared query dependency rightly refuses ``system_verdict=`` from an API client."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/dashboard") and scope.get("query_string"):
+            pairs = parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+            kept = [(k, v) for k, v in pairs if v != ""]
+            if len(kept) != len(pairs):
+                scope = {**scope, "query_string": urlencode(kept).encode("latin-1")}
+        await self.app(scope, receive, send)
+
+
 def install_dashboard(app: Any, settings: Settings) -> None:
     """The pages, their static files, the session signer and the HTML error pages on ``app``."""
     app.state.dashboard_sessions = Sessions(settings)
+    app.add_middleware(DropEmptyFields)
     app.state.error_page = error_page
     app.include_router(router)
     app.mount("/dashboard/static", StaticFiles(directory=HERE / "static"), name="dashboard-static")

@@ -1,0 +1,169 @@
+"""The dashboard in headless Chromium, on reports a real worker judged: every page renders at a
+desktop and a phone width with nothing loaded from elsewhere; the charts hold the right number
+of points; the filters change the table; an operator cancels a running job from the page; a
+viewer cannot reach the operator page."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import SCREENSHOTS, Service
+from tests.workers.test_end_to_end import SLOW_IDEA
+
+WIDTHS = {"desktop": (1280, 900), "phone": (390, 844)}
+
+
+class Page:
+    """A signed-in page that records its errors and every URL it requested."""
+
+    def __init__(self, browser: Any, service: Service, role: str, width: str) -> None:
+        w, h = WIDTHS[width]
+        self.context = browser.new_context(viewport={"width": w, "height": h})
+        self.page = self.context.new_page()
+        self.width = width
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.page.on("console", lambda msg: msg.type == "error" and self.errors.append(msg.text))
+        self.page.on("request", lambda request: self.requests.append(request.url))
+        self.url = service.url
+        self.page.goto(f"{service.url}/dashboard/login")
+        self.page.fill("#key", service.keys[role])
+        self.page.click("section.login button[type=submit]")
+        self.page.wait_for_url(f"{service.url}/dashboard")
+
+    def open(self, path: str) -> Any:
+        answer = self.page.goto(self.url + path)
+        self.page.wait_for_function(  # every chart drawn by plotly.js
+            "() => [...document.querySelectorAll('[data-figure]')].every(e => e.dataset.ready === 'true')",
+            timeout=20_000)
+        return answer
+
+    def shot(self, name: str) -> None:
+        self.page.screenshot(path=str(SCREENSHOTS / f"{name}-{self.width}.png"), full_page=True)
+        if name == "report" and self.width == "desktop":  # the README's picture: the page's top
+            self.page.screenshot(path=str(SCREENSHOTS / "report-top.png"), full_page=True, clip={"x": 0, "y": 0, "width": 1280,
+                                                                                   "height": 1300})
+
+    def count(self, selector: str) -> int:
+        n: int = self.page.locator(selector).count()
+        return n
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def signed_in(browser: Any, service: Service) -> Iterator[Any]:
+    pages: list[Page] = []
+
+    def make(role: str = "operator", width: str = "desktop") -> Page:
+        pages.append(Page(browser, service, role, width))
+        return pages[-1]
+
+    yield make
+    for page in pages:
+        page.close()
+
+
+@pytest.mark.parametrize("width", list(WIDTHS))
+def test_every_page_renders_with_nothing_from_elsewhere(service: Service, signed_in: Any, width: str) -> None:
+    report = service.api("GET", "/v1/reports")["items"][0]
+    page = signed_in("operator", width)
+    for name, path in (("history", "/dashboard"), ("reports", "/dashboard/reports"),
+                       ("report", f"/dashboard/reports/{report['report_id']}"), ("tracks", "/dashboard/tracks"),
+                       ("track", "/dashboard/tracks/smoke"), ("operator", "/dashboard/operator")):
+        answer = page.open(path)
+        assert answer.status == 200, (path, answer.status)
+        assert page.page.locator("main h1").count() == 1
+        overflow = page.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{path} scrolls sideways by {overflow}px at {width} width"
+        page.shot(name)
+    assert page.errors == []
+    assert page.requests and all(url.startswith(service.url) or url.startswith("data:") for url in page.requests), \
+        [u for u in page.requests if not u.startswith(service.url)]
+
+
+def test_the_history_chart_has_a_bar_per_period_and_verdict(service: Service, signed_in: Any) -> None:
+    summary = service.api("GET", "/v1/verdicts/summary", "viewer")
+    cells: dict[tuple[str, str], int] = defaultdict(int)
+    for row in summary["rows"]:
+        for pair, n in row["counts"].items():
+            cells[(row["period"], pair)] += n
+    expected = sum(1 for n in cells.values() if n)
+    page = signed_in("viewer")
+    page.open("/dashboard")
+    assert expected >= 1
+    assert page.count("#history .barlayer .point") == expected
+    total = sum(t["total"] for t in summary["totals"])
+    assert page.page.locator("#totals tbody tr").first.locator("td").nth(-4).inner_text() == str(total)
+
+
+def test_the_report_page_plots_every_paired_seed(service: Service, signed_in: Any) -> None:
+    item = service.api("GET", "/v1/reports")["items"][0]
+    bench = service.api("GET", f"/v1/reports/{item['report_id']}")["report"]["bench_report"]
+    seeds = len(bench["screening"]["per_seed"]["idea"]) + len((bench.get("confirmation") or {}).get("seeds") or [])
+    page = signed_in("viewer")
+    page.open(f"/dashboard/reports/{item['report_id']}")
+    assert page.count("#paired .scatterlayer .trace .points .point") == 2 * seeds
+    assert page.count("#diffs .scatterlayer .trace .points .point") == seeds
+    sweep_points = len(bench["baseline"]["sweep"]) + len(bench["idea"]["sweep"]) + 2  # + the two chosen
+    assert page.count("#sweep .scatterlayer .trace .points .point") == sweep_points
+    assert page.count("table.seeds[data-stage=screening] tbody tr") == len(bench["screening"]["seeds"])
+    assert item["report_id"] in page.page.locator("a", has_text="raw JSON").get_attribute("href")
+    assert page.page.locator("#timeline tbody tr").count() >= 4  # queued, started, stages, end
+
+
+def test_filters_change_the_table(service: Service, signed_in: Any) -> None:
+    items = service.api("GET", "/v1/reports")["items"]
+    assert len(items) >= 2
+    page = signed_in("viewer")
+    page.open("/dashboard/reports")
+    assert page.count("tr[data-report]") == len(items)
+    family = items[0]["family"]
+    page.page.fill("input[name=family]", family)
+    page.page.click("form.filters button[type=submit]")
+    page.page.wait_for_url("**family=*")
+    same = [i["report_id"] for i in items if i["family"] == family]
+    shown = [r.get_attribute("data-report") for r in page.page.locator("tr[data-report]").all()]
+    assert shown == same and len(same) < len(items)
+    absent = next(v for v in ("worked", "partial", "failed") if all(i["system_verdict"] != v for i in items))
+    page.page.fill("input[name=family]", "")
+    page.page.select_option("select[name=system_verdict]", absent)
+    page.page.click("form.filters button[type=submit]")
+    page.page.wait_for_url(f"**system_verdict={absent}*")
+    assert page.count("tr[data-report]") == 0 and "No reports match" in page.page.inner_text("table.rows")
+
+
+def test_an_operator_cancels_a_running_job_from_the_page(service: Service, signed_in: Any) -> None:
+    job = service.submit(SLOW_IDEA, "slow")
+    service.wait_status(job, {"running"}, timeout=120)
+    page = signed_in("operator")
+    page.open("/dashboard/operator")
+    row = page.page.locator(f"#running tr[data-job={job}]")
+    assert row.count() == 1
+    row.locator("button", has_text="Cancel").click()
+    page.page.wait_for_url("**/dashboard/operator?cancelled=*")
+    assert job in page.page.inner_text("#cancelled")
+    ended = service.wait_status(job, {"cancelled", "succeeded", "failed"}, timeout=120)
+    assert ended["status"] == "cancelled" and ended["error"]["code"] == "cancelled"
+    page.open("/dashboard/operator")
+    assert page.page.locator(f"#running tr[data-job={job}]").count() == 0
+
+
+def test_a_viewer_cannot_reach_the_operator_page(service: Service, signed_in: Any) -> None:
+    page = signed_in("viewer", "phone")
+    page.open("/dashboard")
+    assert page.page.locator("nav a", has_text="Operator").count() == 0
+    answer = page.open("/dashboard/operator")
+    assert answer.status == 403
+    assert page.page.locator("section.problem[data-code=forbidden_role]").count() == 1
+    page.shot("operator-as-viewer")
+    page.page.goto(f"{service.url}/dashboard")
+    page.page.click("form.signout button")
+    page.page.wait_for_url("**/dashboard/login")
+    assert page.open("/dashboard").url.startswith(f"{service.url}/dashboard/login")
