@@ -36,21 +36,26 @@ SECRET_FILE = "session_secret"
 
 
 def session_secret(settings: Settings) -> str:
-    """The configured secret, else the data dir's ``session_secret`` (made on first use, 0600;
-    two processes starting at once agree on one through O_EXCL)."""
+    """The configured secret, else the data dir's ``session_secret`` (made on first use, 0600).
+    Written whole to a temporary file and linked into place, so processes starting at once
+    agree on one secret and none reads a half-written file."""
     configured = settings.session_secret.get_secret_value()
     if configured:
         return configured
     path = Path(settings.data_dir) / SECRET_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as fh:
-        value = secrets.token_hex(32)
-        fh.write(value)
-    return value
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{SECRET_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+        try:
+            os.link(tmp, path)  # atomic; fails when another process linked its own first
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    return path.read_text().strip()
 
 
 @dataclass(frozen=True)

@@ -211,3 +211,18 @@ def test_stage_spans_end_at_the_next_stage_or_the_jobs_end(app: Any, keys: dict[
         session.commit()
         spans = job_stages(session, [job.id], {job.id: job.finished_at})
     assert [(s.stage, round(s.seconds, 3)) for s in spans] == [("sweep", 5.0), ("final", 3.0), ("mechanism", 1.0)]
+
+
+def test_processes_starting_at_once_agree_on_one_session_secret(tmp_path: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.dashboard.auth import session_secret
+    from app.settings import Settings
+
+    settings = Settings(data_dir=tmp_path / "var")
+    with ThreadPoolExecutor(8) as pool:
+        found = set(pool.map(lambda _: session_secret(settings), range(32)))
+    assert len(found) == 1 and len(found.pop()) == 64
+    assert oct((tmp_path / "var" / "session_secret").stat().st_mode & 0o777) == "0o600"
+    assert sorted(p.name for p in (tmp_path / "var").iterdir()) == ["session_secret"]
+    assert session_secret(Settings(data_dir=tmp_path / "var", session_secret="configured")) == "configured"
