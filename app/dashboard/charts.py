@@ -9,6 +9,7 @@ can check a chart's points without a browser.
 from __future__ import annotations
 
 import datetime as dt
+import html
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -30,6 +31,15 @@ def _layout(title: str, **extra: Any) -> dict[str, Any]:
     return {"title": {"text": title, "x": 0, "font": {"size": 14}}, "font": FONT, "autosize": True,
             "margin": {"l": 56, "r": 16, "t": 40, "b": 48}, "legend": {"orientation": "h", "y": -0.18},
             "paper_bgcolor": "white", "plot_bgcolor": "white", **extra}
+
+
+def plain(text: object, limit: int = 80) -> str:
+    """Text a submission chose (a hyperparameter, a mechanism's name), made inert for Plotly,
+    whose labels read a few HTML tags (links among them) and ``%{...}`` templates: tags and
+    ``%`` become entities, shown as typed."""
+    value = str(text)
+    value = value if len(value) <= limit else value[: limit - 1] + "…"
+    return html.escape(value, quote=False).replace("%", "&#37;")
 
 
 def _finite(values: list[Any] | None) -> list[float | None]:
@@ -191,7 +201,7 @@ def _hline(y: float, color: str, dash: str, width: int) -> dict[str, Any]:
 
 
 def _cfg_rest(cfg: dict[str, Any], varying: set[str]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(cfg.items()) if k in varying)
+    return plain(", ".join(f"{k}={v}" for k, v in sorted(cfg.items()) if k in varying), 120)
 
 
 def sweep_figure(bench: dict[str, Any], metric: str) -> dict[str, Any]:
@@ -237,7 +247,7 @@ def mechanism_figure(signature: dict[str, Any]) -> dict[str, Any] | None:
     base, idea = _finite(signature.get("baseline_values")), _finite(signature.get("idea_values"))
     if not base and not idea:
         return None
-    quantity = signature.get("quantity") or "mechanism"
+    quantity = plain(signature.get("quantity") or "mechanism")
     data = [{"type": "box", "name": arm, "y": values, "boxpoints": "all", "pointpos": 0, "jitter": 0.3,
              "marker": {"color": color}, "line": {"color": color}}
             for arm, values, color in (("baseline", base, BASELINE_COLOR), ("idea", idea, STAGE_COLORS["screening"]))

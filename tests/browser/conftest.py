@@ -32,6 +32,7 @@ class Service:
     url: str
     keys: dict[str, str]
     log: Path
+    sessions: Any  # the app's sessionmaker (to stage rows a worker would not write)
 
     def api(self, method: str, path: str, role: str = "operator", **kwargs: Any) -> Any:
         answer = httpx.request(method, self.url + path, headers=bearer(self.keys[role]), timeout=30, **kwargs)
@@ -73,7 +74,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     with served(app) as url:
         worker = start_worker(settings, tmp)
         try:
-            found = Service(url, keys, tmp / "worker.log")
+            found = Service(url, keys, tmp / "worker.log", app.state.sessionmaker)
             wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, 90, "a ready service", found.log)
             jobs = [found.submit(EXAMPLE, "example"), found.submit(WIDER, "wider")]
             for job in jobs:

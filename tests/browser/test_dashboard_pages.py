@@ -167,3 +167,47 @@ def test_a_viewer_cannot_reach_the_operator_page(service: Service, signed_in: An
     page.page.click("form.signout button")
     page.page.wait_for_url("**/dashboard/login")
     assert page.open("/dashboard").url.startswith(f"{service.url}/dashboard/login")
+
+
+HOSTILE = {
+    "name": '<img src=x onerror="window.__xss=1;alert(1)">',
+    "summary": "<script>window.__xss=2;alert(2)</script>",
+    "quantity": '<a href="javascript:window.__xss=3">%{x} q</a>',
+    "hparam": '<img src=x onerror="window.__xss=4">',
+    "warning": "</script><script>window.__xss=5</script>",
+}
+
+
+def test_text_an_agent_chose_is_shown_as_text(service: Service, signed_in: Any) -> None:
+    """A submission controls its name, its hyperparameters, its mechanism's name and (through
+    them) parts of the summary and warnings: none of it runs as markup on any page."""
+    import copy
+
+    from tests.app.factories import insert_report, key_id
+
+    real = service.api("GET", "/v1/reports")["items"][-1]
+    body = copy.deepcopy(service.api("GET", f"/v1/reports/{real['report_id']}")["report"])
+    body["summary"] = HOSTILE["summary"]
+    bench = body["bench_report"]
+    bench["warnings"] = [HOSTILE["warning"]]
+    bench.setdefault("mechanism_signature", {})["quantity"] = HOSTILE["quantity"]
+    for row in bench["idea"]["sweep"]:
+        row["cfg"]["act"] = HOSTILE["hparam"] + str(row["cfg"]["lr"])  # varies: in the legend
+    with service.sessions() as session:
+        report = insert_report(session, key_id(service.keys["agent"]), body, name=HOSTILE["name"])
+        session.commit()
+    page = signed_in("viewer")
+    dialogs: list[str] = []
+    page.page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    for path in (f"/dashboard/reports/{report.id}", "/dashboard/reports", "/dashboard/tracks/smoke", "/dashboard"):
+        assert page.open(path).status == 200
+        if path.startswith("/dashboard/reports/"):
+            page.page.locator("#sweep .scatterlayer .point").first.hover(force=True)  # its label: the hparam
+        assert page.page.evaluate("window.__xss === undefined"), path
+        assert page.count("[href^='javascript'], [onerror]") == 0, path
+    assert dialogs == []
+    page.open(f"/dashboard/reports/{report.id}")
+    assert HOSTILE["name"] in page.page.inner_text("main h1")
+    assert HOSTILE["summary"] in page.page.inner_text("p.summary")
+    assert HOSTILE["warning"] in page.page.inner_text("#warnings")
+    assert HOSTILE["quantity"] in page.page.inner_text("#mechanism")  # the chart's title, as typed
