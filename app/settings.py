@@ -49,6 +49,10 @@ class Settings(BaseSettings):
                                       "(set it when several API processes share no data dir).")
     dashboard_session_s: int = Field(default=8 * 3600, ge=60, description="How long a dashboard sign-in "
                                      "lasts.")
+    public_origin: str = Field(default="", description="The origin browsers reach the service at "
+                               "(https://bench.example.org) when a proxy terminates TLS or rewrites Host: the "
+                               "dashboard's forms check Origin against it, and its cookie is Secure when it is "
+                               "https. Empty: the request's own scheme and host.")
 
     # Jobs (API side)
     default_job_device: JobDevice = "cpu"

@@ -10,7 +10,7 @@ import numpy as np
 
 from bench import BENCH_VERSION
 from bench.report import Report
-from bench.stats import compare
+from bench.stats import CONFIRMATION_LOOKS, CONFIRMATION_SHARES, compare, confirmation_p
 from bench.verdicts import decide, mechanism_confirmed
 
 if TYPE_CHECKING:
@@ -75,9 +75,12 @@ def summary_text(
         )
     if confirmation is not None:
         k = confirmation["comparison"]
+        looks = confirmation.get("looks") or []
         text += (
-            f"Confirmation on {k['n_pairs']} fresh seeds of this job: delta {k['delta_mean']:+.6g}, "
-            f"the idea won {k['idea_wins']}/{k['n_pairs']}, one-sided p={confirmation['p_value']:.4g}: "
+            f"Confirmation on {k['n_pairs']} fresh seeds of this job"
+            f"{f' (in {len(looks)} looks)' if len(looks) > 1 else ''}: delta {k['delta_mean']:+.6g}, "
+            f"the idea won {k['idea_wins']}/{k['n_pairs']}, p={confirmation['p_value']:.4g} "
+            f"(one-sided, adjusted for its looks): "
             f"{'replicated' if confirmation['significant'] else 'not replicated'}. "
         )
     practical = verdicts["practical_verdict"]
@@ -136,14 +139,24 @@ def stage_better(block: dict[str, Any]) -> bool:
     return all(c["verdict"] == "idea better (significant)" for c in tests)
 
 
-def confirmation_block(job: _Job, runs: dict[str, list[RunRecord]], alpha: float) -> dict[str, Any]:
-    """The confirmation stage: significant when its one-sided exact p in the screened
-    (better) direction is <= alpha; its seeds are labelled by the job's key."""
+def confirmation_block(job: _Job, runs: dict[str, list[RunRecord]], alpha: float, look: int) -> dict[str, Any]:
+    """The confirmation stage: its comparison over every pair it ran, and its looks (``look``
+    pairs, then all of them when a second look ran), each tested at its share of alpha
+    (``stats.CONFIRMATION_SHARES``). Significant when the adjusted p (``stats.confirmation_p``)
+    is <= alpha. Its seeds are labelled by the job's key."""
     block = stage_block(job, runs)
-    p = stage_p(block)
-    block.update(p_value=p, significant=p <= alpha, job_key=job.job_key,
-                 test="one-sided exact paired sign-flip, idea better (the screened direction); against the "
-                 "baseline at the idea's learning rate too when it differs, the larger p",
+    first = block if len(runs["idea"]) == look else stage_block(job, {k: v[:look] for k, v in runs.items()})
+    looks = [{"n_pairs": len(b["per_seed"]["idea"]), "p_better": stage_p(b), "alpha": alpha * share}
+             for b, share in zip([first] + ([block] if block is not first else []), CONFIRMATION_SHARES,
+                                 strict=False)]
+    p = confirmation_p([entry["p_better"] for entry in looks])
+    shares = " and ".join(f"{share:g} alpha" for share in CONFIRMATION_SHARES)
+    block.update(p_value=p, significant=p <= alpha, job_key=job.job_key, looks=looks,
+                 test=f"one-sided exact paired sign-flip, idea better (the screened direction), at up to "
+                 f"{CONFIRMATION_LOOKS} looks ({look} pairs, then {CONFIRMATION_LOOKS * look} when the first is "
+                 f"neither significant nor futile) tested at {shares}; against the baseline at the idea's "
+                 "learning rate too when it differs, the larger p; p_value = min(1, min over the looks of p / "
+                 "its share)",
                  n_runs=sum(r.stage == "confirmation" for r in job.runs), baseline_cache="never (fresh seeds)")
     return block
 
@@ -167,7 +180,8 @@ def build_report(
     screening = stage_block(job, finals)
     values = screening["per_seed"]
     comparison = screening["comparison"]
-    replication = None if confirmation is None else confirmation_block(job, confirmation, comparison["alpha"])
+    replication = None if confirmation is None else confirmation_block(
+        job, confirmation, comparison["alpha"], look=len(finals["idea"]))
     mechanism = None
     mechanism_ok = None
     if job.mechanism is not None and measured is not None:

@@ -55,6 +55,7 @@ class Capturer:
         self.spec: dict[str, Any] = {}
         self.param_cap = 0
         self.targets: dict[int, list[str]] = {}  # per config: tensor targets in graph order
+        self.exported: dict[int, dict[str, Any]] = {}  # per config: the tensors its export found
         self.configs: list[dict[str, Any]] = []
         self.init_seeds: list[int] = []
         self.source = ""  # the text that defines the builder (for ``_mode_dependent``)
@@ -136,7 +137,6 @@ class Capturer:
 
     def capture(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Build and export every config; write its graphs and every init seed's tensors."""
-        import numpy as np
 
         from bench.child import classify
         from bench.graph import export_graph, not_capturable
@@ -166,18 +166,39 @@ class Capturer:
             if [i["target"] for i in docs["eval"]["inputs"] if i["kind"] != "user"] != targets:
                 raise not_capturable(f"the {self.role}'s train-mode and eval-mode graphs hold other tensors")
             self.targets[config] = targets
+            self.exported[config] = tensors
             for mode, doc in docs.items():
                 Path(graph_path(config, mode)).write_text(json.dumps(doc))
             for index, seed in enumerate(self.init_seeds):
-                if index:
-                    model = self._model(config, seed)
-                state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-                for j, target in enumerate(targets):
-                    value = state.get(target, tensors[target]) if index else tensors[target]
-                    if index and target in tensors and tuple(value.shape) != tuple(tensors[target].shape):
-                        raise not_capturable(f"the {self.role}'s tensor {target!r} changes shape with the seed")
-                    np.save(tensor_path(config, index, j), value.detach().cpu().numpy(), allow_pickle=False)
+                self._write_inits(config, index, seed, model if index == 0 else None)
         return {}  # the parent reads the files by its own names and believes nothing else
+
+    def capture_more(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """The tensors of more init seeds for one config already captured (its graphs stay):
+        a second confirmation look's, once the sweep has chosen the config."""
+        config = int(cmd["config"])
+        if config not in self.targets:
+            raise BenchError(ErrorCode.INTERNAL, f"config {config} was not captured")
+        for seed in (int(s) for s in cmd["init_seeds"]):
+            self.init_seeds.append(seed)
+            self._write_inits(config, len(self.init_seeds) - 1, seed, None)
+        return {}
+
+    def _write_inits(self, config: int, index: int, seed: int, exported_model: Any) -> None:
+        """Write init seed number ``index``'s tensors of ``config`` (the exported model's own
+        for the first seed; a fresh build of the config for any other)."""
+        import numpy as np
+
+        from bench.graph import not_capturable
+
+        tensors = self.exported[config]
+        model = exported_model if exported_model is not None else self._model(config, seed)
+        state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+        for j, target in enumerate(self.targets[config]):
+            value = tensors[target] if exported_model is not None else state.get(target, tensors[target])
+            if exported_model is None and target in tensors and tuple(value.shape) != tuple(tensors[target].shape):
+                raise not_capturable(f"the {self.role}'s tensor {target!r} changes shape with the seed")
+            np.save(tensor_path(config, index, j), value.detach().cpu().numpy(), allow_pickle=False)
 
     def measure(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """The idea's ``measure(model, x)`` on trained models: each is built again here (same

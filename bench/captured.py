@@ -111,6 +111,22 @@ def import_capture(
     )
 
 
+def import_more(session: ArmSession, capture: ArmCapture, config: int, first: int, count: int) -> None:
+    """Check and copy the tensors of ``count`` more init seeds (numbers ``first``...) of one
+    captured config: each of the shape and dtype its first capture had."""
+    for seed in range(first, first + count):
+        total = 0
+        for j, expected in enumerate(capture.shapes[config]):
+            array = _checked_array(session, tensor_path(config, seed, j))
+            if (tuple(array.shape), array.dtype.name) != expected:
+                raise not_capturable(f"the {session.role}'s tensors change shape or dtype with the seed")
+            total += array.size
+            np.save(capture.directory / tensor_path(config, seed, j), array, allow_pickle=False)
+        if total > MAX_TENSOR_ELEMENTS:
+            raise not_capturable(f"the {session.role} holds {total} tensor elements; the limit is "
+                                 f"{MAX_TENSOR_ELEMENTS}")
+
+
 def read_kept(session: ArmSession, run_id: str, expected: tuple[tuple[tuple[int, ...], str], ...]) -> list[np.ndarray]:
     """The trained tensors a trainer child wrote for a kept run, checked against the capture."""
     arrays = []

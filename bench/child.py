@@ -28,8 +28,8 @@ from bench.sandbox import violation
 
 LOG_NAME = "child.log"
 MAX_DATA_DIRS = 40
-CAPTURE_OPS = frozenset({"capture_load", "capture", "measure"})  # run submitted code
-TRAINER_OPS = frozenset({"load", "check", "train", "probe"})  # never run submitted code
+CAPTURE_OPS = frozenset({"capture_load", "capture", "capture_more", "measure"})  # run submitted code
+TRAINER_OPS = frozenset({"load", "more_inits", "check", "train", "probe"})  # never run submitted code
 
 
 def _user_frame_hint(exc: BaseException, filename: str) -> str:
@@ -175,6 +175,11 @@ class ArmRunner:
         self.configs = [json.dumps(c, sort_keys=True) for c in captured["configs"]]
         self.init_seeds = [int(s) for s in captured["init_seeds"]]
         return {"device": str(self.device)}
+
+    def more_inits(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """More init seeds whose tensors the parent has checked into the capture directory."""
+        self.init_seeds += [int(s) for s in cmd["init_seeds"]]
+        return {}
 
     def _arrays(self, data_dir: str) -> dict[str, Any]:
         if data_dir not in self.data:
@@ -422,10 +427,14 @@ def main() -> None:
                 reply = capturer.load(cmd)
             elif op == "capture":
                 reply = capturer.capture(cmd)
+            elif op == "capture_more":
+                reply = capturer.capture_more(cmd)
             elif op == "measure":
                 reply = capturer.measure(cmd)
             elif op == "load":
                 reply = trainer.load(cmd)
+            elif op == "more_inits":
+                reply = trainer.more_inits(cmd)
             elif op == "check":
                 reply = trainer.check(cmd)
             elif op == "train":

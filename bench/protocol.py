@@ -32,6 +32,7 @@ from bench.captured import (
     ArmCapture,
     hand_over_for_measure,
     import_capture,
+    import_more,
     pack,
     read_kept,
     unpack,
@@ -52,7 +53,7 @@ from bench.seeding import (
     sweep_seeds,
     task_seed,
 )
-from bench.stats import VERDICT_BETTER, compare
+from bench.stats import ALPHA, CONFIRMATION_LOOKS, VERDICT_BETTER, compare, confirmation_continues
 from bench.track import Track
 
 ARMS = ("baseline", "idea")
@@ -657,10 +658,11 @@ class _Job:
 
     def stage_seeds(self, stage: str) -> list[int]:
         """The protocol seeds of ``stage`` (sweep, screening, confirmation), in order."""
-        n = len(self.capture_seeds) - len(self.sweep_seed_list)
         if stage == "sweep":
             return self.sweep_seed_list
-        return final_seeds(n // 2) if stage == "screening" else confirmation_seeds(n // 2)
+        screening = set(final_seeds(MAX_SEEDS))
+        rest = [s for s in self.capture_seeds if s not in self.sweep_seed_list]
+        return [s for s in rest if (s in screening) == (stage == "screening")]
 
     def stage_values(self, runs: dict[str, list[RunRecord]]) -> dict[str, list[float]]:
         """Test values of one stage (both arms, and ``matched`` when run), diverged runs filled
@@ -677,13 +679,46 @@ class _Job:
             for key in ("baseline", "matched") if key in values
         )
 
+    def p_better(self, runs: dict[str, list[RunRecord]]) -> float:
+        """A stage's one-sided p that the idea is better: the larger of its tests against the
+        baseline and, when run, against the baseline at the idea's lr (intersection-union)."""
+        values = self.stage_values(runs)
+        return max(float(compare(values[key], values["idea"], lower_is_better=self.lower_is_better)["p_better"])
+                   for key in ("baseline", "matched") if key in values)
+
     def confirm(self, n_seeds: int) -> dict[str, list[RunRecord]]:
         """The confirmation stage (PROTOCOL.md 2.6): the screened configs (no re-tuning) on
-        ``n_seeds`` seeds drawn for this job alone (``seeding.run_seeds`` under the job's key)."""
-        seeds = confirmation_seeds(n_seeds)
-        self.tracker.add_total(self.runs_per_seed() * n_seeds)
+        seeds drawn for this job alone (``seeding.run_seeds`` under the job's key), ``n_seeds``
+        at a time: a second look at ``n_seeds`` more when the first is neither significant
+        nor futile (``stats.confirmation_continues``)."""
+        seeds = confirmation_seeds(CONFIRMATION_LOOKS * n_seeds)
+        runs = self._confirmation_look(seeds[:n_seeds], "screening found a win: confirming it on fresh seeds")
+        if confirmation_continues(self.p_better(runs), ALPHA):
+            self.capture_more(seeds[n_seeds:])
+            more = self._confirmation_look(seeds[n_seeds:], f"the confirmation's first look was close: "
+                                           f"{n_seeds} more fresh seeds")
+            runs = {key: runs[key] + more[key] for key in runs}
+        return runs
+
+    def capture_more(self, seeds: list[int]) -> None:
+        """Each arm's chosen config built with the inits of ``seeds`` too, in its capture child,
+        checked and handed to its trainer (the configs' graphs were captured already)."""
+        inits = [self.seeds(s).init for s in seeds]
+        first = len(self.capture_seeds)
+
+        def extend(arm: str) -> None:
+            config = self._config_index(RunRecord(arm, self.best(arm)["_cfg"], seeds[0], "test", "confirmation"))
+            self.captures[arm].request({"op": "capture_more", "config": config, "init_seeds": inits})
+            import_more(self.captures[arm], self.capture_info[arm], config, first, len(seeds))
+            self.sessions[arm].request({"op": "more_inits", "init_seeds": inits})
+
+        self.both(extend)
+        self.capture_seeds = self.capture_seeds + seeds
+
+    def _confirmation_look(self, seeds: list[int], message: str) -> dict[str, list[RunRecord]]:
+        self.tracker.add_total(self.runs_per_seed() * len(seeds))
         self.tracker.stage = "confirmation"
-        self.tracker.emit("screening found a win: confirming it on fresh seeds")
+        self.tracker.emit(message)
         custom = self.request.custom_track
         if custom is not None:
             custom_mod.ensure_data(
@@ -896,8 +931,9 @@ def _judge(
                     raise BenchError(ErrorCode.INVALID_MECHANISM,
                                      "MECHANISM is declared with no 'probe' and the idea defines no measure(model, x).")
             job.sweep_seed_list = sweep_seeds(int(track.card["defaults"]["sweep_seeds"]))
-            # Every seed a model may be built with, the confirmation's included (its inits
-            # are captured now; its data is made only if the screening finds a win).
+            # Every seed a model may be built with, the first confirmation look's included (its
+            # inits are captured now, its data made only if the screening finds a win; a second
+            # look's inits are captured when it is needed, for the chosen configs only).
             job.capture_seeds = all_seeds + confirmation_seeds(n_seeds)
             init_seeds = [job.seeds(s).init for s in job.capture_seeds]
             job.tracker.emit("capturing both arms' models as graphs")

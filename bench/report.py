@@ -165,15 +165,27 @@ class Stage(_Model):
     matched_lr: dict[str, Any] | None = None
 
 
+class ConfirmationLook(_Model):
+    """One look of the confirmation: its first ``n_pairs`` pairs, their one-sided p that the
+    idea is better, and the level that look is tested at (its share of alpha)."""
+
+    n_pairs: int
+    p_better: float = Field(ge=0.0, le=1.0)
+    alpha: float
+
+
 class Confirmation(Stage):
-    """The confirmation stage (PROTOCOL.md 2.6): significant when its one-sided exact p in
-    the screened direction is <= alpha. Its seeds belong to this job alone (``job_key``)."""
+    """The confirmation stage (PROTOCOL.md 2.6): up to two looks on seeds of this job alone
+    (``job_key``), n pairs and then 2n when the first is neither significant nor futile.
+    The looks are tested at alpha / 5 and 4 alpha / 5; ``p_value`` is min(1, min over the looks
+    of p / its share) (``bench.stats.confirmation_p``); significant when it is <= alpha. Reports from before the second look have no ``looks``."""
 
     p_value: float = Field(ge=0.0, le=1.0)
     significant: bool
     job_key: str
     test: str | None = None
     n_runs: int | None = None
+    looks: list[ConfirmationLook] | None = None
 
 
 class Attempts(_Model):

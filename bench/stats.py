@@ -43,6 +43,7 @@ EFFECT_SIZE_CAP = 1e6
 """|Hedges' g| is capped here; it is what a nonzero mean with zero spread reports."""
 CI90_ALPHA = 0.10
 
+ALPHA = 0.05  # the protocol's level: each stage's test, the CI's 95 %
 VERDICT_BETTER = "idea better (significant)"
 VERDICT_WORSE = "idea worse (significant)"
 VERDICT_NONE = "no significant win"
@@ -253,7 +254,7 @@ def compare(
     idea: Sequence[float] | ArrayLike,
     *,
     lower_is_better: bool = True,
-    alpha: float = 0.05,
+    alpha: float = ALPHA,
 ) -> dict[str, Any]:
     """The report's ``comparison`` block for paired per-seed test metrics.
 
@@ -337,3 +338,29 @@ def bh_qvalues(p_values: Sequence[float]) -> list[float]:
     q = np.empty(m, dtype=np.float64)
     q[order] = np.minimum(q_sorted, 1.0)
     return [float(v) for v in q]
+
+
+# The confirmation (PROTOCOL.md 2.6, docs/statistics.md) looks at most twice: at n fresh pairs,
+# and, when that look is neither significant nor futile, at 2n (n more). The looks split alpha
+# (a weighted Bonferroni): the first is tested at alpha / 5, the second, which has the power
+# for the small effects the first misses, at 4 alpha / 5. Whatever the dependence between the
+# looks (the second holds the first's pairs) the stage's size stays <= alpha, and its p-value
+# is min(1, min_i p_i / share_i).
+CONFIRMATION_SHARES = (0.2, 0.8)  # of alpha, per look
+CONFIRMATION_LOOKS = len(CONFIRMATION_SHARES)
+FUTILITY_P = 0.5  # a first look with one-sided p above this (the idea looked no better) stops
+
+
+def confirmation_p(look_ps: Sequence[float]) -> float:
+    """The confirmation's p-value from the one-sided p of each look that ran, in order: valid
+    whatever the looks' dependence, since P(min_i p_i / w_i <= t) <= sum_i P(p_i <= w_i t)
+    <= t sum_i w_i = t."""
+    if not 1 <= len(look_ps) <= CONFIRMATION_LOOKS or not all(0.0 <= p <= 1.0 for p in look_ps):
+        raise ValueError(f"expected 1 to {CONFIRMATION_LOOKS} p-values in [0, 1], got {list(look_ps)!r}")
+    return min(1.0, min(float(p) / w for p, w in zip(look_ps, CONFIRMATION_SHARES, strict=False)))
+
+
+def confirmation_continues(p_first: float, alpha: float) -> bool:
+    """Whether the first look (one-sided p ``p_first``) calls for the second: not significant
+    at its share of alpha, and not futile (p <= FUTILITY_P)."""
+    return p_first > CONFIRMATION_SHARES[0] * alpha and p_first <= FUTILITY_P

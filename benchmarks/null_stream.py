@@ -126,6 +126,7 @@ def run_one(kind: str, index: int, epoch: int) -> dict[str, Any]:
         "screened_guarded": br["confirmation"] is not None,
         "helps": report["practical_verdict"] == "helps", "worked": report["worked"],
         "runs": trained, "confirmation_runs": confirmation_runs,
+        "looks": len((br["confirmation"] or {}).get("looks") or []),
         "seconds": ended - started, "confirmation_seconds": ended - confirm_started[0] if confirm_started else 0.0,
     }
 
@@ -156,6 +157,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "null_screened_unguarded": unguarded_nulls,
         "null_false_worked_unguarded_ci95": clopper_pearson(unguarded_nulls, len(nulls)),
         "gains_screened": len(screened_gains), "gains_kept": kept,
+        "second_looks": {"nulls": sum(r.get("looks", 0) == 2 for r in nulls),
+                         "gains": sum(r.get("looks", 0) == 2 for r in gains)},
         "gains_kept_share": kept / len(screened_gains) if screened_gains else None,
         "runs_screening_only": screening_runs, "runs_with_confirmation": runs,
         "runs_ratio": runs / max(1, screening_runs),

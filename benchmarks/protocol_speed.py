@@ -103,7 +103,7 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
         sweep_seeds,
         task_seed,
     )
-    from bench.stats import VERDICT_BETTER
+    from bench.stats import ALPHA, CONFIRMATION_LOOKS, VERDICT_BETTER, confirmation_continues
     from bench.stats import compare as paired
     from bench.trainer import RunConfig, build_checked, train
 
@@ -209,8 +209,15 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
     screening = {"baseline": out["baseline"]["per_seed"], "idea": out["idea"]["per_seed"]}
     if out["baseline"]["lr"] != out["idea"]["lr"]:
         screening["matched"] = [run("baseline", out["idea"]["lr"], {}, s, "test")[0] for s in final_seeds(n)]
-    if better(screening):
-        out["confirmation"] = stage(confirmation_seeds(n))
+    if better(screening):  # up to two looks, as the engine (bench.stats.confirmation_continues)
+        seeds = confirmation_seeds(CONFIRMATION_LOOKS * n)
+        first = stage(seeds[:n])
+        p_first = max(paired(first[k], first["idea"], lower_is_better=sign > 0)["p_better"]
+                      for k in ("baseline", "matched") if k in first)
+        if confirmation_continues(p_first, ALPHA):
+            more = stage(seeds[n:])
+            first = {k: first[k] + more[k] for k in first}
+        out["confirmation"] = first
     return time.perf_counter() - start, out
 
 

@@ -231,7 +231,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     body = _example_body(settings)
     worker = None if args.no_worker else _start_worker(settings)
     url = f"http://{args.host}:{args.port}"
-    print(f"ideabench API: {url}  (docs: {url}/docs)")
+    print(f"ideabench API: {url}  (docs: {url}/docs; dashboard: {url}/dashboard, sign in with a key)")
     print(f"database: {_safe_url(settings.database_url)}  broker: {_safe_url(settings.broker_url)}")
     if token:
         print("first operator key (store it now, it is not shown again):")

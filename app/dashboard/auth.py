@@ -1,8 +1,9 @@
 """Dashboard sign-in: an API key once, then a signed session cookie.
 
 The cookie (``itsdangerous``, HMAC-SHA1 over a timestamped payload) holds the key's id and a
-random CSRF token, never the key itself; it is ``HttpOnly``, ``SameSite=Strict``, ``Secure``
-over https, and lasts ``dashboard_session_s``. Each page checks that the key still exists and
+random CSRF token, never the key itself; it is ``HttpOnly``, ``SameSite=Lax`` (a link from
+elsewhere opens a page signed in; no cross-site POST carries it), ``Secure`` over https, and
+lasts ``dashboard_session_s``. Each page checks that the key still exists and
 is not revoked, and takes its role from the database (a revoked key's session ends at once).
 
 Every state-changing form (cancel, sign-out) carries the session's CSRF token in a hidden
@@ -80,12 +81,12 @@ class Sessions:
     def issue(self, response: Response, key: KnownKey, secure: bool) -> None:
         """Set the cookie of a new session for ``key``."""
         value = self.serializer.dumps({"k": key.id, "c": secrets.token_urlsafe(24)})
-        response.set_cookie(COOKIE, value, max_age=self.max_age, httponly=True, samesite="strict",
+        response.set_cookie(COOKIE, value, max_age=self.max_age, httponly=True, samesite="lax",
                             secure=secure, path="/dashboard")
 
     @staticmethod
     def clear(response: Response) -> None:
-        response.delete_cookie(COOKIE, path="/dashboard", httponly=True, samesite="strict")
+        response.delete_cookie(COOKIE, path="/dashboard", httponly=True, samesite="lax")
 
     def read(self, value: str) -> tuple[str, str] | None:
         """(key id, csrf token) of a valid, unexpired cookie, else None."""
@@ -132,13 +133,23 @@ async def current_operator(viewer: Annotated[Viewer, Depends(current_viewer)]) -
     return viewer
 
 
+def origin_of(request: Request) -> tuple[str, str]:
+    """(scheme, host) browsers reach this service at: ``public_origin`` when set (behind a
+    proxy), else the request's own."""
+    public = request.app.state.settings.public_origin
+    if public:
+        parts = urlsplit(public)
+        return parts.scheme, parts.netloc
+    return request.url.scheme, request.url.netloc
+
+
 def same_origin(request: Request) -> bool:
     """False when the request's ``Origin`` (or, lacking it, ``Referer``) names another site."""
     claimed = request.headers.get("origin") or request.headers.get("referer")
     if not claimed or claimed == "null":
         return claimed != "null"
     parts = urlsplit(claimed)
-    return (parts.scheme, parts.netloc) == (request.url.scheme, request.url.netloc)
+    return (parts.scheme, parts.netloc) == origin_of(request)
 
 
 def check_csrf(request: Request, viewer: Viewer, token: str) -> None:

@@ -24,6 +24,7 @@ PAIR_COLORS = {
 STAGE_COLORS = {"screening": "#2c7fb8", "confirmation": "#e6550d"}
 BASELINE_COLOR = "#636363"
 DAY_MS = 86_400_000
+MAX_LABELLED = 4  # hyperparameters named in a sweep line's label at most
 FONT = {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12}
 
 
@@ -42,8 +43,18 @@ def plain(text: object, limit: int = 80) -> str:
     return html.escape(value, quote=False).replace("%", "&#37;")
 
 
-def _finite(values: list[Any] | None) -> list[float | None]:
-    return [float(v) if isinstance(v, int | float) and math.isfinite(v) else None for v in values or []]
+def mapping(value: Any) -> dict[str, Any]:
+    """``value`` if it is a dict, else an empty one (a report block of an unexpected shape)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) \
+        else None
+
+
+def _finite(values: Any) -> list[float | None]:
+    return [_number(v) for v in values] if isinstance(values, list) else []
 
 
 # --- verdict history -------------------------------------------------------------------------
@@ -66,10 +77,10 @@ def history_figure(summary: VerdictSummary) -> dict[str, Any]:
     data = []
     for pair in pair_order(set(cells)):
         points = sorted((p, n) for p, n in cells[pair].items() if n)
-        data.append({"type": "bar", "name": pair, "x": [_middle(p, days) for p, _ in points],
+        data.append({"type": "bar", "name": plain(pair), "x": [_middle(p, days) for p, _ in points],
                      "y": [n for _, n in points], "width": 0.8 * days * DAY_MS,
                      "marker": {"color": PAIR_COLORS.get(pair, "#8073ac")},
-                     "hovertemplate": f"{pair}: %{{y}}<extra>%{{x|%Y-%m-%d}}</extra>"})
+                     "hovertemplate": f"{plain(pair)}: %{{y}}<extra>%{{x|%Y-%m-%d}}</extra>"})
     unit = "week (from Monday)" if summary.bucket == "week" else "day"
     return {"data": data, "layout": _layout(
         f"Reports by {unit} and verdict (system/practical)", barmode="stack",
@@ -106,33 +117,35 @@ class StageValues:
         return [None if b is None or i is None else i - b for b, i in zip(self.baseline, self.idea, strict=False)]
 
 
-def _arm_values(arm: dict[str, Any] | None) -> list[float | None]:
-    arm = arm or {}
-    full = arm.get("full") or {}
-    return _finite(full.get("per_seed") or arm.get("per_seed"))
+def _arm_values(arm: Any) -> list[float | None]:
+    arm = mapping(arm)
+    return _finite(mapping(arm.get("full")).get("per_seed") or arm.get("per_seed"))
 
 
 def stages_of(bench: dict[str, Any]) -> list[StageValues]:
     """Screening (from its ``screening`` block, or the top-level arms of an older report) and,
     when one ran, the confirmation."""
-    seeds = bench.get("seeds") or {}
     out = []
     screening = bench.get("screening")
     if isinstance(screening, dict):
-        per = screening.get("per_seed") or {}
-        out.append(StageValues("screening", _finite(per.get("baseline") or per.get("matched")),
-                               _finite(per.get("idea")), list(screening.get("seeds") or []),
-                               screening.get("comparison") or {}))
+        out.append(_stage("screening", screening))
     else:
         out.append(StageValues("screening", _arm_values(bench.get("baseline")), _arm_values(bench.get("idea")),
-                               list(seeds.get("final") or []), bench.get("comparison") or {}))
+                               _seed_list(mapping(bench.get("seeds")).get("final")), mapping(bench.get("comparison"))))
     confirmation = bench.get("confirmation")
     if isinstance(confirmation, dict):
-        per = confirmation.get("per_seed") or {}
-        out.append(StageValues("confirmation", _finite(per.get("baseline") or per.get("matched")),
-                               _finite(per.get("idea")), list(confirmation.get("seeds") or []),
-                               confirmation.get("comparison") or {}))
+        out.append(_stage("confirmation", confirmation))
     return [s for s in out if s.baseline or s.idea]
+
+
+def _seed_list(value: Any) -> list[int]:
+    return [int(v) for v in value if isinstance(v, int)] if isinstance(value, list) else []
+
+
+def _stage(name: str, block: dict[str, Any]) -> StageValues:
+    per = mapping(block.get("per_seed"))
+    return StageValues(name, _finite(per.get("baseline") or per.get("matched")), _finite(per.get("idea")),
+                       _seed_list(block.get("seeds")), mapping(block.get("comparison")))
 
 
 def _seed_text(stage: StageValues) -> list[str]:
@@ -163,8 +176,8 @@ def paired_figure(stages: list[StageValues], metric: str) -> dict[str, Any]:
                      "marker": {"color": color, "size": 10, "symbol": "diamond"},
                      "hovertemplate": "idea %{y:.5g}<extra>%{text}</extra>"})
     return {"data": data, "layout": _layout(
-        f"Test {metric} per paired seed (S: screening, C: confirmation)", xaxis={"type": "category"},
-        yaxis={"title": {"text": metric}})}
+        f"Test {plain(metric)} per paired seed (S: screening, C: confirmation)", xaxis={"type": "category"},
+        yaxis={"title": {"text": plain(metric)}})}
 
 
 def diffs_figure(stages: list[StageValues], comparison: dict[str, Any], direction: str) -> dict[str, Any]:
@@ -179,16 +192,16 @@ def diffs_figure(stages: list[StageValues], comparison: dict[str, Any], directio
                      "marker": {"color": STAGE_COLORS.get(stage.name, "#756bb1"), "size": 10},
                      "hovertemplate": "%{y:.4g}<extra>%{text}</extra>"})
     shapes: list[dict[str, Any]] = [_hline(0.0, "#000000", "solid", 1)]
-    low, high = comparison.get("ci_low"), comparison.get("ci_high")
-    if isinstance(low, int | float) and isinstance(high, int | float):
+    low, high = _number(comparison.get("ci_low")), _number(comparison.get("ci_high"))
+    if low is not None and high is not None:
         shapes.append({"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "y0": low, "y1": high,
                        "fillcolor": "rgba(44,127,184,0.15)", "line": {"width": 0}, "layer": "below"})
-    mean = comparison.get("delta_mean")
-    if isinstance(mean, int | float):
-        shapes.append(_hline(float(mean), "#2c7fb8", "solid", 2))
-    mde = comparison.get("mde")
-    if isinstance(mde, int | float) and mde > 0:
-        shapes += [_hline(float(mde), "#7b3294", "dash", 1), _hline(-float(mde), "#7b3294", "dash", 1)]
+    mean = _number(comparison.get("delta_mean"))
+    if mean is not None:
+        shapes.append(_hline(mean, "#2c7fb8", "solid", 2))
+    mde = _number(comparison.get("mde"))
+    if mde is not None and mde > 0:
+        shapes += [_hline(mde, "#7b3294", "dash", 1), _hline(-mde, "#7b3294", "dash", 1)]
     better = "below 0" if "lower" in direction or direction.startswith("min") else "above 0"
     return {"data": data, "layout": _layout(
         f"idea - baseline per seed ({better} favours the idea)", shapes=shapes, xaxis={"type": "category", "categoryarray": labels},
@@ -200,33 +213,39 @@ def _hline(y: float, color: str, dash: str, width: int) -> dict[str, Any]:
             "line": {"color": color, "dash": dash, "width": width}}
 
 
-def _cfg_rest(cfg: dict[str, Any], varying: set[str]) -> str:
-    return plain(", ".join(f"{k}={v}" for k, v in sorted(cfg.items()) if k in varying), 120)
+def _sweep_rows(rows: Any) -> list[tuple[dict[str, Any], float, float]]:
+    """(cfg, lr, mean) of the sweep rows that have a positive lr and a finite mean."""
+    out = []
+    for row in rows if isinstance(rows, list) else []:
+        cfg = mapping(mapping(row).get("cfg"))
+        lr, mean = _number(cfg.get("lr")), _number(mapping(row).get("mean"))
+        if lr is not None and lr > 0 and mean is not None:
+            out.append((cfg, lr, mean))
+    return out
 
 
 def sweep_figure(bench: dict[str, Any], metric: str) -> dict[str, Any]:
     """Both arms' sweeps: mean validation metric against lr (log axis), one line per arm (and
-    per value of the other hyperparameters), the chosen config as a star."""
-    arms = [("baseline", (bench.get("baseline") or {}).get("sweep"), (bench.get("baseline") or {}).get("best_cfg"),
-             BASELINE_COLOR),
-            ("idea", (bench.get("idea") or {}).get("sweep") or bench.get("idea_sweep"),
-             (bench.get("idea") or {}).get("best_cfg") or bench.get("best_idea_cfg"), STAGE_COLORS["screening"])]
-    cfgs = [row.get("cfg") or {} for _, rows, _, _ in arms for row in rows or []]
-    varying = {k for cfg in cfgs for k in cfg if k != "lr" and len({repr(c.get(k)) for c in cfgs}) > 1}
+    per value of the other hyperparameters that vary), the chosen config as a star."""
+    baseline, idea = mapping(bench.get("baseline")), mapping(bench.get("idea"))
+    arms = [("baseline", _sweep_rows(baseline.get("sweep")), baseline.get("best_cfg"), BASELINE_COLOR),
+            ("idea", _sweep_rows(idea.get("sweep") or bench.get("idea_sweep")),
+             idea.get("best_cfg") or bench.get("best_idea_cfg"), STAGE_COLORS["screening"])]
+    cfgs = [cfg for _, rows, _, _ in arms for cfg, _, _ in rows]
+    keys = set().union(*cfgs) - {"lr"} if cfgs else set()
+    varying = sorted(k for k in keys if len({repr(cfg.get(k)) for cfg in cfgs}) > 1)[:MAX_LABELLED]
     data: list[dict[str, Any]] = []
     for arm, rows, best, color in arms:
-        groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        groups: dict[tuple[str, ...], list[tuple[float, float]]] = defaultdict(list)
         chosen = None
-        for row in rows or []:
-            cfg = row.get("cfg") or {}
-            lr, mean = cfg.get("lr"), row.get("mean")
-            if not isinstance(lr, int | float) or not isinstance(mean, int | float) or lr <= 0:
-                continue
-            groups[_cfg_rest(cfg, varying)].append((float(lr), float(mean)))
+        for cfg, lr, mean in rows:
+            group = tuple(repr(cfg.get(k)) for k in varying)
+            groups[group].append((lr, mean))
             if best is not None and cfg == best:
-                chosen = (float(lr), float(mean), _cfg_rest(cfg, varying))
-        for rest, points in sorted(groups.items()):
+                chosen = (lr, mean, _label(cfg, varying))
+        for group, points in sorted(groups.items()):
             points.sort()
+            rest = _label(dict(zip(varying, group, strict=True)), varying, raw=True)
             data.append({"type": "scatter", "mode": "lines+markers", "name": f"{arm} {rest}".strip(),
                          "x": [p[0] for p in points], "y": [p[1] for p in points],
                          "line": {"color": color}, "marker": {"color": color, "size": 7},
@@ -238,12 +257,18 @@ def sweep_figure(bench: dict[str, Any], metric: str) -> dict[str, Any]:
                                                                                             "width": 1}},
                          "hovertemplate": f"{arm} chosen: lr=%{{x:.3g}} {chosen[2]}: %{{y:.5g}}<extra></extra>"})
     return {"data": data, "layout": _layout(
-        f"Sweep: mean validation {metric} against learning rate", xaxis={"type": "log", "title": {"text": "lr"}},
-        yaxis={"title": {"text": metric}})}
+        f"Sweep: mean validation {plain(metric)} against learning rate", xaxis={"type": "log", "title": {"text": "lr"}},
+        yaxis={"title": {"text": plain(metric)}})}
 
 
-def mechanism_figure(signature: dict[str, Any]) -> dict[str, Any] | None:
+def _label(cfg: dict[str, Any], keys: list[str], raw: bool = False) -> str:
+    """``k=v`` of ``keys`` (values already ``repr``-ed when ``raw``), made inert (``plain``)."""
+    return plain(", ".join(f"{k}={cfg.get(k) if raw else repr(cfg.get(k))}" for k in keys), 120)
+
+
+def mechanism_figure(signature: Any) -> dict[str, Any] | None:
     """Both arms' measured mechanism values (one point per trained model), or None when none."""
+    signature = mapping(signature)
     base, idea = _finite(signature.get("baseline_values")), _finite(signature.get("idea_values"))
     if not base and not idea:
         return None
@@ -263,7 +288,7 @@ def failures_figure(by_day: dict[dt.date, dict[str, int]], since: dt.date, until
     data = []
     for code in codes:
         points = [(d, counts[code]) for d, counts in sorted(by_day.items()) if counts.get(code)]
-        data.append({"type": "bar", "name": code, "x": [_middle(d, 1) for d, _ in points],
+        data.append({"type": "bar", "name": plain(code), "x": [_middle(d, 1) for d, _ in points],
                      "y": [n for _, n in points], "width": 0.8 * DAY_MS})
     return {"data": data, "layout": _layout(
         "Failed jobs per day by error code", barmode="stack",

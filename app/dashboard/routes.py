@@ -10,8 +10,10 @@ so to the browser as well).
 from __future__ import annotations
 
 import datetime as dt
+import importlib.metadata
 import importlib.util
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl, urlencode
@@ -24,7 +26,15 @@ from fastapi.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.dashboard import charts
-from app.dashboard.auth import OperatorViewerDep, Sessions, Viewer, ViewerDep, check_csrf
+from app.dashboard.auth import (
+    OperatorViewerDep,
+    Sessions,
+    Viewer,
+    ViewerDep,
+    check_csrf,
+    origin_of,
+    same_origin,
+)
 from app.db import SessionDep, utcnow
 from app.errors import ApiCode, ApiError
 from app.health.state import failures_by_day, job_stages, read_state, running_jobs
@@ -38,12 +48,14 @@ from app.reports.schemas import MechanismFilter, PracticalVerdict, ReportSort, S
 from app.settings import Settings
 from app.tracks import service as tracks_service
 from bench.catalog import list_cards
+from bench.errors import BenchError
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
 router = APIRouter(prefix="/dashboard", include_in_schema=False)
 PAGE_SIZE = 50
 FAILURE_DAYS = 30
+JOB_ID = re.compile(r"job_[0-9a-f]{1,40}")
 
 # A page may load only what this server serves; plotly.js sets inline styles on its SVG.
 SECURITY_HEADERS = {
@@ -62,10 +74,7 @@ def _plotly_js() -> tuple[Path, str]:
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("the plotly package is not installed (pip install -e '.[server]')")
     root = Path(next(iter(spec.submodule_search_locations)))
-    version = "0"
-    for dist in root.parent.glob("plotly-*.dist-info"):
-        version = dist.name.removeprefix("plotly-").removesuffix(".dist-info")
-    return root / "package_data" / "plotly.min.js", version
+    return root / "package_data" / "plotly.min.js", importlib.metadata.version("plotly")
 
 
 PLOTLY_JS, PLOTLY_VERSION = _plotly_js()
@@ -109,7 +118,10 @@ def login_form(request: Request, next: str | None = None) -> HTMLResponse:  # no
 @router.post("/login")
 async def login(request: Request, key: Annotated[str, Form(max_length=200)] = "",
                 next: Annotated[str, Form(max_length=2000)] = "/dashboard") -> Response:  # noqa: A002
-    """Check the key once; on success a session cookie and a redirect to ``next``."""
+    """Check the key once; on success a session cookie and a redirect to ``next``. A sign-in
+    posted from another site is refused (no one can sign a visitor in as someone else)."""
+    if not same_origin(request):
+        raise ApiError(403, ApiCode.CSRF_FAILED, "The sign-in form was sent from another site.")
     cache = request.app.state.key_cache
     known = await run_in_threadpool(cache.lookup, request.app.state.sessionmaker, key.strip()) if key else None
     if known is None:
@@ -117,7 +129,7 @@ async def login(request: Request, key: Annotated[str, Form(max_length=200)] = ""
                     error="That key is unknown or revoked.")
     response = RedirectResponse(safe_next(next), status_code=303)
     sessions: Sessions = request.app.state.dashboard_sessions
-    sessions.issue(response, known, secure=request.url.scheme == "https")
+    sessions.issue(response, known, secure=origin_of(request)[0] == "https")
     return response
 
 
@@ -141,7 +153,6 @@ def history(
     until: IsoDate | None = None,
 ) -> HTMLResponse:
     """Reports per day or week by verdict pair (stacked), and totals per track."""
-    track = track or None
     if since is not None and until is not None and since > until:
         raise ApiError(422, ApiCode.VALIDATION_ERROR, "since: must not be after until")
     summary = reports_service.verdict_summary(session, bucket, track, since, until, track_kind)
@@ -169,14 +180,16 @@ def reports(request: Request, session: SessionDep, viewer: ViewerDep, query: Rep
                 mechanisms=[m.value for m in MechanismFilter])
 
 
-def _timeline(session: Any, job_id: str) -> list[dict[str, Any]]:
+def _timeline(session: Any, job_id: str, viewer: Viewer) -> list[dict[str, Any]] | None:
+    """The job's timeline, for the job's submitter and operators (as ``GET /v1/jobs/{id}``);
+    None for anyone else. Stages of the attempt that ended the job."""
     job = jobs_repository.get_job(session, job_id)
-    if job is None:
-        return []
+    if job is None or not (viewer.is_operator or viewer.caller.key_id == job.submitter_id):
+        return None
     rows: list[dict[str, Any]] = [{"what": "queued", "at": job.created_at, "seconds": None}]
     if job.started_at is not None:
         rows.append({"what": f"started (attempt {job.attempts})", "at": job.started_at, "seconds": None})
-    for span in job_stages(session, [job.id], {job.id: job.finished_at}):
+    for span in job_stages(session, [job.id], {job.id: job.finished_at}, attempt=job.attempts):
         rows.append({"what": f"stage {span.stage}", "at": span.started_at, "seconds": span.seconds})
     if job.finished_at is not None:
         total = (job.finished_at - job.started_at).total_seconds() if job.started_at else None
@@ -191,7 +204,7 @@ def _timeline(session: Any, job_id: str) -> list[dict[str, Any]]:
 def report_json(report_id: str, session: SessionDep, _viewer: ViewerDep) -> JSONResponse:
     """The report as the API gives it (``GET /v1/reports/{id}``), for a signed-in browser."""
     view = reports_service.view_of(session, reports_service.get_report(session, report_id))
-    return JSONResponse(view.model_dump(mode="json", by_alias=True), headers={"Cache-Control": "no-store"})
+    return JSONResponse(view.model_dump(mode="json", by_alias=True), headers=SECURITY_HEADERS)
 
 
 @router.get("/reports/{report_id}")
@@ -199,10 +212,10 @@ def report(request: Request, report_id: str, session: SessionDep, viewer: Viewer
     """One report: verdicts, summary, paired seeds, differences, sweeps, mechanism, provenance."""
     view = reports_service.view_of(session, reports_service.get_report(session, report_id))
     body = view.report
-    bench = body.get("bench_report") or {}
+    bench = charts.mapping(body.get("bench_report"))
     try:
-        metric = str(tracks_service.card(session, view.track).metric.get("name") or "metric")
-    except ApiError:  # a track no longer known: the report still renders
+        metric = str(tracks_service.card_of_job_track(session, view.track)["metric"]["name"])
+    except (BenchError, KeyError, TypeError):  # a track no longer known: the report still renders
         metric = "metric"
     stages = charts.stages_of(bench)
     deciding = next((s.comparison for s in stages if s.name == (bench.get("decided_by") or "screening")),
@@ -210,11 +223,13 @@ def report(request: Request, report_id: str, session: SessionDep, viewer: Viewer
     figures = {"paired": charts.paired_figure(stages, metric),
                "diffs": charts.diffs_figure(stages, deciding, str(bench.get("metric_direction") or "")),
                "sweep": charts.sweep_figure(bench, metric)}
+    level = deciding.get("ci_level")
+    level_pct = round(100 * level) if isinstance(level, float) and 0 < level < 1 else 95
     mechanism = charts.mechanism_figure(bench.get("mechanism_signature") or {})
     if mechanism is not None:
         figures["mechanism"] = mechanism
     return page(request, "report.html", viewer, view=view, body=body, bench=bench, stages=stages,
-                deciding=deciding, figures=figures, metric=metric, timeline=_timeline(session, view.job_id),
+                deciding=deciding, level_pct=level_pct, figures=figures, metric=metric, timeline=_timeline(session, view.job_id, viewer),
                 raw_json=json.dumps(body, indent=1, sort_keys=True))
 
 
@@ -257,7 +272,13 @@ def operator(request: Request, session: SessionDep, viewer: OperatorViewerDep) -
     depth = {"cpu": 0, "gpu": 0, **state.queue_depth}
     return page(request, "operator.html", viewer, state=state, running=running, queued=queued, depth=depth,
                 figure=charts.failures_figure(by_day, since.date(), now.date()), worker_seen_s=settings.worker_seen_s,
-                cancelled=request.query_params.get("cancelled"))
+                cancelled=_job_id_or_none(request.query_params.get("cancelled")),
+                n_running=sum(n for status, _, n in state.jobs if status == JobStatus.RUNNING.value))
+
+
+def _job_id_or_none(value: str | None) -> str | None:
+    """A job id as this service makes them (the notice after a cancel shows nothing else)."""
+    return value if value is not None and JOB_ID.fullmatch(value) else None
 
 
 @router.post("/jobs/{job_id}/cancel")

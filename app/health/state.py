@@ -61,12 +61,17 @@ def stage_spans(events: list[tuple[str, dt.datetime, str]], ends: dict[str, dt.d
     return spans
 
 
-def job_stages(session: Session, job_ids: list[str], ends: dict[str, dt.datetime | None]) -> list[StageSpan]:
-    """The stage spans of ``job_ids`` (``ends``: each job's end, None while it runs)."""
+def job_stages(session: Session, job_ids: list[str], ends: dict[str, dt.datetime | None],
+               attempt: int | None = None) -> list[StageSpan]:
+    """The stage spans of ``job_ids`` (``ends``: each job's end, None while it runs), of one
+    ``attempt`` when given (a retried job's earlier attempts were cut short)."""
     if not job_ids:
         return []
-    rows = session.execute(select(JobEvent.job_id, JobEvent.created_at, JobEvent.data).where(
-        JobEvent.job_id.in_(job_ids), JobEvent.kind == "stage").order_by(JobEvent.job_id, JobEvent.seq)).all()
+    stmt = select(JobEvent.job_id, JobEvent.created_at, JobEvent.data).where(
+        JobEvent.job_id.in_(job_ids), JobEvent.kind == "stage")
+    if attempt is not None:
+        stmt = stmt.where(JobEvent.attempt == attempt)
+    rows = session.execute(stmt.order_by(JobEvent.job_id, JobEvent.seq)).all()
     events = [(job_id, at, str(data.get("stage", "?"))) for job_id, at, data in rows if isinstance(data, dict)]
     return stage_spans(events, ends)
 

@@ -157,9 +157,10 @@ class Estimate(BaseModel):
     basis: Literal["history", "default"] = Field(description="From recent jobs of the track, or a default.")
     confirmation_runs: int = Field(
         default=0,
-        description="Runs added, beyond runs_total, only if the screening finds a win: both arms' best "
-        "configs on fresh seeds of this job (PROTOCOL.md 2.6; never from the baseline cache); n_seeds more "
-        "(here and in the screening) when the arms' best learning rates differ (docs/statistics.md).",
+        description="The most runs added, beyond runs_total, only if the screening finds a win: both arms' "
+        "best configs on fresh seeds of this job, n_seeds per look and a second look only when the first "
+        "is close (PROTOCOL.md 2.6; never from the baseline cache); n_seeds more per look (and in the "
+        "screening) when the arms' best learning rates differ (docs/statistics.md).",
     )
 
 

@@ -27,6 +27,7 @@ from app.webhooks import service as webhooks
 from bench.contract import check_hparams, check_mechanism, check_source
 from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
 from bench.family import family_of
+from bench.stats import CONFIRMATION_LOOKS
 
 JOBS_SORT = "-created_at"
 
@@ -151,7 +152,13 @@ def submit(
         return _replay(session, existing, digest, settings, estimator)
     job = Job(**values)  # the view of the row just inserted (not tracked by the session)
     runs = count_runs(checked.card, grid_size(checked.hparams), body.n_seeds)
-    return _submitted(session, job, False, runs, 2 * seeds_of(checked.card, body.n_seeds), settings, estimator)
+    return _submitted(session, job, False, runs, confirmation_runs(checked.card, body.n_seeds), settings, estimator)
+
+
+def confirmation_runs(card: dict[str, Any], n_seeds: int | None) -> int:
+    """The most runs a confirmation adds: both arms on n_seeds fresh seeds per look, and the
+    second look when the first is close (``bench.stats.CONFIRMATION_LOOKS``)."""
+    return 2 * CONFIRMATION_LOOKS * seeds_of(card, n_seeds)
 
 
 def _replay(session: Session, job: Job, digest: str, settings: Settings, estimator: Estimator) -> Submitted:
@@ -163,7 +170,7 @@ def _replay(session: Session, job: Job, digest: str, settings: Settings, estimat
         )
     card = tracks_service.card_of_job_track(session, job.track)
     runs = job.runs_total or count_runs(card, grid_size(job.hparams), job.n_seeds)
-    return _submitted(session, job, True, runs, 2 * seeds_of(card, job.n_seeds), settings, estimator)
+    return _submitted(session, job, True, runs, confirmation_runs(card, job.n_seeds), settings, estimator)
 
 
 def _submitted(

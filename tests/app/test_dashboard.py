@@ -41,12 +41,16 @@ def test_pages_need_a_sign_in_and_send_back_where_one_was_going(client: TestClie
 
 def test_sign_in_sets_a_signed_http_only_strict_cookie_without_the_key(client: TestClient,
                                                                       keys: dict[str, str]) -> None:
+    cross = client.post("/dashboard/login", data={"key": keys["viewer"]}, headers={"Origin": "https://evil.example"},
+                        follow_redirects=False)
+    assert cross.status_code == 403 and COOKIE not in cross.cookies  # no signing a visitor in from elsewhere
     bad = sign_in(client, "ib_00000000_not-a-key")
     assert bad.status_code == 401 and "unknown or revoked" in bad.text and COOKIE not in bad.cookies
     answer = sign_in(client, keys["viewer"], "/dashboard/reports")
     assert answer.status_code == 303 and answer.headers["location"] == "/dashboard/reports"
     header = answer.headers["set-cookie"]
-    assert "HttpOnly" in header and "SameSite=strict" in header and "Path=/dashboard" in header
+    assert "HttpOnly" in header and "SameSite=lax" in header and "Path=/dashboard" in header
+    assert "Secure" not in header  # plain http here; see the public_origin test
     assert keys["viewer"] not in header and keys["viewer"].split("_")[2] not in header
     assert client.get("/dashboard").status_code == 200
     value = answer.cookies[COOKIE]
@@ -226,3 +230,75 @@ def test_processes_starting_at_once_agree_on_one_session_secret(tmp_path: Any) -
     assert oct((tmp_path / "var" / "session_secret").stat().st_mode & 0o777) == "0o600"
     assert sorted(p.name for p in (tmp_path / "var").iterdir()) == ["session_secret"]
     assert session_secret(Settings(data_dir=tmp_path / "var", session_secret="configured")) == "configured"
+
+
+def test_a_confirmed_report_shows_both_stages_and_its_looks(app: Any, client: TestClient,
+                                                            keys: dict[str, str]) -> None:
+    body = report_body("worked", "helps")
+    comparison = body["bench_report"]["comparison"]
+    stage = {"comparison": comparison, "seeds": list(range(8)), "per_seed": {"baseline": [1.0] * 8, "idea": [0.5] * 8},
+             "seed_commitment": {"scheme": "hmac-sha256/v1", "epoch": 1, "commitment": "0" * 64}}
+    body["bench_report"].update(
+        screening=stage, decided_by="confirmation",
+        confirmation={**stage, "seeds": list(range(2000, 2016)),
+                      "per_seed": {"baseline": [1.0] * 16, "idea": [0.9] * 16},
+                      "p_value": 2 / 65536, "significant": True, "job_key": "job_x",
+                      "looks": [{"n_pairs": 8, "p_better": 0.03, "alpha": 0.025},
+                                {"n_pairs": 16, "p_better": 1 / 65536, "alpha": 0.025}]})
+    with app.state.sessionmaker() as session:
+        report = insert_report(session, key_id(keys["agent"]), body)
+        session.commit()
+    sign_in(client, keys["viewer"])
+    page = client.get(f"/dashboard/reports/{report.id}")
+    assert page.status_code == 200
+    confirmation = re.search(r'<dd id="confirmation">(.*?)</dd>', page.text, re.S)
+    assert confirmation and "replicated" in confirmation.group(1) and "look 2: 16 pairs" in confirmation.group(1)
+    assert 'data-stage="confirmation"' in page.text and ">C16<" in page.text
+
+
+def test_behind_a_tls_proxy_the_public_origin_decides(tmp_path: Any) -> None:
+    """A proxy that terminates TLS: the app sees http://testserver, the browser says
+    https://bench.example.org; the forms check that origin and the cookie is Secure."""
+    from app.keys.service import create_key
+    from app.settings import Settings
+    from tests.conftest import _build_app
+
+    app = _build_app(Settings(data_dir=tmp_path / "var", public_origin="https://bench.example.org"), True)
+    with app.state.sessionmaker() as session:
+        token = create_key(session, "viewer", "v").token
+        session.commit()
+    with TestClient(app) as client:
+        same = client.post("/dashboard/login", data={"key": token}, headers={"Origin": "https://bench.example.org"},
+                           follow_redirects=False)
+        assert same.status_code == 303 and "Secure" in same.headers["set-cookie"]
+        direct = client.post("/dashboard/login", data={"key": token}, headers={"Origin": "http://testserver"},
+                             follow_redirects=False)
+        assert direct.status_code == 403
+    app.state.engine.dispose()
+
+
+def test_the_timeline_is_its_submitters_and_the_operators(app: Any, client: TestClient,
+                                                         keys: dict[str, str]) -> None:
+    with app.state.sessionmaker() as session:
+        report = insert_report(session, key_id(keys["agent"]), report_body())
+        session.commit()
+    for role, shown in (("viewer", False), ("agent2", False), ("agent", True), ("operator", True)):
+        client.cookies.clear()
+        sign_in(client, keys[role])
+        page = client.get(f"/dashboard/reports/{report.id}").text
+        assert ('id="timeline"' in page) is shown and ('id="timeline-hidden"' in page) is not shown, role
+
+
+def test_odd_report_shapes_render_instead_of_failing(app: Any, client: TestClient, keys: dict[str, str]) -> None:
+    body = report_body()
+    bench = body["bench_report"]
+    bench["comparison"].update(ci_level="95%", ci_low=None, mde="big")
+    bench["seeds"] = [1, 2, 3]
+    bench["baseline"] = {"sweep": [{"cfg": "lr=0.1", "mean": 1.0}, "row"], "per_seed": [1.0, "x", None]}
+    bench["isolation"] = ["namespaces"]
+    with app.state.sessionmaker() as session:
+        report = insert_report(session, key_id(keys["agent"]), body)
+        session.commit()
+    sign_in(client, keys["viewer"])
+    page = client.get(f"/dashboard/reports/{report.id}")
+    assert page.status_code == 200 and "95 % CI" in page.text

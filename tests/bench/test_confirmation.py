@@ -5,13 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from bench import protocol
 from bench.protocol import JudgeRequest, judge
 from bench.report import Report
 from bench.seeding import confirmation_seeds, final_seeds, public_secret, run_seeds, sweep_seeds
-from bench.stats import bh_qvalues, compare
+from bench.stats import (
+    CONFIRMATION_SHARES,
+    FUTILITY_P,
+    bh_qvalues,
+    compare,
+    confirmation_continues,
+    confirmation_p,
+    paired_sign_flip_p,
+)
 from bench.verdicts import decide
 
 MLP = """
@@ -30,7 +39,7 @@ from torch import nn
 def build_model(spec):
     return nn.Sequential(nn.Linear(spec["n_features"], 35), nn.Linear(35, 1))
 """
-N = 6  # the fewest pairs whose exact test can reach p <= 0.05 (2/64)
+N = 7  # the fewest pairs whose exact one-sided test can pass the first look's alpha / 5 (1/128)
 
 
 def _streams(seeds: list[int], job_key: str | None = None) -> set[int]:
@@ -95,7 +104,9 @@ def test_a_real_win_is_confirmed_on_this_jobs_own_seeds(replicated: tuple[dict[s
     br = report["bench_report"]
     assert br["comparison"]["verdict"] == "idea better (significant)"
     stage = br["confirmation"]
-    assert stage["significant"] and stage["p_value"] == stage["comparison"]["p_better"] <= 0.05
+    assert stage["looks"] == [{"n_pairs": N, "p_better": stage["comparison"]["p_better"], "alpha": 0.05 * 0.2}]
+    assert stage["significant"] and stage["p_value"] == pytest.approx(5 * stage["comparison"]["p_better"])
+    assert stage["p_value"] <= 0.05
     assert (report["practical_verdict"], report["system_verdict"], br["decided_by"]) == (
         "helps", "worked", "confirmation")
     assert br["screening"]["comparison"] == br["comparison"]
@@ -105,7 +116,7 @@ def test_a_real_win_is_confirmed_on_this_jobs_own_seeds(replicated: tuple[dict[s
     assert stage["job_key"] == "job_one" and stage["seed_commitment"] == br["seed_commitment"]
     assert br["p_helps"] == max(br["comparison"]["p_better"], stage["p_value"])
     assert br["pooled"]["n_pairs"] == 2 * N and br["pooled"]["decides"] is False
-    assert "Confirmation on 6 fresh seeds" in report["summary"]
+    assert "Confirmation on 7 fresh seeds" in report["summary"]
     stages = [e.stage for e in events]
     assert stages.index("final") < stages.index("confirmation")
     assert events[-1].done == events[-1].total == max(e.total for e in events)
@@ -143,6 +154,7 @@ def test_a_null_idea_that_passes_screening_is_not_helps_unless_it_replicates(
     assert br["comparison"]["verdict"] == "idea better (significant)"  # the screening said win
     assert br["confirmation"]["comparison"]["per_seed_diffs"] == [0.0] * N  # same model, same seeds
     assert not br["confirmation"]["significant"] and br["confirmation"]["p_value"] == 1.0
+    assert len(br["confirmation"]["looks"]) == 1  # futile (p = 1 > 0.5): no second look
     assert (report["practical_verdict"], report["practical_detail"], report["system_verdict"]) == (
         "inconclusive", "not_replicated", "failed")
     assert report["worked"] is False and br["decided_by"] == "confirmation" and br["p_helps"] == 1.0
@@ -172,4 +184,64 @@ def test_a_win_that_only_came_from_the_baselines_tuning_is_not_helps(monkeypatch
     assert (report["practical_verdict"], report["practical_detail"]) == ("inconclusive", "lr_confounded")
     assert br["confirmation"] is None and br["p_helps"] == 1.0
     assert len(br["screening"]["per_seed"]["matched"]) == N
+    assert events[-1].done == events[-1].total
+
+
+def test_the_two_looks_adjust_their_p_and_stop_when_futile_or_significant() -> None:
+    assert (CONFIRMATION_SHARES, FUTILITY_P) == ((0.2, 0.8), 0.5)
+    assert confirmation_p([0.002]) == pytest.approx(0.01) and confirmation_p([0.3, 0.02]) == pytest.approx(0.025)
+    assert confirmation_p([0.7]) == 1.0 and confirmation_p([0.05, 0.6]) == pytest.approx(0.25)
+    assert confirmation_continues(0.011, 0.05) and confirmation_continues(0.5, 0.05)
+    assert not confirmation_continues(0.01, 0.05)  # significant at the first look (alpha / 5)
+    assert not confirmation_continues(0.51, 0.05)  # futile: the idea looked no better
+    for bad in ([], [0.1, 0.2, 0.3], [1.5]):
+        with pytest.raises(ValueError):
+            confirmation_p(bad)
+
+
+def test_the_two_look_confirmation_keeps_its_size_under_the_null() -> None:
+    """Under the null (no effect), the whole two-look rule rejects at most alpha of the time:
+    simulated with the exact tests it uses (8 pairs, then 16)."""
+    rng = np.random.default_rng(20261201)
+    trials, rejected, second = 600, 0, 0
+    for _ in range(trials):
+        d = rng.standard_normal(16)
+        p1, _ = paired_sign_flip_p(d[:8], alternative="less")
+        ps = [p1]
+        if confirmation_continues(p1, 0.05):
+            second += 1
+            ps.append(paired_sign_flip_p(d, alternative="less")[0])
+        rejected += confirmation_p(ps) <= 0.05
+    assert 0.35 < second / trials < 0.65  # about half the nulls look again
+    assert rejected / trials <= 0.05 + 3 * (0.05 * 0.95 / trials) ** 0.5
+
+
+def test_a_close_first_look_gets_a_second_on_fresh_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test double makes the first look close (neither significant at alpha/2 nor futile)
+    and the 2N pairs a clear win: the job trains N more confirmation seeds, and the second
+    look decides."""
+    real = protocol._Job.stage_values
+    close = [1.0, 1.0, 1.0, 1.0, 1.0, -0.5, 0.2]  # baseline - idea over the first look's N pairs
+
+    def shaped(self: protocol._Job, runs: dict[str, list[protocol.RunRecord]]) -> dict[str, list[float]]:
+        values = real(self, runs)
+        if runs["idea"][0].stage == "confirmation":
+            gains = close if len(values["idea"]) == N else [1.0] * (2 * N)
+            values["idea"] = [b - g for b, g in zip(values["baseline"], gains, strict=True)]
+        return values
+
+    monkeypatch.setattr(protocol._Job, "stage_values", shaped)
+    events: list[Any] = []
+    report = _judge("job_close", events)
+    Report.model_validate(report)
+    stage = report["bench_report"]["confirmation"]
+    p1 = paired_sign_flip_p([-g for g in close], alternative="less")[0]
+    assert 0.01 < p1 <= 0.5
+    assert [look["n_pairs"] for look in stage["looks"]] == [N, 2 * N]
+    assert stage["looks"][0]["p_better"] == pytest.approx(p1) and stage["looks"][1]["p_better"] == 1 / 2 ** (2 * N)
+    assert stage["seeds"] == confirmation_seeds(2 * N) and len(stage["per_seed"]["baseline"]) == 2 * N
+    assert stage["p_value"] == pytest.approx(1 / 2 ** (2 * N) / 0.8) and stage["significant"]
+    assert [look["alpha"] for look in stage["looks"]] == pytest.approx([0.01, 0.04])
+    assert report["practical_verdict"] == "helps" and "in 2 looks" in report["summary"]
+    assert [e.message for e in events if "first look was close" in (e.message or "")]
     assert events[-1].done == events[-1].total

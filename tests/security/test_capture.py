@@ -210,3 +210,27 @@ def test_an_own_measure_is_reported_as_self_measured(job_tmp: Path) -> None:
     mechanism = report["bench_report"]["mechanism_signature"]
     assert mechanism["self_measured"] is True
     assert mechanism["idea_values"] == [0.0, 0.0]
+
+
+def test_a_second_looks_tensors_must_match_the_first_capture(tmp_path: Path) -> None:
+    """A capture child asked for a second confirmation look's inits (``capture_more``) could
+    tell that call from the first capture and answer with other tensors: the parent checks
+    each against the shapes and dtypes the config was first captured with."""
+    import numpy as np
+
+    from bench.capture import tensor_path
+    from bench.captured import ArmCapture, import_more
+
+    child = types.SimpleNamespace(workdir=tmp_path / "child", role="idea")
+    dest = tmp_path / "dest"
+    capture = ArmCapture(arm="idea", configs=("{}",), shapes=((((4, 2), "float32"),),), graph_sha256=("0",),
+                         directory=dest)
+    for where in (child.workdir, dest):
+        (where / tensor_path(0, 0, 0)).parent.mkdir(parents=True, exist_ok=True)
+    np.save(child.workdir / tensor_path(0, 5, 0), np.zeros((4, 2), np.float32))
+    import_more(child, capture, 0, 5, 1)  # type: ignore[arg-type]
+    assert np.load(dest / tensor_path(0, 5, 0)).shape == (4, 2)
+    np.save(child.workdir / tensor_path(0, 6, 0), np.zeros((400, 2), np.float32))  # a bigger table
+    with pytest.raises(BenchError) as caught:
+        import_more(child, capture, 0, 6, 1)  # type: ignore[arg-type]
+    assert caught.value.code is ErrorCode.NOT_CAPTURABLE and not (dest / tensor_path(0, 6, 0)).exists()

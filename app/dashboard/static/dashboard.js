@@ -5,9 +5,14 @@
   document.querySelectorAll("[data-figure]").forEach(function (el) {
     var source = document.getElementById(el.getAttribute("data-figure"));
     if (!source) { return; }
-    var figure = JSON.parse(source.textContent);
-    Plotly.newPlot(el, figure.data, figure.layout, config).then(function () {
-      el.setAttribute("data-ready", "true");
-    });
+    try {  // one chart that cannot be drawn leaves the others drawn
+      var figure = JSON.parse(source.textContent);
+      Plotly.newPlot(el, figure.data, figure.layout, config).then(function () {
+        el.setAttribute("data-ready", "true");
+      });
+    } catch (err) {
+      el.textContent = "This chart could not be drawn: " + err;
+      el.setAttribute("data-ready", "error");
+    }
   });
 })();
