@@ -74,7 +74,7 @@ class ReportQuery:
     cursor: str | None
 
 
-def report_query(
+async def report_query(
     track: Annotated[str | None, Query(max_length=80)] = None,
     track_kind: Annotated[
         Literal["builtin", "custom"] | None, Query(description="reports on built-in or on custom tracks")
@@ -95,7 +95,8 @@ def report_query(
     cursor: Annotated[str | None, Query(min_length=1, max_length=2000,
                                         description="next_cursor of the previous page")] = None,
 ) -> ReportQuery:
-    """The listing's query parameters (the API's and the dashboard's reports table)."""
+    """The listing's query parameters (the API's and the dashboard's reports table); async: no
+    thread hop for what is only parsing."""
     filters = ReportFilters(
         track=track,
         custom_track=None if track_kind is None else track_kind == "custom",
