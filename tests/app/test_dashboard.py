@@ -21,6 +21,19 @@ from tests.bench.test_report import SEED_FILES, read_seed
 from tests.conftest import bearer
 
 
+def queued_job(app: Any, keys: dict[str, str]) -> str:
+    """A queued job of the agent key, committed; its id."""
+    with app.state.sessionmaker() as session:
+        job = insert_job(session, key_id(keys["agent"]))
+        session.commit()
+        return job.id
+
+
+def status_of(app: Any, job_id: str) -> str:
+    with app.state.sessionmaker() as session:
+        return session.get(Job, job_id).status  # type: ignore[union-attr]
+
+
 def sign_in(client: TestClient, token: str, next_: str = "/dashboard") -> Any:
     return client.post("/dashboard/login", data={"key": token, "next": next_}, follow_redirects=False)
 
@@ -75,40 +88,33 @@ def test_a_revoked_key_ends_its_session_at_once(app: Any, client: TestClient, ke
 
 
 def test_viewers_see_no_operator_page_and_cannot_cancel(app: Any, client: TestClient, keys: dict[str, str]) -> None:
-    with app.state.sessionmaker() as session:
-        job = insert_job(session, key_id(keys["agent"]))
-        session.commit()
+    job_id = queued_job(app, keys)
     sign_in(client, keys["viewer"])
     home = client.get("/dashboard")
     assert "/dashboard/operator" not in home.text
     page = client.get("/dashboard/operator")
     assert page.status_code == 403 and 'data-code="forbidden_role"' in page.text
     assert page.headers["content-type"].startswith("text/html")
-    cancel = client.post(f"/dashboard/jobs/{job.id}/cancel", data={"csrf": csrf_of(home.text)})
+    cancel = client.post(f"/dashboard/jobs/{job_id}/cancel", data={"csrf": csrf_of(home.text)})
     assert cancel.status_code == 403
-    with app.state.sessionmaker() as session:
-        assert session.get(Job, job.id).status == JobStatus.QUEUED.value  # type: ignore[union-attr]
+    assert status_of(app, job_id) == JobStatus.QUEUED.value
 
 
 def test_an_operator_cancels_with_the_forms_token_only(app: Any, client: TestClient, keys: dict[str, str]) -> None:
-    with app.state.sessionmaker() as session:
-        job = insert_job(session, key_id(keys["agent"]))
-        session.commit()
+    job_id = queued_job(app, keys)
     sign_in(client, keys["operator"])
     page = client.get("/dashboard/operator")
-    assert page.status_code == 200 and f'data-job="{job.id}"' in page.text
+    assert page.status_code == 200 and f'data-job="{job_id}"' in page.text
     token = csrf_of(page.text)
-    url = f"/dashboard/jobs/{job.id}/cancel"
+    url = f"/dashboard/jobs/{job_id}/cancel"
     assert client.post(url, data={}).status_code == 403  # no token
     assert client.post(url, data={"csrf": token + "x"}).status_code == 403
     cross = client.post(url, data={"csrf": token}, headers={"Origin": "https://evil.example"})
     assert cross.status_code == 403 and 'data-code="csrf_failed"' in cross.text
-    with app.state.sessionmaker() as session:
-        assert session.get(Job, job.id).status == JobStatus.QUEUED.value  # type: ignore[union-attr]
+    assert status_of(app, job_id) == JobStatus.QUEUED.value
     done = client.post(url, data={"csrf": token}, headers={"Origin": "http://testserver"}, follow_redirects=False)
-    assert done.status_code == 303 and done.headers["location"] == f"/dashboard/operator?cancelled={job.id}"
-    with app.state.sessionmaker() as session:
-        assert session.get(Job, job.id).status == JobStatus.CANCELLED.value  # type: ignore[union-attr]
+    assert done.status_code == 303 and done.headers["location"] == f"/dashboard/operator?cancelled={job_id}"
+    assert status_of(app, job_id) == JobStatus.CANCELLED.value
     signed_out = client.post("/dashboard/logout", data={"csrf": token}, follow_redirects=False)
     assert signed_out.status_code == 303
     assert client.get("/dashboard", follow_redirects=False).status_code == 303
