@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from bench.catalog import get_card
-from bench.contract import EXPECT_KINDS, MAX_ATOL, MAX_RTOL, PROBE_KINDS
+from bench.contract import EXPECT_KINDS, MAX_ATOL, MAX_RTOL, MODULE_PATH, PROBE_KINDS
 from bench.report import Report
 
 EXAMPLE_TRACK = "smoke"
@@ -48,8 +48,24 @@ MECHANISM_SCHEMA: dict[str, Any] = {
             },
         },
         "probe": {
-            "type": "object", "required": ["kind"], "description": "A bench probe (measured by the bench).",
-            "properties": {"kind": {"type": "string", "enum": list(PROBE_KINDS)}},
+            "type": "object", "required": ["kind"],
+            "description": "A bench probe (measured by the bench; docs/idea-contract.md): "
+            "token_permutation {dim, swap}, input_gradient {}, equivariance {transform, output}, "
+            "norm_ratio {module}.",
+            "properties": {
+                "kind": {"type": "string", "enum": list(PROBE_KINDS)},
+                "dim": {"type": "integer", "description": "token_permutation: the token axis (after the batch)"},
+                "swap": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2,
+                         "description": "token_permutation: the two positions exchanged"},
+                "transform": {"type": "object", "description": "equivariance: {roll: {shift, dim}}, "
+                              "{flip: {dim}} or {add: number}"},
+                "output": {"type": "string", "enum": ["same", "none"],
+                           "description": "equivariance: same (equivariance) or none (invariance)"},
+                "module": {"type": "string", "pattern": f"^{MODULE_PATH.pattern}$",
+                           "description": "norm_ratio: the submodule, by attribute path or its last part "
+                           "('mix', 'blocks.0.mix'); both arms must have it"},
+            },
+            "examples": [{"kind": "norm_ratio", "module": "mix"}],
         },
     },
 }

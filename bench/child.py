@@ -241,6 +241,15 @@ class ArmRunner:
                 raise
             except Exception as exc:
                 raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
+            if cmd.get("mechanism_probe"):  # a probe the arm cannot have measured fails now, not after training
+                from bench.probes import check_applies
+
+                try:
+                    check_applies(cmd["mechanism_probe"], model, x[:2])
+                except ValueError as exc:
+                    raise BenchError(ErrorCode.MECHANISM_ERROR, f"the {cmd['mechanism_probe']['kind']} probe "
+                                     f"cannot be measured on the {self.role}'s model: {exc}"[:600],
+                                     "Name a submodule both arms have (the baseline's too).") from None
             n_params, n_buffers = model.counts()
             counts.append(n_params)
             buffers.append(n_buffers)

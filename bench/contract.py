@@ -8,6 +8,7 @@ Running the code (shapes, parameters, training) happens only in the sandboxed ch
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,7 +122,10 @@ def check_hparams(hparams: Any, *, max_configs: int) -> dict[str, list[Any]]:
     return {k: list(v) for k, v in hparams.items()}
 
 
-PROBE_KINDS = ("token_permutation", "input_gradient", "equivariance")
+# A submodule's attribute path ("block.mix", "blocks.0.mix"): a norm_ratio probe's module, and
+# the "module" label of a captured graph's node (bench.graph).
+MODULE_PATH = re.compile(r"[A-Za-z0-9_]{1,64}(\.[A-Za-z0-9_]{1,64}){0,15}")
+PROBE_KINDS = ("token_permutation", "input_gradient", "equivariance", "norm_ratio")
 TRANSFORMS = ("roll", "flip", "add")
 
 
@@ -140,6 +144,11 @@ def check_probe(probe: Any) -> dict[str, Any]:
     kind = probe["kind"]
     if kind == "input_gradient":
         return {"kind": kind}
+    if kind == "norm_ratio":
+        module = probe.get("module")
+        if not isinstance(module, str) or not MODULE_PATH.fullmatch(module):
+            raise bad("'module' must name a submodule by its attribute path or its last part ('mix', 'blocks.0.mix')")
+        return {"kind": kind, "module": module}
     if kind == "token_permutation":
         dim, swap = probe.get("dim", 1), probe.get("swap", [0, 1])
         if not _int(dim) or not 1 <= dim <= 8:

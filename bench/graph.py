@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import fx, nn
 
+from bench.contract import MODULE_PATH
 from bench.errors import BenchError, ErrorCode
 
 FORMAT = 1
@@ -211,6 +212,9 @@ def serialize(program: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
             entry["target"] = _op_name(node.target)
             entry["args"] = _encode(list(node.args))
             entry["kwargs"] = {k: _encode(v) for k, v in node.kwargs.items()}
+            module = _module_of(node)
+            if module:
+                entry["module"] = module
         elif node.op == "output":
             entry["args"] = _encode(list(node.args))
         elif node.op != "placeholder":
@@ -219,6 +223,16 @@ def serialize(program: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     return {"format": FORMAT, "inputs": inputs, "outputs": outputs, "nodes": nodes}, {
         k: v.detach() for k, v in tensors.items()
     }
+
+
+def _module_of(node: fx.Node) -> str:
+    """The path of the innermost submodule whose forward made ``node`` ("block.mix"; "" for
+    the model's own forward), from torch.export's ``nn_module_stack``. A label the capture
+    side gives: ``bench.probes``' module probes measure the part of the graph it names."""
+    stack = node.meta.get("nn_module_stack") or {}
+    paths = [entry[0] for entry in stack.values() if isinstance(entry, tuple) and isinstance(entry[0], str)]
+    path = paths[-1] if paths else ""
+    return path if MODULE_PATH.fullmatch(path) else ""
 
 
 # -- trusted side ---------------------------------------------------------------------
@@ -350,6 +364,10 @@ def build_graph(doc: Any, device: torch.device) -> tuple[fx.GraphModule, Signatu
             env[name] = graph.call_function(
                 target, tuple(args), {str(k): _decode(v, env, device) for k, v in kwargs.items()}
             )
+            module = node.get("module", "")
+            if not isinstance(module, str) or not (module == "" or MODULE_PATH.fullmatch(module)):
+                raise not_capturable("the captured graph is malformed (a node's module label)")
+            env[name].meta["module"] = module
         elif op == "output":
             result = _decode(node.get("args"), env, device)
             if not isinstance(result, list) or len(result) != 1:
@@ -371,6 +389,12 @@ def build_graph(doc: Any, device: torch.device) -> tuple[fx.GraphModule, Signatu
         mutations=mutations,
     )
     return module, signature
+
+
+def _prefixes(path: str) -> list[str]:
+    """"a.b.c" -> ["a", "a.b", "a.b.c"]; "" -> []."""
+    parts = path.split(".") if path else []
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def _slot(target: str) -> str:
@@ -428,6 +452,53 @@ class CapturedModel(nn.Module):
             self._buffers[name] = new.detach()
         out: torch.Tensor = outputs[-1]
         return out
+
+    def submodule_io(self, x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The activation entering and the one leaving submodule ``name`` (its attribute path,
+        or the last part of it: "mix" finds "blocks.0.mix", the first in graph order) when the
+        eval-mode graph runs on ``x``. Its ops are the nodes the capture labelled with that
+        path or one below it; it must take exactly one tensor that depends on the input (its
+        own parameters aside), give exactly one tensor that the model's output depends on, and
+        use at least one trainable parameter (a labelled no-op measures nothing)."""
+        module, names, _ = self._graphs["eval"]
+        graph = module.graph
+        calls = [n for n in graph.nodes if n.op == "call_function"]
+        path = next((prefix for n in calls for prefix in _prefixes(n.meta.get("module", ""))
+                     if name in (prefix, prefix.rsplit(".", 1)[-1])), None)
+        if path is None:
+            raise ValueError(f"the model has no submodule named {name!r}")
+        inside = {n for n in calls if n.meta.get("module", "") == path
+                  or str(n.meta.get("module", "")).startswith(path + ".")}
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        user = placeholders[self._user_index]
+        own = dict(zip([p for p in placeholders if p is not user], names, strict=True))
+        depends = {user}
+        for node in graph.nodes:
+            if any(a in depends for a in node.all_input_nodes):
+                depends.add(node)
+        output = next(n for n in graph.nodes if n.op == "output")
+        needed = {output.args[0][-1]}
+        for node in reversed(graph.nodes):
+            if node in needed:
+                needed.update(node.all_input_nodes)
+        entering = {a for n in inside for a in n.all_input_nodes if a not in inside and a in depends}
+        leaving = {n for n in inside if any(u not in inside for u in n.users) and n in needed}
+        if not any(own.get(a) in self._parameters for n in inside for a in n.all_input_nodes):
+            raise ValueError(f"submodule {path!r} uses none of the model's trainable parameters")
+        values = [self._parameters[n] if n in self._parameters else self._buffers[n] for n in names]
+        values.insert(self._user_index, x)
+        interpreter = fx.Interpreter(module, garbage_collect_values=False)
+        interpreter.run(*values)
+
+        def tensors(nodes: set[fx.Node]) -> list[torch.Tensor]:
+            found = [interpreter.env[n] for n in graph.nodes if n in nodes]
+            return [t for t in found if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+        ins, outs = tensors(entering), tensors(leaving)
+        if len(ins) != 1 or len(outs) != 1:
+            raise ValueError(f"submodule {path!r} takes {len(ins)} activation tensors and gives {len(outs)} "
+                             "that reach the output; this probe needs one of each (a submodule called once)")
+        return ins[0], outs[0]
 
     def tensors(self) -> list[torch.Tensor]:
         """Every tensor the model holds, in the graph's input order (as the capture sent them)."""

@@ -11,7 +11,13 @@ the values ``self_measured: false``. Kinds (``bench.contract.check_probe`` valid
 - ``equivariance`` ``{"transform": T, "output": "same" | "none"}``: ||f(T x) - T'(f(x))|| /
   ||f(x)||, where T' is T (``same``: equivariance) or the identity (``none``: invariance)
   and T is ``{"roll": {"shift": k, "dim": d}}``, ``{"flip": {"dim": d}}`` or
-  ``{"add": c}`` (a constant added to every value).
+  ``{"add": c}`` (a constant added to every value);
+- ``norm_ratio`` ``{"module": "mix"}``: mean over the probe samples of ||out|| / ||in|| of
+  the named submodule (its attribute path, or its last part), each sample's activation
+  flattened (1 for an isometry such as an orthogonal mixer). Which ops form the submodule
+  is the capture's label (torch.export's module stack), so it is the submitter's claim;
+  the bench checks that the part takes one activation, gives one that reaches the
+  output and trains at least one parameter, and measures it (``CapturedModel.submodule_io``).
 """
 
 from __future__ import annotations
@@ -31,10 +37,32 @@ def _transform(spec: dict[str, Any], x: torch.Tensor) -> torch.Tensor:
     return x + float(args)  # "add"
 
 
+def submodule_io(model: nn.Module, name: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A captured model's named submodule's input and output on ``x``."""
+    from bench.graph import CapturedModel
+
+    if not isinstance(model, CapturedModel):
+        raise ValueError("a module probe needs a captured model")
+    return model.submodule_io(x, name)
+
+
+def check_applies(probe: dict[str, Any], model: nn.Module, x: torch.Tensor) -> None:
+    """Raise before any training if ``probe`` cannot be measured on ``model`` (an untrained
+    model of the arm): a module probe whose submodule the arm does not have."""
+    if probe["kind"] == "norm_ratio":
+        with torch.no_grad():
+            submodule_io(model.eval(), probe["module"], x)
+
+
 def measure(probe: dict[str, Any], model: nn.Module, x: torch.Tensor) -> float:
     """The quantity ``probe`` names, on ``model`` (put in eval mode) and probe batch ``x``."""
     model.eval()
     kind = probe["kind"]
+    if kind == "norm_ratio":
+        with torch.no_grad():
+            z_in, z_out = submodule_io(model, probe["module"], x)
+            ratio = z_out.flatten(1).norm(dim=1) / z_in.flatten(1).norm(dim=1).clamp_min(1e-30)
+        return float(ratio.mean())
     if kind == "input_gradient":
         x = x.clone().requires_grad_(True)
         (grad,) = torch.autograd.grad(model(x).sum(), x)

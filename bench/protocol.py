@@ -954,6 +954,7 @@ def _judge(
             checked = job.both(lambda arm: job.sessions[arm].request({
                 "op": "check", "data_dir": str(first.data_dir), "configs": job.grids[arm],
                 "probe": want_vectorized, "loss": track.card["metric"]["loss"],
+                "mechanism_probe": (job.mechanism or {}).get("probe"),
             }))
             job.check_parity(checked)
             job.choose_path(checked, want_vectorized)

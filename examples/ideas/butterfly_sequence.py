@@ -12,9 +12,10 @@ against attention go to a wider MLP (d_ff 90 instead of 64), so both arms have a
 10.4k parameters.
 
 Mechanism: an orthogonal token mixer preserves the Euclidean norm of each sample's
-(token x feature) array exactly. measure() hooks the first submodule named "mix" (the
-baseline's self-attention sits at blocks.0.mix, the butterfly at block.mix) and returns
-the mean over the probe batch of ||mix output|| / ||mix input||.
+(token x feature) array exactly. The bench's own norm_ratio probe finds the first
+submodule named "mix" in each arm's captured graph (the baseline's self-attention at
+blocks.0.mix, the butterfly at block.mix) and measures the mean over the probe batch of
+||mix output|| / ||mix input||, on both arms' trained models.
 """
 
 import math
@@ -29,6 +30,7 @@ MECHANISM = {
     "prediction": "the trained orthogonal butterfly is an isometry over tokens: ratio 1.0 "
     "(attention, the baseline's mixer, is not norm-preserving)",
     "expect": {"kind": "close_to", "target": 1.0, "rtol": 0.05},
+    "probe": {"kind": "norm_ratio", "module": "mix"},
 }
 
 
@@ -93,21 +95,3 @@ class ButterflyTransformer(nn.Module):
 def build_model(spec):
     return ButterflyTransformer(spec)
 
-
-def measure(model, x):
-    mixer = next((m for name, m in model.named_modules() if name.split(".")[-1] == "mix"), None)
-    if mixer is None:
-        raise ValueError("model has no submodule named 'mix'")
-    seen = {}
-
-    def hook(module, inputs, output):
-        seen["in"], seen["out"] = inputs[0], output
-
-    handle = mixer.register_forward_hook(hook)
-    try:
-        with torch.no_grad():
-            model(x)
-    finally:
-        handle.remove()
-    z_in, z_out = seen["in"].flatten(1), seen["out"].flatten(1)
-    return float((z_out.norm(dim=1) / z_in.norm(dim=1)).mean())

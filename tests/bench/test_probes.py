@@ -8,7 +8,8 @@ from torch import nn
 
 from bench.contract import check_probe
 from bench.errors import BenchError
-from bench.probes import measure
+from bench.probes import check_applies, measure
+from tests.capture_helpers import through_capture
 
 
 class SumPool(nn.Module):
@@ -62,8 +63,125 @@ def test_equivariance_of_a_circular_convolution_and_invariance_of_a_symmetric_mo
     {"kind": "equivariance", "transform": {"exec": "import os"}},
     {"kind": "equivariance", "transform": {"roll": {"shift": 1, "dim": 0}}},
     {"kind": "equivariance", "transform": {"add": 1.0}, "output": "whatever"},
+    {"kind": "norm_ratio"},
+    {"kind": "norm_ratio", "module": "mix; import os"},
+    {"kind": "norm_ratio", "module": ""},
+    {"kind": "norm_ratio", "module": ["mix"]},
     "input_gradient",
 ])
 def test_malformed_probes_are_refused(probe: object) -> None:
     with pytest.raises(BenchError):
         check_probe(probe)
+
+
+# -- norm_ratio: a named submodule of a captured model ----------------------------------
+class Mixer(nn.Module):
+    """value -> mix -> out over (B, T, d), with a model-level readout."""
+
+    def __init__(self, mix: nn.Module) -> None:
+        super().__init__()
+        self.value = nn.Linear(4, 4)
+        self.mix = mix
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.mix(self.value(x))).sum(1)
+
+
+class Rotate(nn.Module):
+    """Mixes the tokens with a trainable rotation: an isometry of each sample."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.angle = nn.Parameter(torch.tensor(0.3))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        a, b = z[:, 0], z[:, 1]
+        c, s = torch.cos(self.angle), torch.sin(self.angle)
+        return torch.stack([c * a - s * b, s * a + c * b], dim=1)
+
+
+class Scale(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.gain * z
+
+
+NORM = {"kind": "norm_ratio", "module": "mix"}
+
+
+def test_norm_ratio_measures_the_named_submodule_of_the_captured_graph() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(16, 2, 4)
+    assert measure(check_probe(NORM), through_capture(Mixer(Rotate()), (2, 4)), x) == pytest.approx(1.0, abs=1e-6)
+    assert measure(NORM, through_capture(Mixer(Scale()), (2, 4)), x) == pytest.approx(0.5, abs=1e-6)
+    nested = Mixer(nn.Sequential(Scale(), Scale()))  # ops of mix.0 and mix.1 are mix's
+    assert measure(NORM, through_capture(nested, (2, 4)), x) == pytest.approx(0.25, abs=1e-6)
+    assert measure({"kind": "norm_ratio", "module": "mix.1"}, through_capture(nested, (2, 4)), x) == pytest.approx(0.5, abs=1e-6)
+
+
+def test_the_seed_butterfly_is_an_isometry_and_the_baselines_attention_is_not() -> None:
+    from pathlib import Path
+
+    from bench.registry import load_track
+
+    track = load_track("sequence")
+    module: dict[str, object] = {}
+    exec((Path(__file__).parents[2] / "examples/ideas/butterfly_sequence.py").read_text(), module)
+    probe = check_probe(module["MECHANISM"]["probe"])  # type: ignore[index]
+    x = torch.randn(16, *track.spec["input_shape"])
+    idea = module["build_model"]({**track.spec, "hparams": {}})  # type: ignore[operator]
+    assert measure(probe, through_capture(idea, track.spec["input_shape"]), x) == pytest.approx(1.0, abs=1e-5)
+    baseline = track.build_baseline({**track.spec, "hparams": {}})
+    mix = baseline.get_submodule(next(n for n, _ in baseline.named_modules() if n.endswith("mix")))
+    seen: list[torch.Tensor] = []
+    mix.register_forward_hook(lambda m, i, o: seen.extend([i[0], o]))
+    with torch.no_grad():
+        baseline.eval()(x)
+    eager = float((seen[1].flatten(1).norm(dim=1) / seen[0].flatten(1).norm(dim=1)).mean())
+    assert measure(probe, through_capture(baseline, track.spec["input_shape"]), x) == pytest.approx(eager, rel=1e-5)
+    assert abs(eager - 1.0) > 0.05
+
+
+class DeadMix(nn.Module):
+    """A hostile model: an isometric "mix" on a branch that never reaches the output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mix = Rotate()
+        self.real = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.mix(x)
+        return self.real(x.flatten(1))
+
+
+class NoOpMix(nn.Module):
+    """A hostile model: "mix" is a reshape round trip (ratio 1 by construction, no parameter)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mix = nn.Flatten(1)
+        self.real = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.real(self.mix(x))
+
+
+@pytest.mark.parametrize("model, why", [
+    (DeadMix(), "this probe needs one of each"),
+    (NoOpMix(), "uses none of the model's trainable parameters"),
+    (Mixer(Rotate()), "no submodule named 'mixer'"),
+])
+def test_a_module_probe_refuses_parts_that_measure_nothing(model: nn.Module, why: str) -> None:
+    probe = {"kind": "norm_ratio", "module": "mixer" if why.startswith("no submodule") else "mix"}
+    with pytest.raises(ValueError, match=why):
+        check_applies(probe, through_capture(model, (2, 4)), torch.randn(2, 2, 4))
+
+
+def test_a_module_probe_needs_a_captured_model() -> None:
+    with pytest.raises(ValueError, match="captured model"):
+        measure(NORM, Mixer(Rotate()), torch.randn(2, 2, 4))

@@ -4,7 +4,6 @@ by trusted code, and counted by the bench."""
 from __future__ import annotations
 
 import copy
-import json
 import tempfile
 import types
 from pathlib import Path
@@ -15,9 +14,10 @@ import torch
 
 from bench.catalog import get_card
 from bench.errors import BenchError, ErrorCode
-from bench.graph import build_graph, export_graph, rebuild
+from bench.graph import build_graph, rebuild
 from bench.protocol import JudgeRequest, judge
 from bench.registry import load_track
+from tests.capture_helpers import capture_docs
 
 HOSTILE = Path(__file__).parent / "hostile"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "ideas"
@@ -32,17 +32,6 @@ def job_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path
-
-
-def _capture(model: torch.nn.Module, spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    example = torch.randn(4, *spec["input_shape"])
-    docs, tensors = {}, {}
-    for mode in ("train", "eval"):
-        model.train(mode == "train")
-        doc, found = export_graph(model, example)
-        docs[mode] = json.loads(json.dumps(doc))  # through JSON, as it crosses the boundary
-        tensors.update({k: v.numpy().copy() for k, v in found.items()})
-    return docs, tensors
 
 
 def _models() -> list[tuple[str, Any, dict[str, Any]]]:
@@ -78,7 +67,7 @@ def test_every_baseline_and_example_captures_with_outputs_identical_to_eager() -
     for label, build, spec in _models():
         torch.manual_seed(0)
         model = build(spec)
-        docs, tensors = _capture(model, spec)
+        docs, tensors = capture_docs(model, spec["input_shape"])
         rebuilt = rebuild(docs, tensors, torch.device("cpu"))
         x = torch.randn(7, *spec["input_shape"])  # another batch size than the capture's
         for training in (True, False):
@@ -100,7 +89,7 @@ def test_every_baseline_and_example_captures_with_outputs_identical_to_eager() -
 def _smoke_doc() -> tuple[dict[str, Any], dict[str, Any]]:
     track = load_track("smoke")
     torch.manual_seed(0)
-    return _capture(track.build_baseline(track.spec), track.spec)
+    return capture_docs(track.build_baseline(track.spec), track.spec["input_shape"])
 
 
 def _refused(doc: dict[str, Any]) -> str:
@@ -155,6 +144,10 @@ def test_malformed_graphs_are_refused() -> None:
     custom_kind = copy.deepcopy(good)
     custom_kind["inputs"][0]["kind"] = "custom_obj"
     _refused(custom_kind)
+    for label in ("mix; import os", "a" * 65, ".".join(["m"] * 17), 7, ["mix"]):  # a module label: a path, or none
+        odd_label = copy.deepcopy(good)
+        _first_call(odd_label)["module"] = label
+        assert "module label" in _refused(odd_label)
     _refused({"format": 99})
     _refused([])  # type: ignore[arg-type]
 
@@ -171,7 +164,7 @@ def test_every_parameter_trains_and_every_tensor_is_counted() -> None:
             return self.lin(x) + 0.0 * (self.table.sum() + self.stats.sum())
 
     spec = {"input_shape": [8]}
-    docs, tensors = _capture(Frozen(), spec)
+    docs, tensors = capture_docs(Frozen(), spec["input_shape"])
     rebuilt = rebuild(docs, tensors, torch.device("cpu"))
     assert rebuilt.counts() == (8 + 1 + 800, 50)
     assert all(p.requires_grad for p in rebuilt.parameters())
@@ -202,6 +195,14 @@ def test_a_declared_probe_is_measured_by_the_bench_not_by_the_idea(job_tmp: Path
     mechanism = report["bench_report"]["mechanism_signature"]
     assert mechanism["self_measured"] is False
     assert all(v > 1e-3 for v in mechanism["idea_values"])  # its measure() said 0.0
+
+
+def test_a_module_probe_on_a_part_that_misses_the_output_fails_before_training(job_tmp: Path) -> None:
+    with pytest.raises(BenchError) as info:
+        judge(JudgeRequest(track="sequence", idea_code=(HOSTILE / "dead_mix.py").read_text(), n_seeds=2))
+    assert info.value.code == ErrorCode.MECHANISM_ERROR, info.value.message
+    assert "cannot be measured on the idea's model" in info.value.message
+    assert "reach the output" in info.value.message
 
 
 def test_an_own_measure_is_reported_as_self_measured(job_tmp: Path) -> None:
