@@ -4,8 +4,10 @@ Two kinds, read two ways:
 - HTTP: ``ideabench_http_request_duration_seconds`` (a histogram by method, route template and
   status; its ``_count`` is the request count). Observed in each API process by a pure ASGI
   middleware: the route's template (``/v1/jobs/{job_id}``), never the raw path, so ids do not
-  grow the label set. With several API processes, scrape each one (these counters are per
-  process).
+  grow the label set. Several API processes behind one port (``uvicorn --workers N``) count
+  together when ``PROMETHEUS_MULTIPROC_DIR`` names an empty directory at their start
+  (prometheus_client's multiprocess mode: each process writes its counts to files there,
+  and any process's ``/metrics`` sums them all); without it each process counts alone.
 - The service's state, read from the database at scrape time (the database is the truth, so
   every API process answers the same): jobs by status and track, queue depth per queue, each
   worker's heartbeat age, failed jobs by error code (the sandbox's refusals among them:
@@ -18,16 +20,25 @@ Two kinds, read two ways:
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Histogram,
+    generate_latest,
+    values,
+)
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -37,6 +48,7 @@ from app.health.state import read_state
 from app.keys.deps import Caller, require_role
 from app.keys.roles import Role
 
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own name for it
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 
 
@@ -117,8 +129,15 @@ def _buckets(seconds: list[float]) -> list[tuple[str, float]]:
 def install_metrics(app: Any, sessions: sessionmaker[Session]) -> None:
     """The middleware, the collector and ``GET /metrics`` on ``app`` (its own registry)."""
     registry = CollectorRegistry()
+    # prometheus_client chose its value store when it was imported: files only if the variable
+    # was set before the process started.
+    shared = os.environ.get(MULTIPROCESS_ENV) if values.ValueClass is not values.MutexValue else None
+    if shared:  # the histogram's values live in files there; the registry reads every process's
+        Path(shared).mkdir(parents=True, exist_ok=True)
+        MultiProcessCollector(registry, path=shared)
     histogram = Histogram("ideabench_http_request_duration_seconds", "HTTP requests by method, route and "
-                          "status, and their latency.", ["method", "route", "status"], registry=registry)
+                          "status, and their latency.", ["method", "route", "status"],
+                          registry=None if shared else registry)
     registry.register(StateCollector(sessions))
     app.add_middleware(RequestMetrics, histogram=histogram)
     app.state.metrics_registry = registry

@@ -36,3 +36,16 @@ def test_compose_services_and_health_checks() -> None:
     assert text.count("healthcheck:") >= 4
     assert "service_completed_successfully" in text
     assert (ROOT / "Dockerfile").read_text().count("torch==2.13.0") == 1
+
+
+def test_the_api_processes_count_their_metrics_together() -> None:
+    """Two uvicorn workers on one port: the shared, emptied-at-start PROMETHEUS_MULTIPROC_DIR
+    (app/metrics.py) makes /metrics the same whichever process answers."""
+    import yaml
+
+    api = yaml.safe_load(compose("config"))["services"]["api"]
+    shared = api["environment"]["PROMETHEUS_MULTIPROC_DIR"]
+    command = " ".join(api["command"])
+    assert "--workers 2" in command
+    assert command.index("rm -rf") < command.index("mkdir -p") < command.index("exec uvicorn")
+    assert shared.startswith("/tmp/") and "PROMETHEUS_MULTIPROC_DIR" in command

@@ -67,3 +67,69 @@ def test_metrics_count_requests_by_route_and_read_the_state(tmp_path: Any) -> No
     assert value("ideabench_job_duration_seconds_count") >= 1
     bucket = "ideabench_job_duration_seconds_bucket"  # the failed job took 40 s
     assert value(bucket, le="60.0") - value(bucket, le="30.0") == 1
+
+
+def test_request_counts_add_up_over_every_api_process(tmp_path: Any) -> None:
+    """``uvicorn --workers 2`` behind one port, with PROMETHEUS_MULTIPROC_DIR: whichever process
+    answers a scrape, it reports every process's requests (without the shared directory each
+    reports only its own, and the counts jump between scrapes)."""
+    import http.client
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    settings = Settings(data_dir=tmp_path / "var", broker_url="memory://")
+    upgrade_head(settings)
+    engine_app = create_app(settings)
+    with engine_app.state.sessionmaker() as session:
+        token = create_key(session, "viewer", "scraper").token
+        session.commit()
+    engine_app.state.engine.dispose()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    shared = tmp_path / "metrics"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IDEABENCH_", "PROMETHEUS_"))}
+    env.update(DATABASE_URL=settings.database_url, BROKER_URL="memory://", IDEABENCH_DATA_DIR=str(settings.data_dir),
+               PROMETHEUS_MULTIPROC_DIR=str(shared), PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--port", str(port), "--workers", "2",
+         "--log-level", "warning", "--no-access-log"], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL)
+
+    def get(path: str) -> tuple[int, str]:  # a new connection each time: the processes share them out
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            connection.request("GET", path, headers=bearer(token))
+            answer = connection.getresponse()
+            return answer.status, answer.read().decode()
+        finally:
+            connection.close()
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if get("/healthz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline and server.poll() is None, "the API did not start"
+            time.sleep(0.2)
+        sent = 80
+        for _ in range(sent):
+            assert get("/v1/tracks")[0] == 200
+        pids = {f.stem.rsplit("_", 1)[-1] for f in shared.glob("histogram_*.db")}
+        assert len(pids) == 2, pids  # both processes served some of them
+        for _ in range(4):
+            status, text = get("/metrics")
+            assert status == 200
+            samples = _samples(text)
+            counted = samples[("ideabench_http_request_duration_seconds_count",
+                               frozenset({"method": "GET", "route": "/v1/tracks", "status": "200"}.items()))]
+            assert counted == sent
+    finally:
+        server.terminate()
+        server.wait(20)
