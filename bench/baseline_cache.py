@@ -31,16 +31,6 @@ FORMAT = 2  # 2: trained on the captured graph; a kept model's tensors as .npz
 CODE_FILES = ("trainer.py", "vectorized.py", "child.py", "data.py", "seeding.py", "metrics.py", "graph.py")
 
 
-def cache_root() -> Path:
-    """Where entries live: ``$IDEABENCH_CACHE_DIR/baseline`` or ``./var/cache/baseline``."""
-    return Path(os.environ.get("IDEABENCH_CACHE_DIR") or "var/cache") / "baseline"
-
-
-def enabled() -> bool:
-    """False when ``IDEABENCH_BASELINE_CACHE`` is ``0``/``false``/``off``."""
-    return os.environ.get("IDEABENCH_BASELINE_CACHE", "1").strip().lower() not in ("0", "false", "off", "no")
-
-
 def canonical_json(obj: Any) -> str:
     """Sorted keys, no spaces, floats by repr: the same inputs give the same bytes."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
@@ -92,8 +82,8 @@ class CachedRun:
 class BaselineCache:
     """Entries ``<root>/<k[:2]>/<k>.npy`` (predictions) + ``<k>.json`` (flags), written atomically."""
 
-    def __init__(self, root: Path | None = None) -> None:
-        self.root = root or cache_root()
+    def __init__(self, root: Path) -> None:
+        self.root = root  # EngineOptions.baseline_dir
 
     def _paths(self, key: str) -> tuple[Path, Path]:
         folder = self.root / key[:2]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import sys
 import traceback
@@ -245,8 +246,8 @@ class ArmRunner:
                 from bench.probes import check_applies
 
                 try:
-                    check_applies(cmd["mechanism_probe"], model, x[:2])
-                except ValueError as exc:
+                    check_applies(cmd["mechanism_probe"], model, x[:7])
+                except Exception as exc:  # the arm's graph or its claim, never the bench's
                     raise BenchError(ErrorCode.MECHANISM_ERROR, f"the {cmd['mechanism_probe']['kind']} probe "
                                      f"cannot be measured on the {self.role}'s model: {exc}"[:600],
                                      "Name a submodule both arms have (the baseline's too).") from None
@@ -315,7 +316,10 @@ class ArmRunner:
                     tensor.copy_(torch.from_numpy(trained).to(tensor.device))
             x = torch.from_numpy(np.load(item["probe"], allow_pickle=False)).to(self.device)
             try:
-                values.append(measure(cmd["probe"], model, x))
+                value = measure(cmd["probe"], model, x)
+                if not math.isfinite(value):
+                    raise ValueError(f"the measured value is {value}")
+                values.append(value)
             except Exception as exc:
                 raise BenchError(ErrorCode.MECHANISM_ERROR, f"the {cmd['probe']['kind']} probe failed on the "
                                  f"{self.role}'s model: {type(exc).__name__}: {exc}"[:600]) from None

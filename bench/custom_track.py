@@ -28,6 +28,7 @@ import torch
 from bench.child import SPLIT_NAMES
 from bench.errors import BenchError, ErrorCode
 from bench.metrics import score
+from bench.options import EngineOptions
 from bench.runner import ArmSession, load_npy, open_output
 from bench.sandbox import Limits
 from bench.seeding import SeedSecret, deployment_secret, final_seeds, run_seeds, sweep_seeds
@@ -83,9 +84,8 @@ class CustomTrack:
 
 
 # -- data ---------------------------------------------------------------------------
-def cache_dir(track: CustomTrack) -> Path:
-    """Where this version's generated splits live on this worker."""
-    root = Path(os.environ.get("IDEABENCH_CACHE_DIR") or "var/cache") / "tracks"
+def cache_dir(track: CustomTrack, root: Path) -> Path:
+    """Where this version's generated splits live on this worker (``root``: EngineOptions.tracks_dir)."""
     return root / f"{track.name}@{track.version}-{track.sha256[:16]}"
 
 
@@ -151,9 +151,9 @@ def _checked(files: dict[str, BinaryIO], card: dict[str, Any]) -> dict[str, np.n
     return arrays
 
 
-def _store(track: CustomTrack, split_seed: int, arrays: dict[str, np.ndarray]) -> None:
+def _store(track: CustomTrack, split_seed: int, arrays: dict[str, np.ndarray], root: Path) -> None:
     """Write checked arrays to the cache (atomic: a temp dir renamed into place)."""
-    final = cache_dir(track) / str(split_seed)
+    final = cache_dir(track, root) / str(split_seed)
     if final.is_dir():
         return
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -208,14 +208,14 @@ def _generate(
 
 
 def ensure_data(
-    track: CustomTrack, split_seeds: list[int], *, memory_mb: int = 6144,
+    track: CustomTrack, split_seeds: list[int], *, root: Path, memory_mb: int = 6144,
     deadline: float | None = None, cancel: threading.Event | None = None, timeout_s: float = 600.0,
 ) -> None:
     """Generate (in the sandbox) and cache every split seed this worker does not have yet.
 
     Data generated for a job must match what validation saw: the sizes of every split, and
     the checksum of every seed that validation generated (``track.checksums``)."""
-    missing = sorted({s for s in split_seeds if not (cache_dir(track) / str(s)).is_dir()})
+    missing = sorted({s for s in split_seeds if not (cache_dir(track, root) / str(s)).is_dir()})
     if not missing:
         return
     generated, _ = _generate(
@@ -234,16 +234,16 @@ def ensure_data(
                 "version whose make_splits is a pure function of its seed.",
             )
     for seed, arrays in generated.items():
-        _store(track, seed, arrays)
+        _store(track, seed, arrays, root)
 
 
 def _no_baseline_in_parent(spec: dict[str, Any]) -> torch.nn.Module:
     raise BenchError(ErrorCode.INTERNAL, "A custom track's baseline is built only in its sandboxed child.")
 
 
-def as_track(track: CustomTrack) -> Track:
-    """The engine's ``Track`` for a custom track whose data ``ensure_data`` has cached."""
-    directory = cache_dir(track)
+def as_track(track: CustomTrack, root: Path) -> Track:
+    """The engine's ``Track`` for a custom track whose data ``ensure_data`` has cached in ``root``."""
+    directory = cache_dir(track, root)
 
     def make_splits(split_seed: int, task_seed: int | None = None) -> Splits:  # noqa: ARG001 - a file's own task
         seed_dir = directory / str(split_seed)
@@ -278,7 +278,7 @@ def count_protocol_runs(card: dict[str, Any]) -> int:
 def validate(
     track: CustomTrack, *, memory_mb: int = 6144, timeout_s: float = 900.0,
     max_protocol_s: float = MAX_PROTOCOL_S, cancel: threading.Event | None = None,
-    secret: SeedSecret | None = None,
+    secret: SeedSecret | None = None, options: EngineOptions | None = None,
 ) -> dict[str, Any]:
     """Run the track file in the sandbox and check it; return what was measured.
 
@@ -297,6 +297,7 @@ def validate(
     card = track.card
     warnings: list[str] = []
     secret = secret or deployment_secret()
+    root = (options or EngineOptions.from_env()).tracks_dir
     # Every split seed a default job of this epoch uses, made exactly as a job makes them,
     # twice, in two separate children: the data validated is the data judged.
     d = card["defaults"]
@@ -326,12 +327,12 @@ def validate(
         raise _invalid("make_splits gives splits of other sizes for other seeds.",
                        "Keep the sizes of the three splits fixed; draw only their contents from the seed.")
     for seed, arrays in generated.items():
-        _store(track, seed, arrays)
+        _store(track, seed, arrays, root)
     checksums = {str(seed): arrays_checksum(arrays) for seed, arrays in generated.items()}
     with OwnedDir("validate") as tmp:
         work = Path(tmp)
         sizes = {split: len(first[f"x_{split}"]) for split in ("train", "val", "test")}
-        engine_track = as_track(track)
+        engine_track = as_track(track, root)
         exported = data_mod.export(engine_track, seed_a, None, work / "data")  # what the baseline child reads
         lr = sorted(d["lr_grid"])[len(d["lr_grid"]) // 2]
         cfg = {"lr": lr, "epochs": d["epochs"], "batch_size": d["batch_size"],

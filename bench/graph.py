@@ -391,6 +391,26 @@ def build_graph(doc: Any, device: torch.device) -> tuple[fx.GraphModule, Signatu
     return module, signature
 
 
+class _Recorder(fx.Interpreter):
+    """Runs a graph (freeing each value after its last use) and keeps the values of ``wanted``."""
+
+    def __init__(self, module: fx.GraphModule, wanted: set[fx.Node]) -> None:
+        super().__init__(module)
+        self.wanted = wanted
+        self.seen: dict[fx.Node, Any] = {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        value = super().run_node(n)
+        if n in self.wanted:
+            self.seen[n] = value
+        return value
+
+    def record(self, *args: Any) -> tuple[dict[fx.Node, Any], torch.Tensor]:
+        """The wanted values and the graph's (last, user) output."""
+        outputs = self.run(*args)
+        return self.seen, outputs[-1]
+
+
 def _prefixes(path: str) -> list[str]:
     """"a.b.c" -> ["a", "a.b", "a.b.c"]; "" -> []."""
     parts = path.split(".") if path else []
@@ -453,13 +473,15 @@ class CapturedModel(nn.Module):
         out: torch.Tensor = outputs[-1]
         return out
 
-    def submodule_io(self, x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    def submodule_io(self, x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The activation entering and the one leaving submodule ``name`` (its attribute path,
         or the last part of it: "mix" finds "blocks.0.mix", the first in graph order) when the
         eval-mode graph runs on ``x``. Its ops are the nodes the capture labelled with that
-        path or one below it; it must take exactly one tensor that depends on the input (its
-        own parameters aside), give exactly one tensor that the model's output depends on, and
-        use at least one trainable parameter (a labelled no-op measures nothing)."""
+        path or one below it. Every value that crosses its boundary counts, whatever its type
+        (sizes aside: Python ints), and it must take exactly one and give exactly one, each a
+        floating tensor with ``x``'s batch first and a dimension more; it must use at least one
+        trainable parameter (a labelled no-op measures nothing). ``ValueError`` otherwise. The
+        third tensor is the model's output of the same run."""
         module, names, _ = self._graphs["eval"]
         graph = module.graph
         calls = [n for n in graph.nodes if n.op == "call_function"]
@@ -472,33 +494,27 @@ class CapturedModel(nn.Module):
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         user = placeholders[self._user_index]
         own = dict(zip([p for p in placeholders if p is not user], names, strict=True))
-        depends = {user}
-        for node in graph.nodes:
-            if any(a in depends for a in node.all_input_nodes):
-                depends.add(node)
-        output = next(n for n in graph.nodes if n.op == "output")
-        needed = {output.args[0][-1]}
-        for node in reversed(graph.nodes):
-            if node in needed:
-                needed.update(node.all_input_nodes)
-        entering = {a for n in inside for a in n.all_input_nodes if a not in inside and a in depends}
-        leaving = {n for n in inside if any(u not in inside for u in n.users) and n in needed}
         if not any(own.get(a) in self._parameters for n in inside for a in n.all_input_nodes):
             raise ValueError(f"submodule {path!r} uses none of the model's trainable parameters")
+        entering = {a for n in inside for a in n.all_input_nodes if a not in inside and a not in own}
+        leaving = {n for n in inside if any(u not in inside for u in n.users)}
         values = [self._parameters[n] if n in self._parameters else self._buffers[n] for n in names]
         values.insert(self._user_index, x)
-        interpreter = fx.Interpreter(module, garbage_collect_values=False)
-        interpreter.run(*values)
+        seen, output = _Recorder(module, entering | leaving).record(*values)
 
-        def tensors(nodes: set[fx.Node]) -> list[torch.Tensor]:
-            found = [interpreter.env[n] for n in graph.nodes if n in nodes]
-            return [t for t in found if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        def crossing(nodes: set[fx.Node]) -> list[Any]:
+            return [seen[n] for n in graph.nodes if n in nodes and not isinstance(seen[n], int)]
 
-        ins, outs = tensors(entering), tensors(leaving)
+        ins, outs = crossing(entering), crossing(leaving)
         if len(ins) != 1 or len(outs) != 1:
-            raise ValueError(f"submodule {path!r} takes {len(ins)} activation tensors and gives {len(outs)} "
-                             "that reach the output; this probe needs one of each (a submodule called once)")
-        return ins[0], outs[0]
+            raise ValueError(f"submodule {path!r} takes {len(ins)} values and gives {len(outs)}; this probe "
+                             "needs one of each (a submodule called once, one activation in and out)")
+        for what, value in (("takes", ins[0]), ("gives", outs[0])):
+            if not (isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() >= 2
+                    and value.shape[0] == x.shape[0]):
+                raise ValueError(f"submodule {path!r} {what} no floating tensor with the batch first "
+                                 "and at least one more dimension")
+        return ins[0], outs[0], output
 
     def tensors(self) -> list[torch.Tensor]:
         """Every tensor the model holds, in the graph's input order (as the capture sent them)."""

@@ -22,6 +22,7 @@ the values ``self_measured: false``. Kinds (``bench.contract.check_probe`` valid
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -37,8 +38,8 @@ def _transform(spec: dict[str, Any], x: torch.Tensor) -> torch.Tensor:
     return x + float(args)  # "add"
 
 
-def submodule_io(model: nn.Module, name: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """A captured model's named submodule's input and output on ``x``."""
+def submodule_io(model: nn.Module, name: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A captured model's named submodule's input and output on ``x``, and the model's output."""
     from bench.graph import CapturedModel
 
     if not isinstance(model, CapturedModel):
@@ -47,11 +48,23 @@ def submodule_io(model: nn.Module, name: str, x: torch.Tensor) -> tuple[torch.Te
 
 
 def check_applies(probe: dict[str, Any], model: nn.Module, x: torch.Tensor) -> None:
-    """Raise before any training if ``probe`` cannot be measured on ``model`` (an untrained
-    model of the arm): a module probe whose submodule the arm does not have."""
-    if probe["kind"] == "norm_ratio":
-        with torch.no_grad():
-            submodule_io(model.eval(), probe["module"], x)
+    """Raise ``ValueError`` before any training if ``probe`` cannot be measured on ``model``
+    (an untrained model of the arm): a module probe whose submodule the arm lacks or that
+    cannot carry the claim (``CapturedModel.submodule_io``), whose output the model's output
+    does not depend on (no gradient of a random projection of the output with respect to it:
+    a dead branch, ``0 * mix``, ``zeros_like(mix)``), or whose ratio is not finite."""
+    if probe["kind"] != "norm_ratio":
+        return
+    model.eval()
+    with torch.enable_grad():
+        _, z_out, y = submodule_io(model, probe["module"], x)
+        grad = None
+        if z_out.requires_grad and y.requires_grad:
+            weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(0)).to(y.device, y.dtype)
+            (grad,) = torch.autograd.grad((y * weights).sum(), z_out, allow_unused=True)
+    if grad is None or not bool(grad.ne(0).any()):
+        raise ValueError(f"the model's output does not depend on what submodule {probe['module']!r} gives")
+    measure(probe, model, x)
 
 
 def measure(probe: dict[str, Any], model: nn.Module, x: torch.Tensor) -> float:
@@ -60,9 +73,11 @@ def measure(probe: dict[str, Any], model: nn.Module, x: torch.Tensor) -> float:
     kind = probe["kind"]
     if kind == "norm_ratio":
         with torch.no_grad():
-            z_in, z_out = submodule_io(model, probe["module"], x)
-            ratio = z_out.flatten(1).norm(dim=1) / z_in.flatten(1).norm(dim=1).clamp_min(1e-30)
-        return float(ratio.mean())
+            z_in, z_out, _ = submodule_io(model, probe["module"], x)
+            value = float((z_out.flatten(1).norm(dim=1) / z_in.flatten(1).norm(dim=1)).mean())
+        if not math.isfinite(value):
+            raise ValueError(f"the norm ratio of {probe['module']!r} is {value} (an input of norm 0)")
+        return value
     if kind == "input_gradient":
         x = x.clone().requires_grad_(True)
         (grad,) = torch.autograd.grad(model(x).sum(), x)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import itertools
 import math
-import os
 import secrets
 import shutil
 import tempfile
@@ -40,6 +39,7 @@ from bench.captured import (
 from bench.contract import check_hparams, check_mechanism, check_source
 from bench.errors import BenchError, ErrorCode
 from bench.metrics import check_predictions, score
+from bench.options import EngineOptions
 from bench.registry import load_track
 from bench.runner import ArmSession, load_npy, open_output
 from bench.sandbox import Limits
@@ -84,6 +84,8 @@ class JudgeRequest:
     # What this job's confirmation seeds are drawn under (the service's job id): the same key
     # and secret give the same numbers; None: a fresh random key (a one-off ``ideabench run``).
     job_key: str | None = None
+    # How the engine runs on this host; None: read from the environment (``EngineOptions.from_env``).
+    options: EngineOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -186,9 +188,10 @@ def _event_numbers(event: dict[str, Any], arm: str) -> tuple[bool, float, int]:
 class _Job:
     """The state of one protocol run; ``judge`` drives it."""
 
-    def __init__(self, request: JudgeRequest, track: Track, workdir: Path,
+    def __init__(self, request: JudgeRequest, options: EngineOptions, track: Track, workdir: Path,
                  on_progress: ProgressCallback | None, cancel: threading.Event, secret: SeedSecret) -> None:
         self.request = request
+        self.options = options
         self.secret = secret
         self.job_key = request.job_key or secrets.token_hex(8)
         self.task_seed = task_seed(track.name, secret)
@@ -341,9 +344,9 @@ class _Job:
 
     def enable_cache(self, device: str) -> None:
         """Reuse the canonical baseline's runs (bench.baseline_cache) when allowed."""
-        if self.request.baseline_code is not None or not baseline_cache.enabled():
+        if self.request.baseline_code is not None or not self.options.baseline_cache:
             return
-        self.cache = baseline_cache.BaselineCache()
+        self.cache = baseline_cache.BaselineCache(self.options.baseline_dir)
         self.cache_context = {
             "kind": "baseline_run", "format": baseline_cache.FORMAT,
             "track": f"{self.card['name']}@{self.card['version']}", "card": self.card,
@@ -722,7 +725,8 @@ class _Job:
         custom = self.request.custom_track
         if custom is not None:
             custom_mod.ensure_data(
-                custom, [self.seeds(s).split for s in seeds], memory_mb=self.request.memory_mb,
+                custom, [self.seeds(s).split for s in seeds], root=self.options.tracks_dir,
+                memory_mb=self.request.memory_mb,
                 deadline=self.deadline, cancel=self.cancel, timeout_s=self.request.timeout_s,
             )
         return self.final(seeds, "confirmation")
@@ -847,13 +851,14 @@ def judge(
     """
     started = time.monotonic()
     custom = request.custom_track
-    track = custom_mod.as_track(custom) if custom is not None else load_track(request.track)
+    options = request.options or EngineOptions.from_env()
+    track = custom_mod.as_track(custom, options.tracks_dir) if custom is not None else load_track(request.track)
     n_seeds = _check_request(request, track)
     _check_space()
     limits = Limits(memory_mb=request.memory_mb)
     slot = warm.take(limits) if keep_warm else None
     try:
-        return _judge(request, track, custom, n_seeds, slot, on_progress, cancel, started)
+        return _judge(request, options, track, custom, n_seeds, slot, on_progress, cancel, started)
     except BenchError as exc:
         # A child that could not write its files reports it as its own failure
         # (training_error, crashed): when the disk is what ran out, say so instead.
@@ -891,7 +896,7 @@ def _check_space() -> None:
 
 
 def _judge(
-    request: JudgeRequest, track: Track, custom: custom_mod.CustomTrack | None, n_seeds: int,
+    request: JudgeRequest, options: EngineOptions, track: Track, custom: custom_mod.CustomTrack | None, n_seeds: int,
     slot: warm.Slot | None, on_progress: ProgressCallback | None, cancel: threading.Event | None,
     started: float,
 ) -> dict[str, Any]:
@@ -900,13 +905,14 @@ def _judge(
     tmpdir = slot.tmp if slot is not None else warm.JobDir()
     with tmpdir as tmp:
         secret = request.seed_secret or deployment_secret()
-        job = _Job(request, track, Path(tmp), on_progress, cancel or threading.Event(), secret)
+        job = _Job(request, options, track, Path(tmp), on_progress, cancel or threading.Event(), secret)
         try:
             all_seeds = sweep_seeds(int(track.card["defaults"]["sweep_seeds"])) + final_seeds(n_seeds)
             if custom is not None:
                 job.tracker.emit("generating the custom track's data in the sandbox")
                 custom_mod.ensure_data(
-                    custom, [job.seeds(s).split for s in all_seeds], memory_mb=request.memory_mb,
+                    custom, [job.seeds(s).split for s in all_seeds], root=options.tracks_dir,
+                    memory_mb=request.memory_mb,
                     deadline=job.deadline, cancel=job.cancel, timeout_s=request.timeout_s,
                 )
             job.tracker.emit("starting the sandboxed children")
@@ -950,7 +956,7 @@ def _judge(
                              "init_seeds": init_seeds},
             }))
             first = job.data(job.sweep_seed_list[0])
-            want_vectorized = os.environ.get("IDEABENCH_EXECUTION", "auto").strip().lower() != "sequential"
+            want_vectorized = job.options.execution != "sequential"
             checked = job.both(lambda arm: job.sessions[arm].request({
                 "op": "check", "data_dir": str(first.data_dir), "configs": job.grids[arm],
                 "probe": want_vectorized, "loss": track.card["metric"]["loss"],

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bench import baseline_cache
+from bench.options import EngineOptions
 from bench.protocol import JudgeRequest, judge
 
 # A smoke idea without a mechanism: every baseline run (sweep and final) is cacheable.
@@ -40,9 +41,11 @@ def test_entries_round_trip_and_bad_entries_miss(tmp_path: Path) -> None:
 
 
 def _judge(monkeypatch: pytest.MonkeyPatch, cache_dir: Path, *, enabled: bool = True) -> dict:
-    monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(cache_dir))
-    monkeypatch.setenv("IDEABENCH_BASELINE_CACHE", "1" if enabled else "0")
-    return judge(JudgeRequest(track="smoke", idea_code=IDEA, n_seeds=2))["bench_report"]
+    monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(cache_dir / "from_env"))  # options passed in win
+    options = EngineOptions(cache_dir=cache_dir, baseline_cache=enabled)
+    report = judge(JudgeRequest(track="smoke", idea_code=IDEA, n_seeds=2, options=options))["bench_report"]
+    assert not (cache_dir / "from_env").exists()
+    return report
 
 
 def test_cache_hit_is_bit_identical_to_a_fresh_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

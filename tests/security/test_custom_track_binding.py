@@ -35,9 +35,9 @@ def test_a_two_faced_track_shows_its_job_face_to_validation(cache: Path) -> None
     validated = replace(track, sizes=result["sizes"], checksums=result["checksums"])
     assert set(validated.checksums) == {str(s) for s in _job_seeds(track)}
     # A job on another worker (an empty cache) makes its data again: the same bytes.
-    shutil.rmtree(cache_dir(track))
-    ensure_data(validated, _job_seeds(track), timeout_s=300)
-    assert {p.name for p in cache_dir(track).iterdir()} >= {str(s) for s in _job_seeds(track)}
+    shutil.rmtree(cache_dir(track, cache / "tracks"))
+    ensure_data(validated, _job_seeds(track), root=cache / "tracks", timeout_s=300)
+    assert {p.name for p in cache_dir(track, cache / "tracks").iterdir()} >= {str(s) for s in _job_seeds(track)}
 
 
 def test_a_job_whose_data_differs_from_the_validated_data_is_refused(cache: Path) -> None:
@@ -46,9 +46,9 @@ def test_a_job_whose_data_differs_from_the_validated_data_is_refused(cache: Path
     seeds = _job_seeds(track)
     forged = replace(track, checksums={str(seeds[0]): "0" * 64})
     with pytest.raises(BenchError) as info:
-        ensure_data(forged, seeds[:2], timeout_s=300)
+        ensure_data(forged, seeds[:2], root=cache / "tracks", timeout_s=300)
     assert info.value.code == ErrorCode.INVALID_TRACK
     assert "other data" in info.value.message
     resized = replace(track, sizes={"train": 1, "val": 1, "test": 1})
     with pytest.raises(BenchError):
-        ensure_data(resized, seeds[2:3], timeout_s=300)
+        ensure_data(resized, seeds[2:3], root=cache / "tracks", timeout_s=300)
