@@ -250,7 +250,9 @@ class ArmRunner:
                 except Exception as exc:  # the arm's graph or its claim, never the bench's
                     raise BenchError(ErrorCode.MECHANISM_ERROR, f"the {cmd['mechanism_probe']['kind']} probe "
                                      f"cannot be measured on the {self.role}'s model: {exc}"[:600],
-                                     "Name a submodule both arms have (the baseline's too).") from None
+                                     "The submodule must exist in both arms (the baseline's too), be called "
+                                     "once with one activation in and one out, train a parameter and feed "
+                                     "the model's output (docs/idea-contract.md).") from None
             n_params, n_buffers = model.counts()
             counts.append(n_params)
             buffers.append(n_buffers)

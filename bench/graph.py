@@ -478,7 +478,7 @@ class CapturedModel(nn.Module):
         or the last part of it: "mix" finds "blocks.0.mix", the first in graph order) when the
         eval-mode graph runs on ``x``. Its ops are the nodes the capture labelled with that
         path or one below it. Every value that crosses its boundary counts, whatever its type
-        (sizes aside: Python ints), and it must take exactly one and give exactly one, each a
+        (sizes aside: Python numbers), and it must take exactly one and give exactly one, each a
         floating tensor with ``x``'s batch first and a dimension more; it must use at least one
         trainable parameter (a labelled no-op measures nothing). ``ValueError`` otherwise. The
         third tensor is the model's output of the same run."""
@@ -503,7 +503,7 @@ class CapturedModel(nn.Module):
         seen, output = _Recorder(module, entering | leaving).record(*values)
 
         def crossing(nodes: set[fx.Node]) -> list[Any]:
-            return [seen[n] for n in graph.nodes if n in nodes and not isinstance(seen[n], int)]
+            return [seen[n] for n in graph.nodes if n in nodes and not isinstance(seen[n], int | float)]
 
         ins, outs = crossing(entering), crossing(leaving)
         if len(ins) != 1 or len(outs) != 1:

@@ -16,8 +16,9 @@ the values ``self_measured: false``. Kinds (``bench.contract.check_probe`` valid
   the named submodule (its attribute path, or its last part), each sample's activation
   flattened (1 for an isometry such as an orthogonal mixer). Which ops form the submodule
   is the capture's label (torch.export's module stack), so it is the submitter's claim;
-  the bench checks that the part takes one activation, gives one that reaches the
-  output and trains at least one parameter, and measures it (``CapturedModel.submodule_io``).
+  the bench checks (``check_applies``, before training) that the part takes one activation
+  and gives one, that the model's output depends on it and that it trains a parameter, and
+  measures it (``CapturedModel.submodule_io``).
 """
 
 from __future__ import annotations
