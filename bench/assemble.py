@@ -1,10 +1,15 @@
-"""Turns a finished protocol run into the report (``bench.report.Report`` as JSON data)."""
+"""Turns a finished protocol run into the report (``bench.report.Report`` as JSON data).
+
+The protocol hands over an ``Outcome``: plain data, fixed when the job ends, that flows one
+way into ``build_report``; nothing here reaches back into the running job.
+"""
 
 from __future__ import annotations
 
 import platform
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -13,10 +18,57 @@ from bench.report import Report
 from bench.stats import CONFIRMATION_LOOKS, CONFIRMATION_SHARES, compare, confirmation_p
 from bench.verdicts import decide, mechanism_confirmed
 
-if TYPE_CHECKING:
-    from bench.protocol import RunRecord, _Job
-
 ARMS = ("baseline", "idea")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One test stage: test values per seed (``baseline``, ``idea``, and ``matched`` when the
+    baseline also ran at the idea's learning rate ``matched_lr``), diverged runs filled; the
+    seeds; diverged runs and seconds per key."""
+
+    values: dict[str, list[float]]
+    seeds: list[int]
+    diverged: dict[str, int]
+    seconds: dict[str, float]
+    matched_lr: float | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one judged job found, as the report needs it (built by ``bench.protocol``)."""
+
+    card: dict[str, Any]
+    matched_baseline: bool  # a submitted matched baseline, not the track's
+    custom_track: dict[str, Any] | None  # the custom track's report block
+    submission: dict[str, Any]  # name, hypothesis
+    mechanism: dict[str, Any] | None  # the checked MECHANISM
+    measured: dict[str, list[float]] | None  # its values per arm
+    screening: Stage
+    confirmation: Stage | None  # every pair it ran
+    first_look: Stage | None  # its first look's pairs, as they were when the look was decided
+    confirmation_runs: int
+    job_key: str
+    seed_commitment: dict[str, Any]
+    n_params: dict[str, int]
+    buffers: dict[str, int]
+    diverged: dict[str, int]  # every run of the arm
+    wall: dict[str, float]  # seconds of every run of the arm
+    sweep_tables: dict[str, list[dict[str, Any]]]
+    best_cfgs: dict[str, dict[str, Any]]
+    lr_grids: dict[str, list[float]]
+    capture: dict[str, dict[str, Any]]
+    data_checksum: str
+    sweep_seeds: list[int]
+    isolation: list[str]
+    execution: dict[str, Any]
+    warnings: list[str]
+    device: str
+    wall_s: float
+
+    @property
+    def lower_is_better(self) -> bool:
+        return bool(self.card["metric"]["direction"] == "lower")
 
 
 def _versions() -> dict[str, str]:
@@ -104,22 +156,22 @@ def summary_text(
     return text
 
 
-def stage_block(job: _Job, runs: dict[str, list[RunRecord]]) -> dict[str, Any]:
+def stage_block(outcome: Outcome, stage: Stage) -> dict[str, Any]:
     """One test stage of the report: its comparison, per-seed values, seeds and commitment."""
-    values = job.stage_values(runs)
+    values = stage.values
     block: dict[str, Any] = {
-        "comparison": compare(values["baseline"], values["idea"], lower_is_better=job.lower_is_better),
+        "comparison": compare(values["baseline"], values["idea"], lower_is_better=outcome.lower_is_better),
         "per_seed": values,
-        "seeds": [r.seed for r in runs["idea"]],
-        "seed_commitment": job.secret.report_block(),
-        "diverged": {key: sum(r.diverged for r in records) for key, records in runs.items()},
-        "wall_time_s": {key: float(sum(r.seconds for r in records)) for key, records in runs.items()},
+        "seeds": stage.seeds,
+        "seed_commitment": outcome.seed_commitment,
+        "diverged": stage.diverged,
+        "wall_time_s": stage.seconds,
         "matched_lr": None,
     }
-    if "matched" in runs:  # the baseline at the idea's learning rate (_Job.matched_cfg)
+    if stage.matched_lr is not None:  # the baseline at the idea's learning rate (_Job.matched_cfg)
         block["matched_lr"] = {
-            "lr": runs["matched"][0].cfg["lr"],
-            "comparison": compare(values["matched"], values["idea"], lower_is_better=job.lower_is_better),
+            "lr": stage.matched_lr,
+            "comparison": compare(values["matched"], values["idea"], lower_is_better=outcome.lower_is_better),
         }
     return block
 
@@ -139,25 +191,26 @@ def stage_better(block: dict[str, Any]) -> bool:
     return all(c["verdict"] == "idea better (significant)" for c in tests)
 
 
-def confirmation_block(job: _Job, runs: dict[str, list[RunRecord]], alpha: float, look: int) -> dict[str, Any]:
+def confirmation_block(outcome: Outcome, stage: Stage, first_look: Stage, alpha: float) -> dict[str, Any]:
     """The confirmation stage: its comparison over every pair it ran, and its looks (``look``
     pairs, then all of them when a second look ran), each tested at its share of alpha
     (``stats.CONFIRMATION_SHARES``). Significant when the adjusted p (``stats.confirmation_p``)
     is <= alpha. Its seeds are labelled by the job's key."""
-    block = stage_block(job, runs)
-    first = block if len(runs["idea"]) == look else stage_block(job, {k: v[:look] for k, v in runs.items()})
+    block = stage_block(outcome, stage)
+    look = len(first_look.seeds)
+    first = block if len(stage.seeds) == look else stage_block(outcome, first_look)
     looks = [{"n_pairs": len(b["per_seed"]["idea"]), "p_better": stage_p(b), "alpha": alpha * share}
              for b, share in zip([first] + ([block] if block is not first else []), CONFIRMATION_SHARES,
                                  strict=False)]
     p = confirmation_p([entry["p_better"] for entry in looks])
     shares = " and ".join(f"{share:g} alpha" for share in CONFIRMATION_SHARES)
-    block.update(p_value=p, significant=p <= alpha, job_key=job.job_key, looks=looks,
+    block.update(p_value=p, significant=p <= alpha, job_key=outcome.job_key, looks=looks,
                  test=f"one-sided exact paired sign-flip, idea better (the screened direction), at up to "
                  f"{CONFIRMATION_LOOKS} looks ({look} pairs, then {CONFIRMATION_LOOKS * look} when the first is "
                  f"neither significant nor futile) tested at {shares}; against the baseline at the idea's "
                  "learning rate too when it differs, the larger p; p_value = min(1, min over the looks of p / "
                  "its share)",
-                 n_runs=sum(r.stage == "confirmation" for r in job.runs), baseline_cache="never (fresh seeds)")
+                 n_runs=outcome.confirmation_runs, baseline_cache="never (fresh seeds)")
     return block
 
 
@@ -170,33 +223,31 @@ def pooled_block(screening: dict[str, Any], confirmation: dict[str, Any], lower_
             "note": "screening and confirmation pairs pooled; the verdict comes from the stages, not from this"}
 
 
-def build_report(
-    *, job: _Job, finals: dict[str, list[RunRecord]], confirmation: dict[str, list[RunRecord]] | None,
-    measured: dict[str, list[float]] | None, device: str, wall_s: float,
-) -> dict[str, Any]:
+def build_report(outcome: Outcome) -> dict[str, Any]:
     """Assemble, validate and return the report of one judged idea."""
-    card, request = job.card, job.request
+    card = outcome.card
     track_id = f"{card['name']}@{card['version']}"
-    screening = stage_block(job, finals)
+    screening = stage_block(outcome, outcome.screening)
     values = screening["per_seed"]
     comparison = screening["comparison"]
-    replication = None if confirmation is None else confirmation_block(
-        job, confirmation, comparison["alpha"], look=len(finals["idea"]))
+    replication = None if outcome.confirmation is None else confirmation_block(
+        outcome, outcome.confirmation, outcome.first_look or outcome.confirmation, comparison["alpha"])
     mechanism = None
     mechanism_ok = None
-    if job.mechanism is not None and measured is not None:
+    measured = outcome.measured
+    if outcome.mechanism is not None and measured is not None:
         confirmed, detail = mechanism_confirmed(
-            job.mechanism["expect"], measured["idea"], measured["baseline"]
+            outcome.mechanism["expect"], measured["idea"], measured["baseline"]
         )
         mechanism_ok = int(confirmed)
         mechanism = {
-            **job.mechanism, "idea_values": measured["idea"], "baseline_values": measured["baseline"],
+            **outcome.mechanism, "idea_values": measured["idea"], "baseline_values": measured["baseline"],
             "idea_mean": float(np.mean(measured["idea"])),
             "baseline_mean": float(np.mean(measured["baseline"])),
             "confirmed": confirmed, "detail": detail,
             # measure() is the idea's own function: its numbers are the idea's, not the bench's;
             # a declared probe (bench.probes) is measured by the trusted trainer.
-            "self_measured": "probe" not in job.mechanism,
+            "self_measured": "probe" not in outcome.mechanism,
         }
     m = float(card["smallest_effect_rel_pct"]) / 100.0 * abs(comparison["baseline_mean"])
     lr_matched = None if screening["matched_lr"] is None else stage_better(screening)
@@ -207,13 +258,9 @@ def build_report(
     # p-value: both must be small, P(max <= t) <= t under the null).
     p_helps = stage_p(screening) if replication is None else max(stage_p(screening), replication["p_value"])
 
-    tables = {a: job.sweep_table(a) for a in ARMS}
-    bests = {a: job.best(a) for a in ARMS}
-    for rows in tables.values():
-        for row in rows:
-            row.pop("_cfg", None)
-    n_params = {a: finals[a][0].n_params for a in ARMS}
-    warnings = list(job.warnings)
+    tables = outcome.sweep_tables
+    n_params = outcome.n_params
+    warnings = list(outcome.warnings)
     ratio = n_params["idea"] / max(1, n_params["baseline"])
     budget = {a: len(tables[a]) for a in ARMS}
     if budget["idea"] > budget["baseline"]:
@@ -221,19 +268,19 @@ def build_report(
             f"tuning budget: the idea swept {budget['idea']} configs, the baseline "
             f"{budget['baseline']} (the idea's extra hyperparameters count as budget)."
         )
-    diverged = {a: sum(r.diverged for r in job.runs if r.arm == a) for a in ARMS}
+    diverged = outcome.diverged
     for arm, count in diverged.items():
         if count:
             warnings.append(
                 f"{arm}: {count} run(s) diverged and were scored at the divergence ceiling "
                 "(or the worst finite value of both arms, if worse)."
             )
-    wall = {a: float(sum(r.seconds for r in job.runs if r.arm == a)) for a in ARMS}
+    wall = outcome.wall
 
     def arm_block(arm: str) -> dict[str, Any]:
         return {
-            "best_cfg": bests[arm]["cfg"], "sweep": tables[arm], "full": _full(values[arm]),
-            "union_lr_grid": job.lr_grids[arm], "n_params": n_params[arm], "wall_time_s": wall[arm],
+            "best_cfg": outcome.best_cfgs[arm], "sweep": tables[arm], "full": _full(values[arm]),
+            "union_lr_grid": outcome.lr_grids[arm], "n_params": n_params[arm], "wall_time_s": wall[arm],
             "diverged": diverged[arm],
         }
 
@@ -245,7 +292,7 @@ def build_report(
         "track": card["name"],
         "track_id": track_id,
         "track_version": card["version"],
-        "model": card["baseline"]["name"] if request.baseline_code is None else "matched_custom",
+        "model": "matched_custom" if outcome.matched_baseline else card["baseline"]["name"],
         "metric_direction": "lower is better" if card["metric"]["direction"] == "lower" else "higher is better",
         "metric": card["metric"]["name"],
         "n_seeds": len(values["idea"]),
@@ -255,36 +302,36 @@ def build_report(
         "screening": screening,
         "confirmation": replication,
         "decided_by": "screening" if replication is None else "confirmation",
-        "pooled": None if replication is None else pooled_block(screening, replication, job.lower_is_better),
+        "pooled": None if replication is None else pooled_block(screening, replication, outcome.lower_is_better),
         "p_helps": p_helps,
         "mechanism_signature": mechanism,
         "idea_sweep": tables["idea"],
-        "best_idea_cfg": bests["idea"]["cfg"],
-        "parameter_parity": {**n_params, "ratio": ratio, "buffers": job.buffers,
+        "best_idea_cfg": outcome.best_cfgs["idea"],
+        "parameter_parity": {**n_params, "ratio": ratio, "buffers": outcome.buffers,
                              "max_ratio": float(card.get("param_parity_ratio", 1.10)), "counted_by": "bench"},
-        "capture": {arm: job.capture_info[arm].report_block() for arm in ARMS},
-        "custom_track": request.custom_track.report_block() if request.custom_track else None,
-        "track_justification": card.get("justification") if request.custom_track else None,
-        "data_checksum": _checksum(job),
-        "seeds": {"sweep": job.sweep_seed_list, "final": screening["seeds"],
+        "capture": outcome.capture,
+        "custom_track": outcome.custom_track,
+        "track_justification": card.get("justification") if outcome.custom_track else None,
+        "data_checksum": outcome.data_checksum,
+        "seeds": {"sweep": outcome.sweep_seeds, "final": screening["seeds"],
                   "confirmation": None if replication is None else replication["seeds"]},
-        "seed_commitment": job.secret.report_block(),
+        "seed_commitment": outcome.seed_commitment,
         "public_data": bool(card.get("public_data", False)),
-        "lr_grid": job.lr_grids["idea"],
-        "budget": {"configs": budget, "sweep_seeds": len(job.sweep_seed_list)},
-        "wall_time_s": {**wall, "total": wall_s},
+        "lr_grid": outcome.lr_grids["idea"],
+        "budget": {"configs": budget, "sweep_seeds": len(outcome.sweep_seeds)},
+        "wall_time_s": {**wall, "total": outcome.wall_s},
         "versions": _versions(),
-        "device": device,
+        "device": outcome.device,
         "warnings": warnings,
-        "isolation": [layer for layer in job.sessions["idea"].layers if layer in job.sessions["baseline"].layers],
-        "execution": job.execution(),
+        "isolation": outcome.isolation,
+        "execution": outcome.execution,
         "diverged": diverged,
-        "submission": {"name": request.name, "hypothesis": request.hypothesis},
+        "submission": outcome.submission,
         "smallest_effect": m,
     }
     metrics = {
         arm: f"{metric_name} {np.mean(values[arm]):.7g}, std {_full(values[arm])['std']:.5g}; "
-        f"best sweep {_fmt_cfg(bests[arm]['cfg'])}; {n_params[arm]} parameters."
+        f"best sweep {_fmt_cfg(outcome.best_cfgs[arm])}; {n_params[arm]} parameters."
         for arm in ARMS
     }
     report = {
@@ -300,12 +347,3 @@ def build_report(
         "bench_report": bench_report,
     }
     return Report.model_validate(report).model_dump(mode="json", exclude_none=False)
-
-
-def _checksum(job: _Job) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    for seed in sorted(job.seed_data):
-        digest.update(job.seed_data[seed].checksum.encode())
-    return digest.hexdigest()

@@ -172,6 +172,21 @@ def check_probe(probe: Any) -> dict[str, Any]:
     return {"kind": kind, "transform": {name: args}, "output": output}
 
 
+def check_measurable(mechanism: Any, defines_measure: bool) -> dict[str, Any]:
+    """``check_mechanism``, and a way to measure it: a bench probe or the file's own
+    ``measure(model, x)``. The API (before queuing) and the engine (on the loaded file) both
+    check with it."""
+    checked = check_mechanism(mechanism)
+    if "probe" not in checked and not defines_measure:
+        raise BenchError(
+            ErrorCode.INVALID_MECHANISM,
+            "A MECHANISM is declared with no 'probe' and the idea defines no measure(model, x).",
+            "Declare one of the bench's probes in MECHANISM['probe'] (measured by the bench "
+            "itself), or define measure(model, x) (reported as self_measured).",
+        )
+    return checked
+
+
 def check_mechanism(mechanism: Any) -> dict[str, Any]:
     """Validate a declarative mechanism expectation; returns it normalised."""
     if not isinstance(mechanism, dict):

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from bench.catalog import planned_runs
 from bench.child import SPLIT_NAMES
 from bench.errors import BenchError, ErrorCode
 from bench.metrics import score
@@ -269,12 +270,6 @@ def trivial_score(metric: str, y_train: np.ndarray, y_eval: np.ndarray, n_classe
     return score(metric, np.asarray(logits), y_eval)
 
 
-def count_protocol_runs(card: dict[str, Any]) -> int:
-    """Runs of a default protocol with a one-config idea: both arms, sweep plus final seeds."""
-    d = card["defaults"]
-    return 2 * (len(d["lr_grid"]) * d["sweep_seeds"] + d["n_seeds"])
-
-
 def validate(
     track: CustomTrack, *, memory_mb: int = 6144, timeout_s: float = 900.0,
     max_protocol_s: float = MAX_PROTOCOL_S, cancel: threading.Event | None = None,
@@ -390,11 +385,11 @@ def validate(
         run_s = float(event["seconds"])
         data_s = float(np.mean(seconds))
         n_seeds = d["sweep_seeds"] + d["n_seeds"]
-        estimate = count_protocol_runs(card) / 2 * run_s + n_seeds * data_s
+        estimate = planned_runs(card) / 2 * run_s + n_seeds * data_s
         if estimate > max_protocol_s:
             raise _invalid(
                 f"A default protocol on this track would take about {estimate:.0f} s here "
-                f"({count_protocol_runs(card)} runs of {run_s:.1f} s, two at a time, plus "
+                f"({planned_runs(card)} runs of {run_s:.1f} s, two at a time, plus "
                 f"{n_seeds} data seeds of {data_s:.1f} s); the limit is {max_protocol_s:.0f} s.",
                 "Use fewer samples or epochs, or a smaller baseline.",
             )

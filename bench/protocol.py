@@ -9,6 +9,7 @@ training; both children train at the same time, one per core.
 from __future__ import annotations
 
 import errno
+import hashlib
 import itertools
 import math
 import secrets
@@ -27,6 +28,7 @@ import numpy as np
 from bench import baseline_cache, warm
 from bench import custom_track as custom_mod
 from bench import data as data_mod
+from bench.assemble import Outcome, Stage, build_report
 from bench.captured import (
     ArmCapture,
     hand_over_for_measure,
@@ -36,7 +38,7 @@ from bench.captured import (
     read_kept,
     unpack,
 )
-from bench.contract import check_hparams, check_mechanism, check_source
+from bench.contract import check_hparams, check_measurable, check_source
 from bench.errors import BenchError, ErrorCode
 from bench.metrics import check_predictions, score
 from bench.options import EngineOptions
@@ -696,6 +698,7 @@ class _Job:
         nor futile (``stats.confirmation_continues``)."""
         seeds = confirmation_seeds(CONFIRMATION_LOOKS * n_seeds)
         runs = self._confirmation_look(seeds[:n_seeds], "screening found a win: confirming it on fresh seeds")
+        self.first_look = self.stage(runs)  # as decided now: the report shows this look
         if confirmation_continues(self.p_better(runs), ALPHA):
             self.capture_more(seeds[n_seeds:])
             more = self._confirmation_look(seeds[n_seeds:], f"the confirmation's first look was close: "
@@ -791,7 +794,46 @@ class _Job:
 
         return self.both(measure_arm)
 
+    # -- the outcome --------------------------------------------------------------
+    def stage(self, runs: dict[str, list[RunRecord]]) -> Stage:
+        """One test stage's runs as the report needs them."""
+        return Stage(
+            values=self.stage_values(runs), seeds=[r.seed for r in runs["idea"]],
+            diverged={key: sum(r.diverged for r in records) for key, records in runs.items()},
+            seconds={key: float(sum(r.seconds for r in records)) for key, records in runs.items()},
+            matched_lr=runs["matched"][0].cfg["lr"] if "matched" in runs else None,
+        )
+
+    def outcome(self, finals: dict[str, list[RunRecord]], confirmation: dict[str, list[RunRecord]] | None,
+                measured: dict[str, list[float]] | None, device: str, wall_s: float) -> Outcome:
+        """Everything the report is made of, fixed now (``bench.assemble.build_report``)."""
+        tables = {arm: [{k: v for k, v in row.items() if k != "_cfg"} for row in self.sweep_table(arm)]
+                  for arm in ARMS}
+        digest = hashlib.sha256()
+        for seed in sorted(self.seed_data):
+            digest.update(self.seed_data[seed].checksum.encode())
+        custom = self.request.custom_track
+        return Outcome(
+            card=self.card, matched_baseline=self.request.baseline_code is not None,
+            custom_track=custom.report_block() if custom is not None else None,
+            submission={"name": self.request.name, "hypothesis": self.request.hypothesis},
+            mechanism=self.mechanism, measured=measured,
+            screening=self.stage(finals), confirmation=None if confirmation is None else self.stage(confirmation),
+            first_look=self.first_look,
+            confirmation_runs=sum(r.stage == "confirmation" for r in self.runs),
+            job_key=self.job_key, seed_commitment=self.secret.report_block(),
+            n_params={arm: finals[arm][0].n_params for arm in ARMS}, buffers=dict(self.buffers),
+            diverged={arm: sum(r.diverged for r in self.runs if r.arm == arm) for arm in ARMS},
+            wall={arm: float(sum(r.seconds for r in self.runs if r.arm == arm)) for arm in ARMS},
+            sweep_tables=tables, best_cfgs={arm: self.best(arm)["cfg"] for arm in ARMS},
+            lr_grids=dict(self.lr_grids), capture={arm: self.capture_info[arm].report_block() for arm in ARMS},
+            data_checksum=digest.hexdigest(), sweep_seeds=list(self.sweep_seed_list),
+            isolation=[layer for layer in self.sessions["idea"].layers if layer in self.sessions["baseline"].layers],
+            execution=self.execution(), warnings=list(self.warnings), device=device, wall_s=wall_s,
+        )
+
     capture_seeds: list[int]  # every protocol seed a model is built with, in capture order
+    first_look: Stage | None = None  # the confirmation's first look, when one ran
 
 
 def densify(lrs: list[float], factor: int, part: str) -> list[float]:
@@ -900,8 +942,6 @@ def _judge(
     slot: warm.Slot | None, on_progress: ProgressCallback | None, cancel: threading.Event | None,
     started: float,
 ) -> dict[str, Any]:
-    from bench.assemble import build_report
-
     tmpdir = slot.tmp if slot is not None else warm.JobDir()
     with tmpdir as tmp:
         secret = request.seed_secret or deployment_secret()
@@ -932,10 +972,7 @@ def _judge(
             }
             declared = request.mechanism if request.mechanism is not None else loaded["idea"]["mechanism"]
             if declared is not None:
-                job.mechanism = check_mechanism(declared)
-                if "probe" not in job.mechanism and not loaded["idea"]["has_measure"]:
-                    raise BenchError(ErrorCode.INVALID_MECHANISM,
-                                     "MECHANISM is declared with no 'probe' and the idea defines no measure(model, x).")
+                job.mechanism = check_measurable(declared, bool(loaded["idea"]["has_measure"]))
             job.sweep_seed_list = sweep_seeds(int(track.card["defaults"]["sweep_seeds"]))
             # Every seed a model may be built with, the first confirmation look's included (its
             # inits are captured now, its data made only if the screening finds a win; a second
@@ -979,7 +1016,4 @@ def _judge(
             job.close()
             if slot is not None:  # a failure before both sessions adopted their child
                 slot.release(job.adopted)
-        return build_report(
-            job=job, finals=finals, confirmation=confirmation, measured=measured, device=device,
-            wall_s=time.monotonic() - started,
-        )
+        return build_report(job.outcome(finals, confirmation, measured, device, time.monotonic() - started))

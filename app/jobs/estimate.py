@@ -31,15 +31,6 @@ def seeds_of(card: dict[str, Any], n_seeds: int | None) -> int:
     return n_seeds or int(card.get("defaults", {}).get("n_seeds", 8))
 
 
-def count_runs(card: dict[str, Any], idea_grid: int, n_seeds: int | None) -> int:
-    """Training runs of both arms before any confirmation: the sweep (lr grid x configs x sweep
-    seeds, the baseline swept as densely as the idea: equal budgets) plus the final seeds."""
-    defaults = card.get("defaults", {})
-    lrs = len(defaults.get("lr_grid", [1]))
-    sweep_seeds = int(defaults.get("sweep_seeds", 1))
-    return 2 * lrs * sweep_seeds * idea_grid + 2 * seeds_of(card, n_seeds)
-
-
 class Estimator:
     """Cached inputs of estimates: seconds per run by track, queued jobs by queue."""
 

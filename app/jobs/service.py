@@ -16,7 +16,7 @@ from app.errors import ApiCode, ApiError
 from app.fair_use import FairUse
 from app.ids import new_id
 from app.jobs import repository
-from app.jobs.estimate import Estimator, count_runs, grid_size, seeds_of
+from app.jobs.estimate import Estimator, grid_size, seeds_of
 from app.jobs.models import FINISHED, Job, JobStatus
 from app.jobs.schemas import Estimate, IdeaSubmission, JobError, JobLinks, JobProgress, JobView
 from app.keys.deps import Caller
@@ -24,7 +24,8 @@ from app.keys.roles import Role
 from app.settings import Settings
 from app.tracks import service as tracks_service
 from app.webhooks import service as webhooks
-from bench.contract import check_hparams, check_mechanism, check_source
+from bench.catalog import planned_runs
+from bench.contract import check_hparams, check_measurable, check_source
 from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
 from bench.family import family_of
 from bench.stats import CONFIRMATION_LOOKS
@@ -76,13 +77,7 @@ def validate_submission(session: Session, body: IdeaSubmission, settings: Settin
         check_hparams(hparams, max_configs=max_configs)
     mechanism = body.mechanism if body.mechanism is not None else literals.get("MECHANISM")
     if mechanism is not None:
-        if "probe" not in check_mechanism(mechanism) and "measure" not in info.defines:
-            raise BenchError(
-                ErrorCode.INVALID_MECHANISM,
-                "A MECHANISM is declared with no 'probe' and the idea defines no measure(model, x).",
-                "Declare one of the bench's probes in MECHANISM['probe'] (measured by the bench "
-                "itself), or define measure(model, x) (reported as self_measured).",
-            )
+        check_measurable(mechanism, "measure" in info.defines)
     # Last: the family normalizes the parsed tree in place (one parse for both).
     return Checked(track=track, card=card, hparams=hparams, family=family_of(body.code, info.tree))
 
@@ -151,7 +146,7 @@ def submit(
         assert existing is not None, "a conflict on the idempotency key leaves its job"
         return _replay(session, existing, digest, settings, estimator)
     job = Job(**values)  # the view of the row just inserted (not tracked by the session)
-    runs = count_runs(checked.card, grid_size(checked.hparams), body.n_seeds)
+    runs = planned_runs(checked.card, grid_size(checked.hparams), body.n_seeds)
     return _submitted(session, job, False, runs, confirmation_runs(checked.card, body.n_seeds), settings, estimator)
 
 
@@ -169,7 +164,7 @@ def _replay(session: Session, job: Job, digest: str, settings: Settings, estimat
             f"This Idempotency-Key already made job {job.id} from a different request body.",
         )
     card = tracks_service.card_of_job_track(session, job.track)
-    runs = job.runs_total or count_runs(card, grid_size(job.hparams), job.n_seeds)
+    runs = job.runs_total or planned_runs(card, grid_size(job.hparams), job.n_seeds)
     return _submitted(session, job, True, runs, confirmation_runs(card, job.n_seeds), settings, estimator)
 
 

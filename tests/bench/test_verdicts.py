@@ -156,3 +156,17 @@ def test_unbounded_tolerances_are_refused(expect: dict[str, object]) -> None:
         check_mechanism({"quantity": "q", "prediction": "p", "expect": expect})
     assert info.value.code == ErrorCode.INVALID_MECHANISM
     check_mechanism({"quantity": "q", "prediction": "p", "expect": {"kind": "close_to", "target": 1.0, "rtol": 0.05}})
+
+
+def test_a_mechanism_needs_a_probe_or_a_measure() -> None:
+    """One rule for the API and the engine (bench.contract.check_measurable)."""
+    from bench.contract import check_measurable
+    from bench.errors import BenchError, ErrorCode
+
+    declared = {"quantity": "q", "prediction": "p", "expect": {"kind": "lower_than_baseline"}}
+    with pytest.raises(BenchError) as info:
+        check_measurable(declared, defines_measure=False)
+    assert info.value.code == ErrorCode.INVALID_MECHANISM and info.value.hint and "probe" in info.value.hint
+    assert check_measurable(declared, defines_measure=True)["expect"] == declared["expect"]
+    probed = check_measurable({**declared, "probe": {"kind": "input_gradient"}}, defines_measure=False)
+    assert probed["probe"] == {"kind": "input_gradient"}
