@@ -105,15 +105,19 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
 async def get_session(request: Request) -> AsyncIterator[Session]:
     """One session per request; the route commits, this only closes (rolling back leftovers).
 
-    Async so that opening it costs no thread hop (a Session connects lazily); the
-    close, which may talk to the database, runs in the thread pool.
+    Async so that opening it costs no thread hop (a Session connects lazily). Closing a
+    session that holds no transaction (the route committed, or never queried) talks to no
+    database, so it runs here; a rollback of a transaction left open runs in the thread pool.
     """
     factory: sessionmaker[Session] = request.app.state.sessionmaker
     session = factory()
     try:
         yield session
     finally:
-        await run_in_threadpool(session.close)
+        if session.in_transaction():
+            await run_in_threadpool(session.close)
+        else:
+            session.close()
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
