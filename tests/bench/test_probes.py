@@ -10,6 +10,7 @@ from bench.contract import check_probe
 from bench.errors import BenchError
 from bench.probes import check_applies, measure
 from tests.capture_helpers import through_capture
+from tests.mixers import NORM, Rotate, Scale
 
 
 class SumPool(nn.Module):
@@ -86,31 +87,6 @@ class Mixer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.mix(self.value(x))).sum(1)
-
-
-class Rotate(nn.Module):
-    """Mixes the tokens with a trainable rotation: an isometry of each sample."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.angle = nn.Parameter(torch.tensor(0.3))
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        a, b = z[:, 0], z[:, 1]
-        c, s = torch.cos(self.angle), torch.sin(self.angle)
-        return torch.stack([c * a - s * b, s * a + c * b], dim=1)
-
-
-class Scale(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.gain = nn.Parameter(torch.tensor(0.5))
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.gain * z
-
-
-NORM = {"kind": "norm_ratio", "module": "mix"}
 
 
 def test_norm_ratio_measures_the_named_submodule_of_the_captured_graph() -> None:

@@ -27,8 +27,8 @@ from bench.errors import BenchError, ErrorCode
 from bench.graph import build_graph, rebuild
 from bench.probes import check_applies, measure
 from tests.capture_helpers import capture_docs, through_capture
+from tests.mixers import NORM, Rotate, Scale
 
-NORM = {"kind": "norm_ratio", "module": "mix"}
 CPU = torch.device("cpu")
 
 
@@ -104,19 +104,6 @@ class TupleExitModel(nn.Module):
         return self.head(r + m).sum(1)
 
 
-class Rotate(nn.Module):
-    """An isometry of each (2, 4) sample (tests/bench/test_probes.py's)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.angle = nn.Parameter(torch.tensor(0.3))
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        a, b = z[:, 0], z[:, 1]
-        c, s = torch.cos(self.angle), torch.sin(self.angle)
-        return torch.stack([c * a - s * b, s * a + c * b], dim=1)
-
-
 class ShapeOnlyJoin(nn.Module):
     """An isometric "mix" whose only use is zeros_like: no value of it reaches the output."""
 
@@ -133,29 +120,20 @@ class TimesZeroJoin(ShapeOnlyJoin):
         return self.real(x.flatten(1)) + 0.0 * self.mix(x).sum((1, 2)).unsqueeze(1)
 
 
-class Gain(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.g = nn.Parameter(torch.tensor(2.0))
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.g * z
-
-
 class OneDimensional(nn.Module):
     """"mix" takes and gives (B,) tensors: measure's flatten(1) raises IndexError."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.mix, self.real = Gain(), nn.Linear(8, 1)
+        self.mix, self.real = Scale(2.0), nn.Linear(8, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.real(x.flatten(1)) + self.mix(x.sum((1, 2))).unsqueeze(1)
 
 
-class Swap(Gain):
+class Swap(Scale):
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.g * z.transpose(0, 1)
+        return self.gain * z.transpose(0, 1)
 
 
 class BatchNotFirst(nn.Module):
@@ -164,7 +142,7 @@ class BatchNotFirst(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.mix, self.real = Swap(), nn.Linear(8, 1)
+        self.mix, self.real = Swap(2.0), nn.Linear(8, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.real(self.mix(x).transpose(0, 1).flatten(1))
@@ -180,8 +158,8 @@ class Loud(nn.Module):
 
 
 class ZeroInput(nn.Module):
-    """"mix" is entered by an all-zero activation (0 * x): ||in|| is clamped to 1e-30 and the
-    ratio overflows to inf; the model itself stays finite and trains."""
+    """"mix" is entered by an all-zero activation (0 * x): ||in|| is 0, so the ratio is not
+    finite; the model itself stays finite and trains."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -189,15 +167,6 @@ class ZeroInput(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.real(x.flatten(1)) + 1e-10 * self.mix(0.0 * x).sum((1, 2)).unsqueeze(1)
-
-
-class Scale(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.gain = nn.Parameter(torch.tensor(0.5))
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.gain * z
 
 
 class Wide(nn.Module):
@@ -399,8 +368,8 @@ def test_what_check_applies_lets_through_can_be_measured(build: type) -> None:
 
 
 def test_a_non_finite_norm_ratio_is_a_mechanism_error_not_a_crash_of_the_judge(tmp_path: Path) -> None:
-    """Was a HOLE (fixed in the commit after 7ee9aef). A part entered by an all-zero activation has ||in|| clamped to
-    1e-30, and the ratio overflows to inf (float32) while the model trains normally. The
+    """Was a HOLE (fixed in the commit after 7ee9aef). A part entered by an all-zero activation had
+    ||in|| clamped to 1e-30, and the ratio overflowed to inf while the model trained normally. The
     child's probe op returns it, bench.protocol._Job._probe_arm keeps it (unlike the idea's
     own measure path, it has no isfinite check), and build_report's mechanism_confirmed
     raises ValueError("idea mechanism values must be finite") after all training: judge()
