@@ -149,6 +149,9 @@ def summary_text(
             f"{mechanism['idea_mean']:.4g} vs baseline {mechanism['baseline_mean']:.4g} "
             f"({mechanism['detail']['rule']}). "
         )
+        if mechanism.get("self_measured"):
+            text += ("It was measured by the idea's own measure(), so it can lower the system verdict, "
+                     "never raise it. ")
     text += (
         f"Parameters: baseline {n_params['baseline']}, idea {n_params['idea']}. "
         f"System verdict: {verdicts['system_verdict']}."
@@ -251,8 +254,9 @@ def build_report(outcome: Outcome) -> dict[str, Any]:
         }
     m = float(card["smallest_effect_rel_pct"]) / 100.0 * abs(comparison["baseline_mean"])
     lr_matched = None if screening["matched_lr"] is None else stage_better(screening)
+    self_measured = mechanism is not None and mechanism["self_measured"]
     verdicts = decide(comparison, mechanism_ok, m, None if replication is None else replication["significant"],
-                      lr_matched=lr_matched)
+                      lr_matched=lr_matched, self_measured=self_measured)
     # The evidence that the idea helps, for the false-discovery accounting across ideas: the
     # screening's one-sided p, or the larger of both stages' when a confirmation ran (a valid
     # p-value: both must be small, P(max <= t) <= t under the null).

@@ -123,9 +123,17 @@ def _practical_detail(comparison: Mapping[str, Any], smallest_effect: float) -> 
     return "inconclusive"
 
 
-def system_verdict(helps: bool, mechanism_ok: int | None) -> SystemVerdict:
+def system_verdict(helps: bool, mechanism_ok: int | None, self_measured: bool = False) -> SystemVerdict:
     """``worked`` when every declared claim holds, ``partial`` when one of two holds, else
-    ``failed``. No mechanism declared: the only claim is that the idea helps (PROTOCOL.md 5)."""
+    ``failed``. No mechanism declared: the only claim is that the idea helps (PROTOCOL.md 5).
+
+    A ``self_measured`` mechanism is the idea's own number, which "never alone makes a
+    verdict" (PROTOCOL.md 2): it can lower the verdict (an idea whose own measurement says
+    its mechanism did not hold is ``partial`` even when it helps), never raise it above what
+    the bench's numbers alone give (``worked`` when the idea helps, else ``failed``).
+    """
+    if self_measured and mechanism_ok is not None:
+        return ("worked" if mechanism_ok == 1 else "partial") if helps else "failed"
     claims = [helps] if mechanism_ok is None else [helps, mechanism_ok == 1]
     if all(claims):
         return "worked"
@@ -134,7 +142,7 @@ def system_verdict(helps: bool, mechanism_ok: int | None) -> SystemVerdict:
 
 def decide(
     comparison: Mapping[str, Any], mechanism_ok: int | None, smallest_effect: float,
-    replicated: bool | None = None, lr_matched: bool | None = None,
+    replicated: bool | None = None, lr_matched: bool | None = None, self_measured: bool = False,
 ) -> dict[str, Any]:
     """Practical and system verdicts from a ``comparison`` block (PROTOCOL.md section 5).
 
@@ -146,7 +154,9 @@ def decide(
     report from before confirmation existed). A screened win that did not replicate is
     ``inconclusive`` with detail ``not_replicated``. ``lr_matched``: whether the screening's
     win also held against the baseline trained at the idea's learning rate (None: the arms
-    shared it); when not, ``inconclusive`` with detail ``lr_confounded``.
+    shared it); when not, ``inconclusive`` with detail ``lr_confounded``. ``self_measured``:
+    ``mechanism_ok`` came from the idea's own ``measure`` (``system_verdict``: it can only
+    lower the verdict).
 
     Returns ``practical_verdict`` (helps / harms / inconclusive), ``practical_detail``
     (None for helps / harms; else "negligible" when the 90% CI lies inside [-m, m],
@@ -168,7 +178,7 @@ def decide(
         practical, detail = "inconclusive", "lr_confounded"
     elif practical == "helps" and replicated is False:
         practical, detail = "inconclusive", "not_replicated"
-    system = system_verdict(practical == "helps", mechanism_ok)
+    system = system_verdict(practical == "helps", mechanism_ok, self_measured)
     return {
         "practical_verdict": practical,
         "practical_detail": detail,

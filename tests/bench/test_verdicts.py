@@ -73,6 +73,23 @@ def test_verdict_table(verdict: str, mechanism_ok: int | None, system: str, prac
         assert out["practical_detail"] is None
 
 
+@pytest.mark.parametrize("verdict", ["idea better (significant)", "idea worse (significant)", "no significant win"])
+@pytest.mark.parametrize("mechanism_ok", [0, 1])
+def test_a_self_measured_mechanism_can_lower_the_verdict_never_raise_it(verdict: str, mechanism_ok: int) -> None:
+    """PROTOCOL.md 2: a number the idea reported never alone makes a verdict. The verdict on
+    the bench's numbers alone is the one-claim rule (no mechanism): worked iff it helps."""
+    order = {"failed": 0, "partial": 1, "worked": 2}
+    bench_only = decide({"verdict": verdict}, None, smallest_effect=0.01)["system_verdict"]
+    out = decide({"verdict": verdict}, mechanism_ok, smallest_effect=0.01, self_measured=True)
+    assert order[out["system_verdict"]] <= order[bench_only]
+    helps = verdict == "idea better (significant)"
+    expected = ("worked" if mechanism_ok else "partial") if helps else "failed"
+    assert out["system_verdict"] == expected and out["worked"] is (expected == "worked")
+    # a mechanism the bench measured keeps its weight: "one of two claims held" is partial
+    trusted = decide({"verdict": verdict}, mechanism_ok, smallest_effect=0.01)["system_verdict"]
+    assert trusted == ("partial" if helps != bool(mechanism_ok) else "worked" if helps else "failed")
+
+
 def test_practical_detail() -> None:
     none = "no significant win"
     tight = {"verdict": none, "ci90_low": -0.004, "ci90_high": 0.005, "mde": 0.02}

@@ -213,6 +213,20 @@ def test_an_own_measure_is_reported_as_self_measured(job_tmp: Path) -> None:
     assert mechanism["idea_values"] == [0.0, 0.0]
 
 
+def test_an_own_measure_that_confirms_itself_cannot_raise_the_verdict(job_tmp: Path) -> None:
+    """A copy of the baseline that declares no probe and confirms its own claim (its
+    measure() says 0.0, under a threshold it chose): the old rule made that ``partial``
+    from the idea's number alone. A self-measured mechanism can lower the system verdict,
+    never raise it above the one-claim rule on the bench's numbers (PROTOCOL.md 2)."""
+    source = (HOSTILE / "forge_mechanism.py").read_text().replace('    "probe": {"kind": "input_gradient"},\n', "")
+    source = source.replace('{"kind": "lower_than_baseline"}', '{"kind": "less_than", "value": 0.5}')
+    report = judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2))
+    assert report["mechanism_ok"] == 1 and report["bench_report"]["mechanism_signature"]["self_measured"] is True
+    assert report["practical_verdict"] != "helps"  # the same model as the baseline
+    assert report["system_verdict"] == "failed" and report["worked"] is False
+    assert "can lower the system verdict, never raise it" in report["summary"]
+
+
 def test_a_second_looks_tensors_must_match_the_first_capture(tmp_path: Path) -> None:
     """A capture child asked for a second confirmation look's inits (``capture_more``) could
     tell that call from the first capture and answer with other tensors: the parent checks
