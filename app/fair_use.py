@@ -20,11 +20,12 @@ import time
 
 from limits import RateLimitItem, parse, storage
 from limits.aio import strategies
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from app.errors import ApiCode, ApiError
 from app.jobs.models import Job, JobStatus
+from app.keys.models import ApiKey
 from app.settings import Settings
 
 
@@ -52,22 +53,40 @@ class FairUse:
     def check_jobs(self, session: Session, key_id: str, now: dt.datetime, *, max_active: int | None = None,
                    daily_quota: int | None = None) -> None:
         """429 ``too_many_jobs`` / ``daily_quota`` before another job of ``key_id`` is made;
-        ``max_active`` / ``daily_quota`` are the key's own overrides (None: the settings)."""
+        ``max_active`` / ``daily_quota`` are the key's own overrides (None: the settings).
+
+        The key is locked first (held until the route commits its insert), so concurrent
+        submissions of one key are counted one after the other: without it, 24 requests at
+        once at a cap of 3 could each count fewer than 3 and get in. Both counts are one
+        prepared query.
+        """
         cap = self.settings.max_active_jobs_per_key if max_active is None else max_active
         quota = self.settings.daily_job_quota_per_key if daily_quota is None else daily_quota
-        if cap:
-            active = session.scalar(select(func.count()).select_from(Job).where(
-                Job.submitter_id == key_id, Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])))
-        if cap and (active or 0) >= cap:
+        if not cap and not quota:
+            return
+        midnight = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        connection = session.connection()
+        connection.execute(_LOCK_KEY[connection.dialect.name == "sqlite"], {"key": key_id})
+        active, today = connection.execute(_COUNTS, {"key": key_id, "midnight": midnight}).one()
+        if cap and active >= cap:
             raise ApiError(429, ApiCode.TOO_MANY_JOBS,
                            f"This key has {active} jobs queued or running; the limit is {cap}.",
                            headers={"Retry-After": "30"})
-        if quota:
-            midnight = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-            today = session.scalar(select(func.count()).select_from(Job).where(
-                Job.submitter_id == key_id, Job.created_at >= midnight))
-            if (today or 0) >= quota:
-                wait = math.ceil((midnight + dt.timedelta(days=1) - now).total_seconds())
-                raise ApiError(429, ApiCode.DAILY_QUOTA,
-                               f"This key has submitted {today} jobs today (UTC); its daily quota is {quota}.",
-                               headers={"Retry-After": str(max(1, wait))})
+        if quota and today >= quota:
+            wait = math.ceil((midnight + dt.timedelta(days=1) - now).total_seconds())
+            raise ApiError(429, ApiCode.DAILY_QUOTA,
+                           f"This key has submitted {today} jobs today (UTC); its daily quota is {quota}.",
+                           headers={"Retry-After": str(max(1, wait))})
+
+
+# Postgres: lock the key's row. SQLite: a write that changes nothing, which begins the
+# transaction and takes the database's write lock before the count (a SELECT alone runs
+# outside any transaction under pysqlite, and FOR UPDATE renders as nothing there).
+_LOCK_KEY = (
+    select(ApiKey.id).where(ApiKey.id == bindparam("key")).with_for_update(),
+    update(ApiKey).where(ApiKey.id == bindparam("key")).values(id=ApiKey.id),
+)
+_COUNTS = select(
+    func.count().filter(Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])),
+    func.count().filter(Job.created_at >= bindparam("midnight")),
+).where(Job.submitter_id == bindparam("key"))

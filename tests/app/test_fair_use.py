@@ -98,3 +98,37 @@ def test_an_operator_sets_one_keys_quota_and_the_key_sees_its_limits(tmp_path: A
         bad = client.patch(f"/v1/keys/{me['id']}", json={"daily_job_quota": -1}, headers=bearer(tokens["operator"]))
         assert bad.status_code == 422
         assert client.patch("/v1/keys/key_nope", json={}, headers=bearer(tokens["operator"])).status_code == 404
+
+
+def _burst(base_url: str, token: str, n: int) -> list[int]:
+    """``n`` submissions of one key at once, each on its own connection."""
+    import concurrent.futures
+
+    import httpx
+
+    def one(i: int) -> int:
+        body = {"track": "smoke", "code": EXAMPLE, "name": f"burst {i}"}
+        return httpx.post(f"{base_url}/v1/ideas", json=body, headers=bearer(token), timeout=60).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        return list(pool.map(one, range(n)))
+
+
+@pytest.mark.parametrize("database", ["sqlite", pytest.param("postgres", marks=pytest.mark.services)])
+def test_a_burst_of_one_key_cannot_pass_its_cap_together(tmp_path: Any, database: str,
+                                                          request: pytest.FixtureRequest) -> None:
+    """An agent that sends 24 submissions at once, each in its own request: counted one after
+    the other, never all against the same count (before, each counted 0 active jobs)."""
+    from sqlalchemy import func, select
+
+    from app.jobs.models import Job
+    from tests.conftest import served
+
+    url = request.getfixturevalue("pg_settings").database_url if database == "postgres" else None
+    app, tokens = _service(tmp_path, max_active_jobs_per_key=3, **({"database_url": url} if url else {}))
+    with served(app) as base_url:
+        codes = _burst(base_url, tokens["agent"], 24)
+    assert sorted(codes) == [202] * 3 + [429] * 21, codes
+    with app.state.sessionmaker() as session:
+        assert session.scalar(select(func.count()).select_from(Job)) == 3
+    app.state.engine.dispose()
