@@ -22,7 +22,7 @@ import numpy as np
 
 from bench.capture import graph_path, tensor_path
 from bench.errors import BenchError, ErrorCode
-from bench.graph import DTYPES, build_graph, not_capturable
+from bench.graph import DTYPES, build_graph, eval_mutation, not_capturable
 from bench.runner import ArmSession, load_npy, open_output, write_new_file
 
 MAX_GRAPH_BYTES = 8 << 20
@@ -79,9 +79,13 @@ def import_capture(
             raw = _read(session, graph_path(config, mode), MAX_GRAPH_BYTES)
             try:
                 doc = json.loads(raw)
+                _, signature = build_graph(doc, torch.device("cpu"))  # the allowlist, before any trainer
+            except RecursionError:  # JSON or arguments nested thousands deep
+                raise not_capturable(f"the {session.role}'s capture wrote a graph nested too deeply") from None
             except ValueError:
                 raise not_capturable(f"the {session.role}'s capture wrote a graph that is not JSON") from None
-            _, signature = build_graph(doc, torch.device("cpu"))  # the allowlist, before any trainer
+            if mode == "eval" and signature.mutations:
+                raise eval_mutation()
             count = sum(1 for kind, _ in signature.inputs if kind != "user")
             if n_tensors is not None and count != n_tensors:
                 raise not_capturable(f"the {session.role}'s train and eval graphs hold other tensors")

@@ -64,6 +64,15 @@ DENIED_OPS = frozenset({
     "aten.as_strided_scatter.default",
     "aten.set_.source_Tensor",
     "aten.resize_.default",
+    # Side effects on autograd (``_backward`` writes .grad) and autograd-state or
+    # tensor-value reads (``item`` turns a value into a size): no pure function needs them.
+    "aten._backward.default",
+    "aten.is_leaf.default",
+    "aten._version.default",
+    "aten.output_nr.default",
+    "aten.retains_grad.default",
+    "aten.item.default",
+    "aten._local_scalar_dense.default",
 })
 # Python callables a graph may hold: integer arithmetic on symbolic sizes, tuple access.
 PYTHON_OPS: dict[str, Any] = {
@@ -95,6 +104,16 @@ def not_capturable(message: str, hint: str | None = None) -> BenchError:
 
 
 # -- capture side (in the sandbox that runs submitted code) -------------------------
+def eval_mutation() -> BenchError:
+    """The refusal of an eval-mode graph that updates buffers (``not_capturable``)."""
+    return not_capturable(
+        "the model changes its buffers in eval mode",
+        "Only training may update buffers (as BatchNorm's running statistics do): a model that "
+        "keeps state across evaluation calls could answer the bench's probes otherwise than it "
+        "predicts. Compute eval-mode outputs from the parameters and buffers alone.",
+    )
+
+
 def _op_name(target: Any) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return str(target)  # "aten.mm.default"
@@ -435,6 +454,8 @@ class CapturedModel(nn.Module):
                  tensors: dict[str, torch.Tensor], device: torch.device) -> None:
         super().__init__()
         train_sig = graphs["train"][1]
+        if "eval" in graphs and graphs["eval"][1].mutations:
+            raise eval_mutation()
         for mode, (_, sig) in graphs.items():
             if sig.inputs != train_sig.inputs:
                 raise not_capturable(f"the {mode}-mode graph takes other tensors than the train-mode one")
@@ -469,6 +490,10 @@ class CapturedModel(nn.Module):
         # New buffer values (BatchNorm's running statistics) replace the old tensors, which
         # autograd may still hold for this step's backward: never written in place.
         for name, new in zip(mutated, outputs[: len(mutated)], strict=True):
+            old = self._buffers[name]
+            if old is not None and (new.shape != old.shape or new.dtype != old.dtype):
+                # A buffer that grows (cat(buffer, x)) would hold every batch it saw, uncounted.
+                raise not_capturable(f"the model's buffer {name[:80]!r} changes shape or dtype when updated")
             self._buffers[name] = new.detach()
         out: torch.Tensor = outputs[-1]
         return out

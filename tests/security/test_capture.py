@@ -4,6 +4,7 @@ by trusted code, and counted by the bench."""
 from __future__ import annotations
 
 import copy
+import json
 import tempfile
 import types
 from pathlib import Path
@@ -106,6 +107,9 @@ def _first_call(doc: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("target", [
     "aten.from_file.default",  # reads a file
+    "aten._backward.default",  # writes .grad (red team)
+    "aten._local_scalar_dense.default",  # a tensor's value as a size
+    "aten.is_leaf.default",  # autograd state
     "aten.add_.Tensor",  # in place
     "aten.as_strided.default",  # reinterprets storage
     "builtins.eval",
@@ -150,6 +154,66 @@ def test_malformed_graphs_are_refused() -> None:
         assert "module label" in _refused(odd_label)
     _refused({"format": 99})
     _refused([])  # type: ignore[arg-type]
+
+
+def test_a_model_that_keeps_state_across_eval_calls_cannot_fool_a_probe(job_tmp: Path) -> None:
+    """A red-team forgery: an eval graph that counts its calls in a buffer answered the test
+    predictions honestly and every later call (the bench's probe, on the kept tensors) with a
+    constant, so ``input_gradient`` read 0: ``partial`` on a copy of the baseline, ``worked``
+    against a matched baseline. Only training may update buffers."""
+    with pytest.raises(BenchError) as info:
+        judge(JudgeRequest(track="smoke", idea_code=(HOSTILE / "eval_call_counter.py").read_text(), n_seeds=2))
+    assert info.value.code == ErrorCode.NOT_CAPTURABLE, info.value.message
+    assert "buffers in eval mode" in info.value.message and info.value.hint and "BatchNorm" in info.value.hint
+
+
+def test_a_buffer_cannot_grow_into_a_table_of_the_data() -> None:
+    """A rewritten capture whose buffer update is ``cat(buffer, x)``: the buffer cap counts
+    the untrained model (8 elements), and the trainer would have stored every batch in it."""
+    class Memory(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 1)
+            self.register_buffer("mem", torch.zeros(1, 8))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.training:
+                self.mem.copy_(self.mem + x[:1])
+            return self.lin(x)
+
+    docs, tensors = capture_docs(Memory(), [8])
+    update = next(n for n in docs["train"]["nodes"] if n.get("target") == "aten.add.Tensor")
+    update["target"], update["args"] = "aten.cat.default", [[update["args"][0], {"$node": "x"}], 0]
+    model = rebuild(docs, tensors, torch.device("cpu"))
+    model.eval()
+    model(torch.randn(5, 8))  # eval updates nothing
+    model.train()
+    with pytest.raises(BenchError) as info:
+        model(torch.randn(5, 8))
+    assert info.value.code == ErrorCode.NOT_CAPTURABLE and "changes shape" in info.value.message
+    assert model.counts()[1] == 8
+
+
+def test_a_graph_nested_thousands_deep_is_refused_not_a_crash(tmp_path: Path) -> None:
+    """JSON nested 100,000 deep (under the size cap) raised RecursionError out of the judge."""
+    from bench.capture import graph_path
+    from bench.captured import import_capture
+
+    docs, _ = _smoke_doc()
+    session = types.SimpleNamespace(workdir=tmp_path / "child", role="idea")
+    for mode, text in (("train", "[" * 100_000 + "]" * 100_000), ("eval", json.dumps(docs["eval"]))):
+        (session.workdir / graph_path(0, mode)).parent.mkdir(parents=True, exist_ok=True)
+        (session.workdir / graph_path(0, mode)).write_text(text)
+    with pytest.raises(BenchError) as info:
+        import_capture(session, [{}], 1, tmp_path / "dest")  # type: ignore[arg-type]
+    assert info.value.code == ErrorCode.NOT_CAPTURABLE
+    deep = copy.deepcopy(docs["train"])  # valid JSON, but arguments nested 5,000 deep
+    _first_call(deep)["args"] = ["DEEP"]
+    text = json.dumps(deep).replace('"DEEP"', "[" * 5000 + '{"$node": "x"}' + "]" * 5000)
+    (session.workdir / graph_path(0, "train")).write_text(text)
+    with pytest.raises(BenchError) as info:
+        import_capture(session, [{}], 1, tmp_path / "dest2")  # type: ignore[arg-type]
+    assert info.value.code == ErrorCode.NOT_CAPTURABLE
 
 
 def test_every_parameter_trains_and_every_tensor_is_counted() -> None:
