@@ -307,6 +307,7 @@ class ArmRunner:
         import numpy as np
 
         from bench.probes import measure
+        from bench.trainer import EVAL_CHUNK
 
         torch = self.torch
         values = []
@@ -317,8 +318,10 @@ class ArmRunner:
                     trained = np.load(f"{item['prefix']}{j}.npy", allow_pickle=False)
                     tensor.copy_(torch.from_numpy(trained).to(tensor.device))
             x = torch.from_numpy(np.load(item["probe"], allow_pickle=False)).to(self.device)
+            # The first batch the model predicted on, which begins with the probe rows.
+            context = self._arrays(item["data_dir"])["x_test"][:EVAL_CHUNK] if item.get("data_dir") else None
             try:
-                value = measure(cmd["probe"], model, x)
+                value = measure(cmd["probe"], model, x, context)
                 if not math.isfinite(value):
                     raise ValueError(f"the measured value is {value}")
                 values.append(value)

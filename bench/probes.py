@@ -2,7 +2,8 @@
 
 An idea declares its mechanism as data, ``MECHANISM = {..., "probe": {"kind": ...}}``, and
 the trusted trainer measures the quantity on every final model of both arms (the probe
-batch: the first 256 test inputs, no labels). No submitted code runs: the report marks
+batch: the first 256 test inputs, no labels, run inside the first batch the model
+predicted on: ``in_context``). No submitted code runs: the report marks
 the values ``self_measured: false``. Kinds (``bench.contract.check_probe`` validates them):
 
 - ``token_permutation`` ``{"dim": 1, "swap": [0, 1]}``: mean |f(x) - f(x with positions
@@ -68,31 +69,53 @@ def check_applies(probe: dict[str, Any], model: nn.Module, x: torch.Tensor) -> N
     measure(probe, model, x)
 
 
-def measure(probe: dict[str, Any], model: nn.Module, x: torch.Tensor) -> float:
-    """The quantity ``probe`` names, on ``model`` (put in eval mode) and probe batch ``x``."""
+def in_context(context: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:
+    """``rows`` in place of the first rows of ``context`` (the batch the model was last asked to
+    predict), so that the model runs on a batch of the same size and the same other rows."""
+    if context is None or len(context) <= len(rows):
+        return rows
+    return torch.cat([rows, context[len(rows):].to(rows.dtype)])
+
+
+def measure(probe: dict[str, Any], model: nn.Module, x: torch.Tensor, context: torch.Tensor | None = None) -> float:
+    """The quantity ``probe`` names, on ``model`` (put in eval mode) and probe batch ``x``.
+
+    ``context``: the first batch the trainer predicted (the first ``EVAL_CHUNK`` test inputs,
+    which begin with ``x``). Every forward of the probe runs on it with its first rows
+    replaced, and reads those rows' outputs only: a model that tells a probe's batch from a
+    prediction batch by its size or its other rows (a size arithmetic in the graph, a
+    comparison of rows) sees the batch it predicted on.
+    """
     model.eval()
     kind = probe["kind"]
+    n = len(x)
+
+    def f(rows: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = model(in_context(context, rows))
+        return out[:n]
+
     if kind == "norm_ratio":
         with torch.no_grad():
-            z_in, z_out, _ = submodule_io(model, probe["module"], x)
+            z_in, z_out, _ = submodule_io(model, probe["module"], in_context(context, x))
+            z_in, z_out = z_in[:n], z_out[:n]
             value = float((z_out.flatten(1).norm(dim=1) / z_in.flatten(1).norm(dim=1)).mean())
         if not math.isfinite(value):
             raise ValueError(f"the norm ratio of {probe['module']!r} is {value} (an input of norm 0)")
         return value
     if kind == "input_gradient":
         x = x.clone().requires_grad_(True)
-        (grad,) = torch.autograd.grad(model(x).sum(), x)
+        (grad,) = torch.autograd.grad(f(x).sum(), x)
         return float(grad.abs().mean())
     with torch.no_grad():
-        y = model(x)
+        y = f(x)
         if kind == "token_permutation":
             dim = int(probe.get("dim", 1))
             i, j = (int(v) for v in probe.get("swap", [0, 1]))
             order = list(range(x.shape[dim]))
             order[i], order[j] = order[j], order[i]
             swapped = x.index_select(dim, torch.tensor(order, device=x.device))
-            return float((model(swapped) - y).abs().mean())
+            return float((f(swapped) - y).abs().mean())
         transform = probe["transform"]
-        moved = model(_transform(transform, x))
+        moved = f(_transform(transform, x))
         target = _transform(transform, y) if probe.get("output", "same") == "same" else y
         return float((moved - target).norm() / y.norm())

@@ -745,7 +745,8 @@ class _Job:
                 np.save(directory / f"{record.run_id}_{j}.npy", array, allow_pickle=False)
             runs.append({"hparams": record.cfg.get("hparams", {}), "init_seed": self.seeds(record.seed).init,
                          "prefix": str(directory / f"{record.run_id}_"),
-                         "probe": str(self.seed_data[record.seed].probe_path)})
+                         "probe": str(self.seed_data[record.seed].probe_path),
+                         "data_dir": str(self.seed_data[record.seed].data_dir)})
         values = self.sessions[arm].request({"op": "probe", "probe": self.mechanism["probe"], "runs": runs})["values"]
         return [float(v) for v in values]
 

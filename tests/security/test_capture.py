@@ -313,3 +313,32 @@ def test_a_second_looks_tensors_must_match_the_first_capture(tmp_path: Path) -> 
     with pytest.raises(BenchError) as caught:
         import_more(child, capture, 0, 6, 1)  # type: ignore[arg-type]
     assert caught.value.code is ErrorCode.NOT_CAPTURABLE and not (dest / tensor_path(0, 6, 0)).exists()
+
+
+def test_a_probe_runs_in_the_batch_the_model_predicted_on() -> None:
+    """A model that tells the probe's batch (256 rows) from its prediction batches (the first
+    1024 test inputs) by its size, computed with tensor ops, and cuts its input gradient only
+    there: the probe read 0 sensitivity for a model that is not insensitive. The probe now runs
+    inside the first prediction batch, with its rows in front, and reads the true gradient."""
+    from bench.probes import measure
+    from tests.capture_helpers import through_capture
+
+    class SizeAware(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.lin(x)
+            size = torch.ones_like(x[:, 0]).sum()
+            probing = torch.relu(1 - (size - 256) ** 2)  # 1 at a batch of 256, else 0
+            return probing * y.detach() + (1 - probing) * y
+
+    torch.manual_seed(0)
+    model = through_capture(SizeAware(), [8])
+    test = torch.randn(1024, 8)
+    probe = {"kind": "input_gradient"}
+    assert measure(probe, model, test[:256]) == 0.0  # what the bench used to measure
+    weight = next(p for p in model.parameters() if p.dim() == 2)  # d sum(lin(x)) / dx is the weight
+    assert measure(probe, model, test[:256], test) == pytest.approx(float(weight.abs().mean()), rel=1e-5)
+    assert measure({"kind": "token_permutation", "dim": 1, "swap": [0, 1]}, model, test[:256], test) > 0

@@ -387,6 +387,8 @@ def test_a_non_finite_norm_ratio_is_a_mechanism_error_not_a_crash_of_the_judge(t
     assert why is not None and "norm 0" in why
     probe_path = tmp_path / "probe.npy"
     np.save(probe_path, x.numpy())
+    for name in ("x_train", "y_train", "x_val", "x_test"):  # the seed's data, as the trainer reads it
+        np.save(tmp_path / f"{name}.npy", x.numpy())
     runner = ArmRunner()
     runner._build = lambda hparams, init_seed: through_capture(ZeroInput(), (2, 4))  # type: ignore[method-assign]
 
@@ -395,7 +397,7 @@ def test_a_non_finite_norm_ratio_is_a_mechanism_error_not_a_crash_of_the_judge(t
 
     job = SimpleNamespace(
         mechanism={"probe": NORM}, workdir=tmp_path, kept={"r0": [t.detach().numpy().copy() for t in model.tensors()]},
-        seeds=lambda seed: SimpleNamespace(init=0), seed_data={0: SimpleNamespace(probe_path=probe_path)},
+        seeds=lambda seed: SimpleNamespace(init=0), seed_data={0: SimpleNamespace(probe_path=probe_path, data_dir=tmp_path)},
         sessions={"idea": SimpleNamespace(request=request)},
     )
     record = SimpleNamespace(run_id="r0", cfg={"hparams": {}}, seed=0)
