@@ -340,10 +340,17 @@ class ArmRunner:
             weight_decay=float(cfg.get("weight_decay", 0.0)), loss=run["loss"],
         )
 
-    def _finish(self, run: dict[str, Any], result: Any, path: str, send: Any) -> None:
+    def _finish(self, run: dict[str, Any], result: Any, path: str, send: Any, x_eval: Any) -> None:
         import numpy as np
 
         np.save(f"pred_{run['run_id']}.npy", result.predictions.numpy())
+        rows = [int(i) for i in run.get("rows", [])]
+        if rows:  # the rows the parent chose, each predicted alone (bench.protocol checks them)
+            model = result.model
+            model.eval()
+            with self.torch.no_grad():
+                alone = [model(x_eval[i : i + 1]).float().cpu() for i in rows]
+            np.save(f"rows_{run['run_id']}.npy", self.torch.cat(alone).numpy())
         if run.get("keep"):  # a final model the mechanism is measured on: its trained tensors
             for j, tensor in enumerate(result.model.tensors()):
                 np.save(f"kept_{run['run_id']}_{j}.npy", tensor.detach().cpu().numpy(), allow_pickle=False)
@@ -365,7 +372,7 @@ class ArmRunner:
             )
         except Exception as exc:
             raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
-        self._finish(run, result, "sequential", send)
+        self._finish(run, result, "sequential", send, x_eval)
 
     def _train_group(self, group: list[dict[str, Any]], send: Any) -> bool:
         """Train ``group`` batched; False (nothing sent) when it cannot be batched."""
@@ -394,8 +401,8 @@ class ArmRunner:
             print(f"vectorized group fell back to one run at a time: {type(exc).__name__}: {exc}",
                   file=sys.stderr)
             return False
-        for run, result in zip(group, results, strict=True):
-            self._finish(run, result, "vectorized", send)
+        for run, result, i in zip(group, results, index, strict=True):
+            self._finish(run, result, "vectorized", send, datasets[i][2])
         return True
 
 

@@ -18,6 +18,7 @@ class ErrorCode(StrEnum):
     INVALID_HPARAMS = "invalid_hparams"
     INVALID_MECHANISM = "invalid_mechanism"
     MECHANISM_ERROR = "mechanism_error"
+    ROW_DEPENDENT = "row_dependent"
     TRAINING_ERROR = "training_error"
     DIVERGED = "diverged"
     TIMEOUT = "timeout"
@@ -48,6 +49,9 @@ DEFAULT_HINTS: dict[ErrorCode, str] = {
     ErrorCode.NOT_CAPTURABLE: "The model must export with torch.export as a fixed graph of tensor ops "
     "for a batch of any size: no control flow on tensor values (use torch.where), no Python-side "
     "state changed in forward, no .item()/numpy in forward; see docs/idea-contract.md.",
+    ErrorCode.ROW_DEPENDENT: "In eval mode each row's output must depend on that row alone: no "
+    "mixing across the batch (attention or pooling over the batch dimension, batch statistics, "
+    "matching rows against each other). BatchNorm is fine: in eval mode it uses running statistics.",
     ErrorCode.PARAMETER_PARITY: "Shrink the model to at most the track's param_parity_ratio times the "
     "baseline's parameters (and its buffers to the track's buffer_cap), or send a matched baseline "
     "of the same size.",

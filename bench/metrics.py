@@ -23,6 +23,28 @@ def check_predictions(pred: np.ndarray, expected_shape: tuple[int, ...], role: s
         )
 
 
+ROW_CHECKS = 8  # rows of every eval prediction that the trainer also predicts alone
+ROW_RTOL, ROW_ATOL = 1e-3, 1e-4  # float rounding between a batch of 1 and a full batch
+
+
+def check_rows_alone(pred: np.ndarray, rows: list[int], alone: np.ndarray, role: str) -> None:
+    """Refuse (``row_dependent``) predictions whose ``rows``, predicted each alone in a batch
+    of one (``alone``), differ from the same rows predicted in their batch beyond float
+    rounding: a model that reads other rows of its eval batch (a test row matched against
+    its neighbour, whose input holds its target on a sliding-window track) would score on
+    what it was never given. The rows are chosen from the job's secret seeds, so the model
+    cannot know which ones are checked."""
+    check_predictions(alone, (len(rows), *pred.shape[1:]), role)
+    batched = pred[rows].astype(np.float64)
+    gap = np.abs(alone.astype(np.float64) - batched)
+    if not bool(np.all(gap <= ROW_ATOL + ROW_RTOL * np.abs(batched))):
+        raise BenchError(
+            ErrorCode.ROW_DEPENDENT,
+            f"The {role}'s eval output for a row changes with the other rows of its batch (largest "
+            f"difference {float(np.nanmax(gap)):.3g} between a row predicted alone and in its batch).",
+        )
+
+
 def mse(pred: np.ndarray, target: np.ndarray) -> float:
     """Mean squared error over all elements; ``pred`` and ``target`` of equal shape."""
     diff = pred.astype(np.float64) - target.astype(np.float64)

@@ -40,7 +40,7 @@ from bench.captured import (
 )
 from bench.contract import check_hparams, check_measurable, check_source
 from bench.errors import BenchError, ErrorCode
-from bench.metrics import check_predictions, score
+from bench.metrics import ROW_CHECKS, check_predictions, check_rows_alone, score
 from bench.options import EngineOptions
 from bench.registry import load_track
 from bench.runner import ArmSession, load_npy, open_output
@@ -376,6 +376,14 @@ class _Job:
             "data": self.data(record.seed).checksum,
         }
 
+    def checked_rows(self, record: RunRecord) -> list[int]:
+        """The eval rows of ``record`` its trainer also predicts one at a time
+        (``bench.metrics.check_rows_alone``): drawn from the run's secret order seed."""
+        target = self.data(record.seed)
+        n = len(target.y_val if record.split == "val" else target.y_test)
+        rng = np.random.default_rng([self.seeds(record.seed).order, 0x726F7773])
+        return sorted(int(i) for i in rng.choice(n, size=min(ROW_CHECKS, n), replace=False))
+
     def _score(self, record: RunRecord, pred: np.ndarray, diverged: bool, seconds: float, n_params: int,
                cached: bool = False) -> None:
         target = self.seed_data[record.seed]
@@ -444,6 +452,7 @@ class _Job:
                     "data_dir": str(self.data(record.seed).data_dir), "init_seed": seeds.init,
                     "order_seed": seeds.order, "loss": self.card["metric"]["loss"],
                     "keep": record.stage == "screening" and keep, "group": group_id,
+                    "rows": self.checked_rows(record),
                 })
 
         # Only the child that owns a run may report it, only for runs of this command, and
@@ -472,6 +481,10 @@ class _Job:
                     self.paths_used[arm].add(path)
                 diverged, seconds, n_params = _event_numbers(event, arm)
                 self._score(record, pred, diverged, seconds, n_params)
+                if not record.diverged:
+                    with open_output(session.workdir, f"rows_{record.run_id}.npy", arm) as fh:
+                        alone = load_npy(fh, arm, "prediction file")
+                    check_rows_alone(pred, self.checked_rows(record), alone, arm)
                 state = None
                 if keep and record.stage == "screening":  # the trained tensors, for the mechanism
                     shapes = self.capture_info[arm].shapes[self._config_index(record)]

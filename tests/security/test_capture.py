@@ -342,3 +342,11 @@ def test_a_probe_runs_in_the_batch_the_model_predicted_on() -> None:
     weight = next(p for p in model.parameters() if p.dim() == 2)  # d sum(lin(x)) / dx is the weight
     assert measure(probe, model, test[:256], test) == pytest.approx(float(weight.abs().mean()), rel=1e-5)
     assert measure({"kind": "token_permutation", "dim": 1, "swap": [0, 1]}, model, test[:256], test) > 0
+
+
+def test_a_model_that_reads_other_rows_of_its_eval_batch_is_refused(job_tmp: Path) -> None:
+    with pytest.raises(BenchError) as info:
+        judge(JudgeRequest(track="smoke", idea_code=(HOSTILE / "cross_row.py").read_text(), n_seeds=2))
+    assert info.value.code == ErrorCode.ROW_DEPENDENT, info.value.message
+    assert "changes with the other rows of its batch" in info.value.message
+    assert info.value.hint and "BatchNorm is fine" in info.value.hint
