@@ -144,8 +144,8 @@ def summary_text(
         text += "No mechanism signature was declared. "
     else:
         state = "confirmed" if mechanism["confirmed"] else "not confirmed"
-        text += (
-            f"The mechanism signature ({mechanism['quantity']}) was {state}: idea "
+        text += (  # (no text the idea chose: its quantity and prediction are in mechanism_signature)
+            f"The idea's declared mechanism signature was {state}: idea "
             f"{mechanism['idea_mean']:.4g} vs baseline {mechanism['baseline_mean']:.4g} "
             f"({mechanism['detail']['rule']}). "
         )

@@ -8,6 +8,7 @@ Running the code (shapes, parameters, training) happens only in the sandboxed ch
 from __future__ import annotations
 
 import ast
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,6 +110,8 @@ def check_hparams(hparams: Any, *, max_configs: int) -> dict[str, list[Any]]:
             )
         if not isinstance(values, list) or not values:
             raise BenchError(ErrorCode.INVALID_HPARAMS, f"HPARAMS[{name!r}] must be a non-empty list.")
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise BenchError(ErrorCode.INVALID_HPARAMS, f"HPARAMS[{name!r}] holds a number that is not finite.")
         if not all(isinstance(v, int | float | str | bool) for v in values):
             raise BenchError(
                 ErrorCode.INVALID_HPARAMS, f"HPARAMS[{name!r}] may hold only numbers, strings, bools."
@@ -187,6 +190,13 @@ def check_measurable(mechanism: Any, defines_measure: bool) -> dict[str, Any]:
     return checked
 
 
+MAX_MECHANISM_TEXT = 500
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def check_mechanism(mechanism: Any) -> dict[str, Any]:
     """Validate a declarative mechanism expectation; returns it normalised."""
     if not isinstance(mechanism, dict):
@@ -204,8 +214,8 @@ def check_mechanism(mechanism: Any) -> dict[str, Any]:
     numeric = {"close_to": "target", "less_than": "value", "greater_than": "value"}
     if kind in numeric:
         key = numeric[kind]
-        if not isinstance(expect.get(key), int | float) or isinstance(expect.get(key), bool):
-            raise BenchError(ErrorCode.INVALID_MECHANISM, f"expect kind {kind!r} needs a number {key!r}.")
+        if not _finite_number(expect.get(key)):
+            raise BenchError(ErrorCode.INVALID_MECHANISM, f"expect kind {kind!r} needs a finite number {key!r}.")
     for tol, bound in (("rtol", MAX_RTOL), ("atol", MAX_ATOL)):
         value = expect.get(tol, 0)
         if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= bound:
@@ -215,10 +225,14 @@ def check_mechanism(mechanism: Any) -> dict[str, Any]:
                 "A tolerance wide enough to accept anything confirms nothing: state the quantity "
                 "so that its expected value is measurable within these bounds.",
             )
-    checked = {
-        "quantity": str(mechanism["quantity"]),
-        "prediction": str(mechanism["prediction"]),
-        "expect": dict(expect),
+    text = {}
+    for key in ("quantity", "prediction"):
+        if not isinstance(mechanism[key], str) or not 0 < len(mechanism[key]) <= MAX_MECHANISM_TEXT:
+            raise BenchError(ErrorCode.INVALID_MECHANISM,
+                             f"MECHANISM[{key!r}] must be a string of 1 to {MAX_MECHANISM_TEXT} characters.")
+        text[key] = " ".join(mechanism[key].split())
+    checked = {  # only the keys the bench reads: nothing else of the idea's rides into the report
+        **text, "expect": {k: expect[k] for k in ("kind", "target", "value", "rtol", "atol") if k in expect},
     }
     if "probe" in mechanism:
         checked["probe"] = check_probe(mechanism["probe"])

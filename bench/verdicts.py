@@ -57,6 +57,10 @@ def mechanism_confirmed(
 
     - ``close_to``: ``|idea mean - target| <= atol + rtol * |target|`` (rtol 0.05, atol 0)
     - ``less_than`` / ``greater_than``: idea mean ``<`` / ``>`` ``value``
+
+    For these three, when ``baseline_values`` are given, the baseline's mean must *not* meet
+    the same rule (``detail["baseline_meets_it"]``): a signature both arms show does not
+    tell the idea's mechanism from the baseline's.
     - ``lower_than_baseline`` / ``higher_than_baseline``: one-sided exact paired
       sign-flip test of ``idea - baseline`` gives ``p <= alpha``
 
@@ -84,13 +88,19 @@ def mechanism_confirmed(
         rtol = _number(expect, "rtol", CLOSE_TO_RTOL)
         atol = _number(expect, "atol", CLOSE_TO_ATOL)
         bound = atol + rtol * abs(target)
-        ok = abs(idea_mean - target) <= bound
+
+        def meets(mean: float) -> bool:
+            return abs(mean - target) <= bound
+
         detail["rule"] = (
             f"|idea mean - {target:g}| <= {bound:g} (atol {atol:g} + rtol {rtol:g} * |target|)"
         )
     elif kind in ("less_than", "greater_than"):
         value = _number(expect, "value")
-        ok = idea_mean < value if kind == "less_than" else idea_mean > value
+
+        def meets(mean: float) -> bool:
+            return mean < value if kind == "less_than" else mean > value
+
         detail["rule"] = f"idea mean {'<' if kind == 'less_than' else '>'} {value:g}"
     elif kind in ("lower_than_baseline", "higher_than_baseline"):
         if len(base) != len(idea) or len(idea) < 2:
@@ -110,6 +120,14 @@ def mechanism_confirmed(
         )
     else:
         raise ValueError(f"unknown expect kind {kind!r}")
+    if kind in ("close_to", "less_than", "greater_than"):
+        # A signature the baseline shows too is no evidence of the idea's mechanism (a claim
+        # such as "less than 1e30" holds for any model): it must tell the idea from the baseline.
+        ok = meets(idea_mean)
+        if base:
+            detail["baseline_meets_it"] = meets(float(np.mean(base)))
+            detail["rule"] += ", and the baseline mean does not"
+            ok = ok and not detail["baseline_meets_it"]
     return bool(ok), detail
 
 

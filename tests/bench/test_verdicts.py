@@ -187,3 +187,43 @@ def test_a_mechanism_needs_a_probe_or_a_measure() -> None:
     assert check_measurable(declared, defines_measure=True)["expect"] == declared["expect"]
     probed = check_measurable({**declared, "probe": {"kind": "input_gradient"}}, defines_measure=False)
     assert probed["probe"] == {"kind": "input_gradient"}
+
+
+@pytest.mark.parametrize(("expect", "baseline", "confirmed"), [
+    ({"kind": "less_than", "value": 1e30}, [0.4, 0.5], False),  # holds for any model: says nothing
+    ({"kind": "less_than", "value": 0.01}, [0.4, 0.5], True),
+    ({"kind": "close_to", "target": 0.0, "atol": 1e-3}, [2e-4, 1e-4], False),  # the baseline shows it too
+    ({"kind": "close_to", "target": 0.0, "atol": 1e-3}, [0.1, 0.2], True),
+    ({"kind": "greater_than", "value": -1.0}, [0.4, 0.5], False),
+])
+def test_an_absolute_signature_must_tell_the_idea_from_the_baseline(expect: dict[str, Any], baseline: list[float],
+                                                                     confirmed: bool) -> None:
+    """A red-team forgery: a copy of the baseline with a bench probe and ``less_than 1e30``
+    got mechanism_ok 1 and so ``partial`` for an idea that is the baseline."""
+    ok, detail = mechanism_confirmed(expect, [0.0, 0.0], baseline)
+    assert ok is confirmed
+    assert detail["baseline_meets_it"] is (not confirmed)
+    assert mechanism_confirmed(expect, [0.0, 0.0], [])[0] is True  # no baseline values: the rule alone
+
+
+def test_non_finite_numbers_and_long_texts_are_refused_before_any_training() -> None:
+    """Red team: ``expect.value = inf`` or a NaN in HPARAMS passed the checks, trained the whole
+    protocol and then ended as ``internal``; a 10 kB ``quantity`` was pasted into the summary."""
+    from bench.contract import check_hparams, check_mechanism
+    from bench.errors import BenchError, ErrorCode
+
+    base = {"quantity": "q", "prediction": "p", "expect": {"kind": "less_than", "value": 1.0}}
+    for bad in ({"kind": "less_than", "value": float("inf")}, {"kind": "close_to", "target": float("nan")},
+                {"kind": "close_to", "target": 1.0, "rtol": float("nan")}):
+        with pytest.raises(BenchError) as info:
+            check_mechanism({**base, "expect": bad})
+        assert info.value.code == ErrorCode.INVALID_MECHANISM
+    for text in ("x" * 501, "", 7):
+        with pytest.raises(BenchError):
+            check_mechanism({**base, "quantity": text})
+    with pytest.raises(BenchError) as info:
+        check_hparams({"width": [8, float("nan")]}, max_configs=12)
+    assert info.value.code == ErrorCode.INVALID_HPARAMS
+    checked = check_mechanism({**base, "prediction": "two\\nlines", "expect": {**base["expect"], "note": "x"}})
+    assert checked["expect"] == {"kind": "less_than", "value": 1.0} and checked["prediction"] == "two\\nlines"
+    assert check_mechanism({**base, "prediction": "two\nlines"})["prediction"] == "two lines"
