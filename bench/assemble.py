@@ -254,6 +254,12 @@ def build_report(outcome: Outcome) -> dict[str, Any]:
         }
     m = float(card["smallest_effect_rel_pct"]) / 100.0 * abs(comparison["baseline_mean"])
     lr_matched = None if screening["matched_lr"] is None else stage_better(screening)
+    grid = outcome.lr_grids["baseline"]
+    if float(outcome.best_cfgs["baseline"]["lr"]) in (grid[0], grid[-1]):
+        # The baseline's optimum may lie outside its (extended) grid: a win may come from an
+        # under-tuned baseline, or from an idea that rescales its own weights (under Adam an
+        # effective learning rate of its own). It cannot be "helps" (lr_confounded).
+        lr_matched = False
     self_measured = mechanism is not None and mechanism["self_measured"]
     verdicts = decide(comparison, mechanism_ok, m, None if replication is None else replication["significant"],
                       lr_matched=lr_matched, self_measured=self_measured)

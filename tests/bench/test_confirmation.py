@@ -187,6 +187,25 @@ def test_a_win_that_only_came_from_the_baselines_tuning_is_not_helps(monkeypatch
     assert events[-1].done == events[-1].total
 
 
+def test_a_win_over_a_baseline_tuned_at_its_grids_edge_is_not_helps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Red team: an idea that stores its weights as w / s and uses s * w trains, under Adam, at
+    s times the nominal lr; on a (custom) track whose lr grid is too small for the baseline,
+    both arms pick the same nominal lr at the grid's edge, no matched run is made, and the
+    idea won ('worked') with a warning only. A baseline whose best lr is still at the edge of
+    its extended grid may be under-tuned: a win over it is lr_confounded. Here the real win
+    (an MLP over a linear model) with both arms forced onto the largest lr."""
+    def at_the_top(self: protocol._Job, arm: str) -> dict[str, Any]:
+        return max(self.sweep_table(arm), key=lambda row: row["cfg"]["lr"])
+
+    monkeypatch.setattr(protocol._Job, "best", at_the_top)
+    report = _judge("job_edge")
+    br = report["bench_report"]
+    assert br["comparison"]["verdict"] == "idea better (significant)" and br["screening"]["matched_lr"] is None
+    assert br["baseline"]["best_cfg"]["lr"] == max(row["cfg"]["lr"] for row in br["baseline"]["sweep"])
+    assert (report["practical_verdict"], report["practical_detail"]) == ("inconclusive", "lr_confounded")
+    assert any("still at the edge" in w for w in br["warnings"])
+
+
 def test_the_two_looks_adjust_their_p_and_stop_when_futile_or_significant() -> None:
     assert (CONFIRMATION_SHARES, FUTILITY_P) == ((0.2, 0.8), 0.5)
     assert confirmation_p([0.002]) == pytest.approx(0.01) and confirmation_p([0.3, 0.02]) == pytest.approx(0.025)
