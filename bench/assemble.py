@@ -271,6 +271,8 @@ def build_report(outcome: Outcome) -> dict[str, Any]:
     tables = outcome.sweep_tables
     n_params = outcome.n_params
     warnings = list(outcome.warnings)
+    if outcome.custom_track is not None:  # the track's own caveats travel with every verdict on it
+        warnings += [f"custom track validation: {w}" for w in outcome.custom_track.get("validation_warnings") or []]
     ratio = n_params["idea"] / max(1, n_params["baseline"])
     budget = {a: len(tables[a]) for a in ARMS}
     if budget["idea"] > budget["baseline"]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,57 @@ def _checked_array(session: ArmSession, relative: str) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
+KS_SAMPLE = 4096  # values of a tensor compared between init seeds (a fixed, even subsample)
+
+
+def _values(array: np.ndarray) -> np.ndarray:
+    flat = np.sort(array.astype(np.float64, copy=False).ravel())
+    if flat.size > KS_SAMPLE:
+        flat = flat[np.linspace(0, flat.size - 1, KS_SAMPLE).astype(np.int64)]
+    return flat
+
+
+def check_drawn_alike(first: np.ndarray, other: np.ndarray, role: str, j: int) -> None:
+    """Refuse an init seed's tensor ``other`` that is not drawn like the first seed's ``first``.
+
+    Submitted code builds every init seed's model in one capture child, so it can count its
+    builds: a custom track's baseline that is sound for the one build validation makes and
+    zeroed for every later one made a dead baseline that any idea beat (red team). A tensor
+    the first seed holds constant (a LayerNorm's ones, a zero bias, buffers) must be equal in
+    every seed; a random one must hold at least half as many distinct values (not zeroed, not
+    rows copied) and, from 64 values, have the same distribution: a two-sample
+    Kolmogorov-Smirnov distance under 3 sqrt(2/n), which two draws of one distribution
+    exceed with probability about 3e-8.
+    """
+    if first.dtype.kind not in "fc":
+        return
+    if first.size >= 2 and bool(np.all(first == first.flat[0])):
+        if not np.array_equal(first, other):
+            raise not_capturable(f"the {role}'s tensor {j} is constant in the first init seed and differs in another")
+        return
+    if first.size < 2:
+        return
+    distinct = (np.unique(first).size, np.unique(other).size)
+    if distinct[1] < max(2, distinct[0] // 2):  # zeroed, one value repeated, rows copied, quantised
+        raise not_capturable(
+            f"the {role}'s tensor {j} holds {distinct[1]} distinct values in an init seed and {distinct[0]} in "
+            "the first: every init seed must build the same model with fresh random weights",
+            "build_model / build_baseline must not depend on how many times it was called.",
+        )
+    if first.size < 64 or first.dtype.kind == "c":
+        return
+    a, b = _values(first), _values(other)
+    grid = np.concatenate([a, b])
+    distance = float(np.max(np.abs(np.searchsorted(a, grid, side="right") / a.size
+                                   - np.searchsorted(b, grid, side="right") / b.size)))
+    if not distance <= 3.0 * math.sqrt(2.0 / a.size):
+        raise not_capturable(
+            f"the {role}'s tensor {j} is not drawn like the first init seed's (Kolmogorov-Smirnov "
+            f"distance {distance:.3g}): every init seed must build the same model with fresh random weights",
+            "build_model / build_baseline must not depend on how many times it was called.",
+        )
+
+
 def import_capture(
     session: ArmSession, configs: list[dict[str, Any]], n_seeds: int, dest: Path
 ) -> ArmCapture:
@@ -94,6 +146,7 @@ def import_capture(
             (dest / graph_path(config, mode)).write_bytes(raw)
         assert n_tensors is not None
         first: list[tuple[tuple[int, ...], str]] = []
+        first_values: list[np.ndarray] = []
         for seed in range(n_seeds):
             total = 0
             for j in range(n_tensors):
@@ -101,8 +154,11 @@ def import_capture(
                 total += array.size
                 if seed == 0:
                     first.append((tuple(array.shape), array.dtype.name))
+                    first_values.append(array)
                 elif (tuple(array.shape), array.dtype.name) != first[j]:
                     raise not_capturable(f"the {session.role}'s tensors change shape or dtype with the seed")
+                else:
+                    check_drawn_alike(first_values[j], array, session.role, j)
                 np.save(dest / tensor_path(config, seed, j), array, allow_pickle=False)
             if total > MAX_TENSOR_ELEMENTS:
                 raise not_capturable(f"the {session.role} holds {total} tensor elements; the limit is "
@@ -124,6 +180,8 @@ def import_more(session: ArmSession, capture: ArmCapture, config: int, first: in
             array = _checked_array(session, tensor_path(config, seed, j))
             if (tuple(array.shape), array.dtype.name) != expected:
                 raise not_capturable(f"the {session.role}'s tensors change shape or dtype with the seed")
+            check_drawn_alike(np.load(capture.directory / tensor_path(config, 0, j), allow_pickle=False),
+                              array, session.role, j)
             total += array.size
             np.save(capture.directory / tensor_path(config, seed, j), array, allow_pickle=False)
         if total > MAX_TENSOR_ELEMENTS:

@@ -56,6 +56,8 @@ class CustomTrack:
     sizes: dict[str, int] = field(default_factory=dict)
     # sha256 of each split seed's six arrays as validated (``validate``), by split seed
     checksums: dict[str, str] = field(default_factory=dict)
+    # what validation warned about (a baseline no better than a constant, ...): in every report
+    validation_warnings: list[str] = field(default_factory=list)
 
     @classmethod
     def from_source(
@@ -81,6 +83,7 @@ class CustomTrack:
         return {
             "name": self.name, "version": self.version, "file": self.file or f"{self.name}.py",
             "domain": self.card["domain"], "author": self.author, "hash": self.sha256,
+            "validation_warnings": list(self.validation_warnings),
         }
 
 

@@ -128,6 +128,7 @@ class CustomTrack(_Model):
     version: int | None = None
     author: str | None = None
     hash: str | None = None
+    validation_warnings: list[str] | None = None  # what the track's validation warned about
 
 
 class Seeds(_Model):

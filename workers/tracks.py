@@ -28,7 +28,8 @@ def custom_track_of(row: CustomTrackRow) -> CustomTrack:
     validation = row.validation or {}
     return CustomTrack(name=row.name, version=row.version, source=row.source, sha256=row.sha256,
                        card=row.card, author=row.author, file=row.file_name,
-                       sizes=validation.get("sizes") or {}, checksums=validation.get("checksums") or {})
+                       sizes=validation.get("sizes") or {}, checksums=validation.get("checksums") or {},
+                       validation_warnings=[str(w) for w in validation.get("warnings") or []])
 
 
 def execute_validation(ctx: WorkerContext, track_id: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -104,13 +105,16 @@ def test_validate_rejects_bad_tracks_with_codes(edit: Any, code: str, words: str
 @pytest.mark.slow
 def test_judge_on_a_custom_track_marks_the_report_and_hides_the_labels() -> None:
     track = CustomTrack.from_source(TINY, version=3, author="tester", file="tiny_quadratic.py")
-    report = judge(JudgeRequest(track=track.id, idea_code=IDEA, custom_track=track, n_seeds=4))
+    warned = "the baseline is no better than a constant predictor"
+    report = judge(JudgeRequest(track=track.id, idea_code=IDEA, n_seeds=4,
+                                custom_track=replace(track, validation_warnings=[warned])))
     bench = report["bench_report"]
     assert bench["track_id"] == "tiny_quadratic@3"
     assert bench["custom_track"] == {
         "name": "tiny_quadratic", "version": 3, "file": "tiny_quadratic.py", "domain": "test fixtures",
-        "author": "tester", "hash": track.sha256,
-    }
+        "author": "tester", "hash": track.sha256, "validation_warnings": [warned],
+    }  # what validation warned about reaches every report on the track (red team round 2)
+    assert f"custom track validation: {warned}" in bench["warnings"]
     assert bench["track_justification"].startswith("A fixture")
     assert bench["comparison"]["n_pairs"] == 4 and report["system_judged"] is True
     # The labels live in this worker's cache; with namespaces the idea's child cannot read them.

@@ -284,6 +284,10 @@ def test_an_own_measure_that_confirms_itself_cannot_raise_the_verdict(job_tmp: P
     never raise it above the one-claim rule on the bench's numbers (PROTOCOL.md 2)."""
     source = (HOSTILE / "forge_mechanism.py").read_text().replace('    "probe": {"kind": "input_gradient"},\n', "")
     source = source.replace('{"kind": "lower_than_baseline"}', '{"kind": "less_than", "value": 0.5}')
+    # Its measure() tells the arms apart by the model's class: 0.0 for its own, 1.0 for the baseline's.
+    source = source.replace("    return nn.Sequential(", "    return Idea(").replace(
+        "def build_model(spec):", "class Idea(nn.Sequential):\n    pass\n\n\ndef build_model(spec):").replace(
+        "    CALLS[0] += 1\n    return 0.0 if CALLS[0] <= 100 else 1.0", "    return 0.0 if type(model).__name__ == 'Idea' else 1.0")
     report = judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2))
     assert report["mechanism_ok"] == 1 and report["bench_report"]["mechanism_signature"]["self_measured"] is True
     assert report["practical_verdict"] != "helps"  # the same model as the baseline
@@ -306,13 +310,19 @@ def test_a_second_looks_tensors_must_match_the_first_capture(tmp_path: Path) -> 
                          directory=dest)
     for where in (child.workdir, dest):
         (where / tensor_path(0, 0, 0)).parent.mkdir(parents=True, exist_ok=True)
-    np.save(child.workdir / tensor_path(0, 5, 0), np.zeros((4, 2), np.float32))
+    rng = np.random.default_rng(0)
+    np.save(dest / tensor_path(0, 0, 0), rng.standard_normal((4, 2)).astype(np.float32))  # the first capture
+    np.save(child.workdir / tensor_path(0, 5, 0), rng.standard_normal((4, 2)).astype(np.float32))
     import_more(child, capture, 0, 5, 1)  # type: ignore[arg-type]
     assert np.load(dest / tensor_path(0, 5, 0)).shape == (4, 2)
     np.save(child.workdir / tensor_path(0, 6, 0), np.zeros((400, 2), np.float32))  # a bigger table
     with pytest.raises(BenchError) as caught:
         import_more(child, capture, 0, 6, 1)  # type: ignore[arg-type]
     assert caught.value.code is ErrorCode.NOT_CAPTURABLE and not (dest / tensor_path(0, 6, 0)).exists()
+    np.save(child.workdir / tensor_path(0, 7, 0), np.zeros((4, 2), np.float32))  # zeroed for the second look
+    with pytest.raises(BenchError) as caught:
+        import_more(child, capture, 0, 7, 1)  # type: ignore[arg-type]
+    assert "fresh random weights" in caught.value.message
 
 
 def test_a_probe_runs_in_the_batch_the_model_predicted_on() -> None:

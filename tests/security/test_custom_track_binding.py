@@ -52,3 +52,45 @@ def test_a_job_whose_data_differs_from_the_validated_data_is_refused(cache: Path
     resized = replace(track, sizes={"train": 1, "val": 1, "test": 1})
     with pytest.raises(BenchError):
         ensure_data(resized, seeds[2:3], root=cache / "tracks", timeout_s=300)
+
+
+def test_a_baseline_that_counts_its_builds_is_refused_in_the_job(cache: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    from bench.protocol import JudgeRequest, judge
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    track = CustomTrack.from_source((HOSTILE / "counting_baseline_track.py").read_text())
+    result = validate(track, timeout_s=600)
+    assert not result["warnings"]  # validation saw the honest first build
+    track = replace(track, sizes=result["sizes"], checksums=result["checksums"])
+    idea = "from torch import nn\n\ndef build_model(spec):\n    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))\n"
+    with pytest.raises(BenchError) as info:
+        judge(JudgeRequest(track=track.id, idea_code=idea, custom_track=track, n_seeds=2))
+    assert info.value.code == ErrorCode.NOT_CAPTURABLE and "baseline" in info.value.message
+    assert "every init seed must build the same model with fresh random weights" in info.value.message
+
+
+def test_honest_inits_are_drawn_alike_and_sabotaged_ones_are_not() -> None:
+    import numpy as np
+    import torch
+
+    from bench.captured import check_drawn_alike
+
+    def init(seed: int) -> list[np.ndarray]:
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.LayerNorm(64), torch.nn.Linear(64, 1))
+        return [p.detach().numpy().copy() for p in model.parameters()]
+
+    first = init(0)
+    for seed in range(1, 200):  # 199 honest seeds x 5 tensors: no false refusal
+        for j, (a, b) in enumerate(zip(first, init(seed), strict=True)):
+            check_drawn_alike(a, b, "baseline", j)
+    weight = first[0]
+    for sabotaged in (np.zeros_like(weight), weight * 0.2, np.tile(weight[:1], (64, 1))):
+        with pytest.raises(BenchError) as info:
+            check_drawn_alike(weight, sabotaged, "baseline", 0)
+        assert info.value.code == ErrorCode.NOT_CAPTURABLE
+    with pytest.raises(BenchError):  # a LayerNorm's ones, zeroed in a later seed
+        check_drawn_alike(first[2], np.zeros_like(first[2]), "baseline", 2)
