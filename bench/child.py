@@ -348,8 +348,12 @@ class ArmRunner:
         if rows:  # the rows the parent chose, each predicted alone (bench.protocol checks them)
             model = result.model
             model.eval()
-            with self.torch.no_grad():
-                alone = [model(x_eval[i : i + 1]).float().cpu() for i in rows]
+            try:
+                with self.torch.no_grad():
+                    alone = [model(x_eval[i : i + 1]).float().cpu() for i in rows]
+            except Exception as exc:
+                raise BenchError(ErrorCode.ROW_DEPENDENT, f"The {self.role}'s model fails on a batch of one row: "
+                                 f"{type(exc).__name__}: {exc}"[:600]) from None
             np.save(f"rows_{run['run_id']}.npy", self.torch.cat(alone).numpy())
         if run.get("keep"):  # a final model the mechanism is measured on: its trained tensors
             for j, tensor in enumerate(result.model.tensors()):
