@@ -321,11 +321,13 @@ class _Job:
     def check_parity(self, checked: dict[str, dict[str, Any]]) -> None:
         """Parity as a rule (PROTOCOL.md section 1), on the trusted trainers' counts: every idea
         config holds at most ``param_parity_ratio`` times the baseline's parameters, and at
-        most ``buffer_cap`` (default: the baseline's parameter count) buffer and constant
-        elements, room for normalisation statistics and none for a table of the data."""
+        most ``buffer_cap`` buffer and constant elements (default: the baseline's parameters
+        plus its own buffers and constants, so an idea may hold the fixed maps its baseline
+        holds, as seed 000's exact derivative maps match its baseline's finite-difference
+        ones), room for normalisation statistics and fixed maps, none for a table of the data."""
         base = max(int(n) for n in checked["baseline"]["n_params"])
         ratio = float(self.card.get("param_parity_ratio", 1.10))
-        cap = int(self.card.get("buffer_cap") or base)
+        cap = int(self.card.get("buffer_cap") or base + max(int(n) for n in checked["baseline"]["n_buffers"]))
         for hparams, n_params, n_buffers in zip(
             self.grids["idea"], checked["idea"]["n_params"], checked["idea"]["n_buffers"], strict=True
         ):

@@ -174,3 +174,16 @@ def build_model(spec):
 """
     report = judge(JudgeRequest(track=track.id, idea_code=evil, custom_track=track, n_seeds=2))
     assert report["bench_report"]["idea"]["full"]["mean"] > 1e-6  # not the labels themselves
+
+
+def test_seed_000s_idea_is_judged_on_its_custom_track() -> None:
+    """The so3 example (seed 000) holds exact derivative maps as constants, as many elements as
+    its baseline's finite-difference maps (1,296, above the baseline's 1,249 parameters): it
+    must fit the default buffer_cap (the baseline's parameters plus its own buffers). It was
+    refused as parameter_parity once that cap counted parameters alone."""
+    track = CustomTrack.from_source((ROOT / "examples" / "tracks" / "so3_spectral.py").read_text())
+    idea = (ROOT / "examples" / "ideas" / "so3_exact_generator.py").read_text()
+    report = judge(JudgeRequest(track=track.id, idea_code=idea, custom_track=track, n_seeds=3))
+    bench = report["bench_report"]
+    assert report["system_judged"] is True and bench["parameter_parity"]["buffers"] == {"idea": 1296, "baseline": 1296}
+    assert bench["mechanism_signature"]["self_measured"] is True
