@@ -54,6 +54,18 @@ def test_a_job_whose_data_differs_from_the_validated_data_is_refused(cache: Path
         ensure_data(resized, seeds[2:3], root=cache / "tracks", timeout_s=300)
 
 
+# Hostile (found by a red-team pass): an honest tiny track whose baseline counts its builds.
+# Validation builds it once and sees a sound MLP; a job builds one per init seed in one capture
+# child, and every build after the first is zeroed: a dead baseline that any idea beats
+# ('worked'). Refused: every init seed's tensors must be drawn like the first seed's.
+COUNTING_BASELINE = (Path(__file__).resolve().parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text().replace(
+    '"name": "tiny_quadratic"', '"name": "counting_baseline"').replace(
+    "def build_baseline(spec):\n    return nn.Sequential(nn.Linear(spec[\"n_features\"], 16), nn.ReLU(), nn.Linear(16, 1))",
+    "BUILDS = [0]\n\n\ndef build_baseline(spec):\n    BUILDS[0] += 1\n"
+    "    model = nn.Sequential(nn.Linear(spec[\"n_features\"], 16), nn.ReLU(), nn.Linear(16, 1))\n"
+    "    if BUILDS[0] > 1:\n        for p in model.parameters():\n            p.data.zero_()\n    return model")
+
+
 def test_a_baseline_that_counts_its_builds_is_refused_in_the_job(cache: Path, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     import tempfile
@@ -61,9 +73,9 @@ def test_a_baseline_that_counts_its_builds_is_refused_in_the_job(cache: Path, tm
     from bench.protocol import JudgeRequest, judge
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    track = CustomTrack.from_source((HOSTILE / "counting_baseline_track.py").read_text())
+    track = CustomTrack.from_source(COUNTING_BASELINE)
     result = validate(track, timeout_s=600)
-    assert not result["warnings"]  # validation saw the honest first build
+    assert "BUILDS[0] > 1" in COUNTING_BASELINE and not result["warnings"]  # validation saw the first build
     track = replace(track, sizes=result["sizes"], checksums=result["checksums"])
     idea = "from torch import nn\n\ndef build_model(spec):\n    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))\n"
     with pytest.raises(BenchError) as info:
