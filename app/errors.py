@@ -296,10 +296,10 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _database_error(request: Request, exc: Exception) -> JSONResponse:
-    """A lost or refused database connection (a restart, a failover, a killed backend) is a 503
-    to retry, not a 500: the transaction was rolled back, and the pool drops the dead connection.
+    """A lost or refused database connection (a restart, a failover, a killed backend), or none
+    free in the pool within its timeout, is a 503 to retry, not a 500: the transaction was rolled back, and the pool drops the dead connection.
     Any other database error is a bug: a 500."""
-    lost = isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError) or (
+    lost = isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError) or (
         isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated)
     if not lost:
         return await _internal_error(request, exc)
@@ -343,6 +343,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _paged(_validation_error))
     app.add_exception_handler(StarletteHTTPException, _paged(_http_error))
     app.add_exception_handler(sa_exc.DBAPIError, _paged(_database_error))
+    app.add_exception_handler(sa_exc.TimeoutError, _paged(_database_error))  # the pool had no connection
     app.add_exception_handler(Exception, _paged(_internal_error))
 
 

@@ -71,6 +71,9 @@ async def get_job(
     """A job's status, stage, progress, queue position, times, error and report link."""
     job = await run_in_threadpool(service.get_visible_job, session, job_id, caller)
     if wait:
+        # No connection is held while waiting (wait_for_end reads with short sessions of its
+        # own): 40 long polls of one key took every connection of the pool and stalled everyone.
+        await run_in_threadpool(session.rollback)
         await events.wait_for_end(request.app.state.sessionmaker, job_id, wait,
                                   request.app.state.settings.long_poll_max_s)
         await run_in_threadpool(session.refresh, job)
@@ -87,6 +90,7 @@ def _visible_job(job_id: str, session: SessionDep, caller: SubmitterDep) -> Job:
     error before a stream has started."""
     job = service.get_visible_job(session, job_id, caller)
     session.expunge(job)
+    session.close()  # the stream reads with short sessions of its own: hold no connection for its life
     return job
 
 

@@ -143,3 +143,40 @@ def test_wait_answers_when_the_job_ends_or_when_the_time_is_up(env: tuple[Any, A
     assert body["status"] == "succeeded" and time.monotonic() - started < 10
     response = client.get(f"/v1/jobs/{job_id}?wait=61", headers=bearer(tokens["agent"]))
     assert response.status_code == 422 and response.json()["code"] == "validation_error"
+
+
+def test_long_polls_and_streams_hold_no_database_connection(app: Any, keys: dict[str, str]) -> None:
+    """Red team: a long poll (``?wait=60``) and an event stream kept their request's session,
+    and so a pooled connection, for their whole life: 16 - 40 of them from one key took every
+    connection and everyone's requests waited 30 s for one, then got a 500. Now they read with
+    short sessions of their own, and a pool that is out of connections is a 503 to retry."""
+    import concurrent.futures
+
+    import httpx
+
+    from tests.conftest import served
+
+    with app.state.sessionmaker() as session:
+        job_id = insert_job(session, key_id(keys["agent"])).id
+        session.commit()
+    pool = app.state.engine.pool
+    with served(app) as base_url, concurrent.futures.ThreadPoolExecutor(24) as threads:
+        headers = bearer(keys["agent"])
+        polls = [threads.submit(httpx.get, f"{base_url}/v1/jobs/{job_id}", params={"wait": 4}, headers=headers,
+                                timeout=30) for _ in range(12)]
+        streams = [threads.submit(httpx.get, f"{base_url}/v1/jobs/{job_id}/events", headers=headers, timeout=3)
+                   for _ in range(12)]
+        time.sleep(1.5)
+        held = 0
+        for _ in range(20):
+            held = max(held, pool.checkedout())
+            time.sleep(0.05)
+        answer = httpx.get(f"{base_url}/v1/reports", headers=bearer(keys["viewer"]), timeout=30)
+        assert answer.status_code == 200
+        assert held <= 4, f"{held} connections held by 24 waiting requests"
+        assert all(p.result().status_code == 200 for p in polls)
+        for stream in streams:
+            try:
+                stream.result()
+            except httpx.ReadTimeout:
+                pass  # an open stream, closed by the client
