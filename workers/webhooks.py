@@ -22,7 +22,12 @@ def deliver_due(ctx: WorkerContext, client: httpx.Client) -> int:
         due = service.claim_due(session, utcnow())
         session.commit()
     for item in due:
-        sent = service.send(client, item, allow_private=settings.webhook_allow_private, now=utcnow())
+        try:
+            sent = service.send(client, item, allow_private=settings.webhook_allow_private, now=utcnow(),
+                                deadline_s=settings.webhook_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - one bad webhook must not stop the others of the pass
+            log.exception("webhook of job %s: the attempt failed", item.job_id)
+            sent = service.Sent(None, f"{type(exc).__name__}: {exc}"[:500], 0, final=False)
         with ctx.sessions() as session:
             state = service.record(session, item, sent, utcnow(), settings.webhook_retry_s)
             session.commit()

@@ -54,9 +54,17 @@ class CallbackRefused(ValueError):
 def check_url(url: str, *, allow_private: bool) -> None:
     """The checks a submission's ``callback_url`` must pass before the job is made (names are
     resolved only at delivery, where the address is pinned)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError as exc:  # "http://[::1": an unclosed IPv6 bracket
+        raise CallbackRefused(f"callback_url is not a URL: {exc}.") from None
+    if parts.scheme not in ("http", "https") or not hostname:
         raise CallbackRefused("callback_url must be an absolute http:// or https:// URL.")
+    try:
+        hostname.encode("idna")  # what the resolver will do with it ("a..b" has an empty label)
+    except UnicodeError:
+        raise CallbackRefused(f"callback_url's host {hostname[:80]!r} is not a valid host name.") from None
     if parts.username is not None or parts.password is not None:
         raise CallbackRefused("callback_url may not carry credentials; authenticate the webhook by its "
                               "signature instead.")
@@ -66,15 +74,35 @@ def check_url(url: str, *, allow_private: bool) -> None:
         raise CallbackRefused(f"callback_url has a bad port: {exc}.") from None
     if allow_private:
         return
-    host = parts.hostname.rstrip(".").lower()
+    host = hostname.rstrip(".").lower()
     if host == "localhost" or host.endswith(_BLOCKED_SUFFIXES):
         raise CallbackRefused(f"callback_url's host {host!r} is local to the service.")
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
         return
-    if not address.is_global:
+    if not is_public(address):
         raise CallbackRefused(f"callback_url's address {host} is not a public address.")
+
+
+_EMBEDDING_V4 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"),
+                 ipaddress.ip_network("::/96"))  # NAT64 and IPv4-compatible: an IPv4 inside
+_NOT_PUBLIC = (ipaddress.ip_network("192.0.0.0/24"), ipaddress.ip_network("fec0::/10"))
+
+
+def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether a webhook may connect to ``address``: a global address, none of the ranges
+    ``is_global`` lets through (the IETF protocol block, deprecated site-local IPv6), and no
+    IPv6 address that carries a non-public IPv4 one (mapped, 6to4, NAT64, IPv4-compatible)."""
+    if not address.is_global or any(address in net for net in _NOT_PUBLIC if net.version == address.version):
+        return False
+    if isinstance(address, ipaddress.IPv6Address):
+        inner = address.ipv4_mapped or address.sixtofour
+        if inner is None and any(address in net for net in _EMBEDDING_V4):
+            inner = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if inner is not None:
+            return is_public(inner)
+    return True
 
 
 def resolve(url: str, *, allow_private: bool) -> str:
@@ -90,7 +118,7 @@ def resolve(url: str, *, allow_private: bool) -> str:
         raise CallbackRefused(f"callback_url's host does not resolve ({exc}).") from None
     addresses = [ipaddress.ip_address(info[4][0]) for info in infos]
     if not allow_private:
-        bad = [str(a) for a in addresses if not a.is_global]
+        bad = [str(a) for a in addresses if not is_public(a)]
         if bad:
             raise CallbackRefused(f"callback_url's host resolves to a non-public address ({bad[0]}).")
     return str(addresses[0])
@@ -163,8 +191,8 @@ class Sent:
     final: bool  # no retry: delivered, or refused for good
 
 
-def send(client: httpx.Client, due: Due, *, allow_private: bool, now: datetime) -> Sent:
-    """POST one attempt, pinned to the address the policy checked."""
+def send(client: httpx.Client, due: Due, *, allow_private: bool, now: datetime, deadline_s: float = 10.0) -> Sent:
+    """POST one attempt, pinned to the address the policy checked, within ``deadline_s`` in all."""
     start = time.monotonic()
 
     def took() -> int:
@@ -172,17 +200,29 @@ def send(client: httpx.Client, due: Due, *, allow_private: bool, now: datetime) 
 
     try:
         address = resolve(due.url, allow_private=allow_private)
-    except CallbackRefused as exc:
-        return Sent(None, f"refused: {exc}", took(), final=True)
-    url = httpx.URL(due.url)
+        url = httpx.URL(due.url)
+    except Exception as exc:  # noqa: BLE001 - a URL that cannot be resolved or parsed never will be
+        return Sent(None, f"refused: {exc}"[:500], took(), final=True)
     host = url.host
     headers = {"content-type": "application/json", "user-agent": "ideabench-webhooks/1", "host": url.netloc.decode(),
                **sign(due.secret, due.msg_id, due.body, now)}
+    deadline = start + deadline_s
     try:
-        answer = client.post(url.copy_with(host=address), content=due.body.encode(), headers=headers,
-                             extensions={"sni_hostname": host})
+        # A whole attempt has a deadline, not only each read: a receiver that drips one byte
+        # every few seconds held the sender (and every webhook behind it) for a minute.
+        with client.stream("POST", url.copy_with(host=address), content=due.body.encode(), headers=headers,
+                           extensions={"sni_hostname": host}) as answer:
+            received = 0
+            for chunk in answer.iter_raw():  # as it arrives (a chunk size would wait to fill it)
+                received += len(chunk)
+                if received > 65536:  # the status is what counts: read no more of a large body
+                    break
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(f"no complete answer within {deadline_s:g} s")
     except httpx.HTTPError as exc:
         return Sent(None, f"{type(exc).__name__}: {exc}"[:500], took(), final=False)
+    if time.monotonic() > deadline:
+        return Sent(None, f"ReadTimeout: no complete answer within {deadline_s:g} s", took(), final=False)
     ok = 200 <= answer.status_code < 300
     return Sent(answer.status_code, None if ok else f"HTTP {answer.status_code}", took(),
                 final=ok or answer.status_code == 410)

@@ -7,6 +7,7 @@ import ipaddress
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -90,6 +91,10 @@ def _submit(client: TestClient, token: str, url: str) -> Any:
     "http://api.localhost/x", "http://10.1.2.3/hook", "http://192.168.0.1/", "http://[::1]:9/",
     "http://169.254.169.254/latest/meta-data/", "http://0.0.0.0/", "http://user:pw@example.com/hook",
     "http://metadata.google.internal/", "http://example.com:99999/",
+    # red team: a 500 on a URL urlsplit cannot read; an empty IDNA label (it stopped every
+    # webhook pass at delivery); IPv6 forms that carry an inside IPv4 address; other non-public blocks
+    "http://[::1", "https://[", "http://a..b/", "http://[64:ff9b::a9fe:a9fe]/", "http://[2002:a9fe:a9fe::]/",
+    "http://[::127.0.0.1]/", "http://[fec0::1]/", "http://192.0.0.8/", "http://[::ffff:10.0.0.1]/",
 ])
 def test_submission_refuses_callback_urls_that_are_not_public_http(tmp_path: Any, url: str) -> None:
     settings = Settings(data_dir=tmp_path / "var", broker_url="memory://")
@@ -223,3 +228,41 @@ def test_the_message_body_is_the_end_event(service_parts: tuple[Any, WorkerConte
             lines = [line for line in stream.iter_lines() if line.startswith("data:")]
     end = json.loads(lines[-1][5:])
     assert json.loads(receiver.received[0][1])["data"] == end
+
+
+def test_one_bad_webhook_does_not_stop_the_others_and_a_dripping_receiver_is_cut_off(
+    service_parts: tuple[Any, WorkerContext, dict[str, str]], receiver: Receiver,
+) -> None:
+    """Red team: a callback URL whose host the resolver cannot encode (stored before the check
+    refused it) raised out of the webhook pass, so every webhook claimed with it stayed
+    undelivered; and a receiver that sent one byte every few seconds held the sender a minute."""
+    app, ctx, tokens = service_parts
+    ctx.settings = ctx.settings.model_copy(update={"webhook_timeout_s": 1.0})
+    drip = socket.socket()
+    drip.bind(("127.0.0.1", 0))
+    drip.listen(4)
+
+    def dribble() -> None:
+        conn, _ = drip.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n")
+        for _ in range(12):
+            time.sleep(0.5)
+            try:
+                conn.sendall(b"x")
+            except OSError:
+                break
+        conn.close()
+
+    threading.Thread(target=dribble, daemon=True).start()
+    dripping = f"http://127.0.0.1:{drip.getsockname()[1]}/hook"
+    with TestClient(app) as client, httpx.Client(timeout=httpx.Timeout(1.0)) as http:
+        jobs = [_ended_job_with_url(app, client, tokens, url) for url in ("http://a..b/", dripping, receiver.url)]
+        assert deliver_due(ctx, http) == 3
+        assert len(receiver.received) == 1  # the good one was delivered in the same pass
+        states = [client.get(f"/v1/jobs/{j}", headers=bearer(tokens["agent"])).json()["callback"] for j in jobs]
+    assert states[0]["state"] == "failed" and "refused" in states[0]["deliveries"][0]["error"]
+    assert "within 1 s" in states[1]["deliveries"][0]["error"]
+    assert states[1]["deliveries"][0]["duration_ms"] < 5000  # cut off at its deadline, not held for the 6 s drip
+    assert states[2]["state"] == "delivered"
+    drip.close()
