@@ -22,6 +22,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from httpx_sse import aconnect_sse, connect_sse
@@ -33,6 +34,12 @@ from ideabench_client.errors import IdeabenchError, JobFailed, RateLimited, Unav
 FINISHED = frozenset({"succeeded", "failed", "cancelled"})
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 MAX_RETRY_AFTER_S = 60.0
+
+
+def _seg(value: str) -> str:
+    """``value`` as one path segment: an id is never a path (``"../keys/me"`` would be another
+    route; an MCP tool's argument can come from a prompt the agent read)."""
+    return quote(str(value), safe="@")
 
 
 @dataclass(frozen=True)
@@ -192,7 +199,7 @@ class Client(_Base):
 
     def track(self, name: str) -> dict[str, Any]:
         """A track's card: spec, defaults, the idea contract and an example idea."""
-        return dict(self.request("GET", f"/v1/tracks/{name}"))
+        return dict(self.request("GET", f"/v1/tracks/{_seg(name)}"))
 
     # -- jobs -------------------------------------------------------------------
     def submit(self, track: str, code: str, *, baseline_code: str | None = None, name: str | None = None,
@@ -213,7 +220,7 @@ class Client(_Base):
     def job(self, job_id: str, *, wait: float | None = None) -> Job:
         """The job's state; ``wait``: answer once it ends or after that many seconds (<= 60)."""
         params = {"wait": wait} if wait else None
-        return Job.from_json(self.request("GET", f"/v1/jobs/{job_id}", params=params,
+        return Job.from_json(self.request("GET", f"/v1/jobs/{_seg(job_id)}", params=params,
                                           timeout=self.timeout + (wait or 0)))
 
     def events(self, job_id: str, *, last_event_id: int | None = None) -> Iterator[Event]:
@@ -225,7 +232,7 @@ class Client(_Base):
                 headers["Last-Event-ID"] = str(last_event_id)
             try:
                 opened = time.monotonic()
-                with connect_sse(self._http, "GET", f"/v1/jobs/{job_id}/events", headers=headers,
+                with connect_sse(self._http, "GET", f"/v1/jobs/{_seg(job_id)}/events", headers=headers,
                                  timeout=httpx.Timeout(self.timeout, read=None)) as source:
                     if source.response.status_code >= 400:
                         source.response.read()
@@ -262,12 +269,12 @@ class Client(_Base):
 
     def cancel(self, job_id: str) -> Job:
         """Cancel a queued job, or ask the worker to stop a running one."""
-        return Job.from_json(self.request("POST", f"/v1/jobs/{job_id}/cancel"))
+        return Job.from_json(self.request("POST", f"/v1/jobs/{_seg(job_id)}/cancel"))
 
     # -- reports ----------------------------------------------------------------
     def report(self, job_id: str) -> dict[str, Any]:
         """The job's report row and its whole report JSON (``report``)."""
-        return dict(self.request("GET", f"/v1/jobs/{job_id}/report"))
+        return dict(self.request("GET", f"/v1/jobs/{_seg(job_id)}/report"))
 
     def reports(self, *, page_size: int = 100, limit: int | None = None, **filters: Any) -> Iterator[dict[str, Any]]:
         """Report rows matching ``filters`` (the listing's: track, system_verdict, family, ...),
@@ -335,7 +342,7 @@ class AsyncClient(_Base):
         return list((await self.request("GET", "/v1/tracks"))["items"])
 
     async def track(self, name: str) -> dict[str, Any]:
-        return dict(await self.request("GET", f"/v1/tracks/{name}"))
+        return dict(await self.request("GET", f"/v1/tracks/{_seg(name)}"))
 
     async def submit(self, track: str, code: str, *, baseline_code: str | None = None, name: str | None = None,
                      hypothesis: str | None = None, hparams: dict[str, list[Any]] | None = None,
@@ -351,7 +358,7 @@ class AsyncClient(_Base):
 
     async def job(self, job_id: str, *, wait: float | None = None) -> Job:
         params = {"wait": wait} if wait else None
-        return Job.from_json(await self.request("GET", f"/v1/jobs/{job_id}", params=params,
+        return Job.from_json(await self.request("GET", f"/v1/jobs/{_seg(job_id)}", params=params,
                                                 timeout=self.timeout + (wait or 0)))
 
     async def events(self, job_id: str, *, last_event_id: int | None = None) -> AsyncIterator[Event]:
@@ -362,7 +369,7 @@ class AsyncClient(_Base):
                 headers["Last-Event-ID"] = str(last_event_id)
             try:
                 opened = time.monotonic()
-                async with aconnect_sse(self._http, "GET", f"/v1/jobs/{job_id}/events", headers=headers,
+                async with aconnect_sse(self._http, "GET", f"/v1/jobs/{_seg(job_id)}/events", headers=headers,
                                         timeout=httpx.Timeout(self.timeout, read=None)) as source:
                     if source.response.status_code >= 400:
                         await source.response.aread()
@@ -397,10 +404,10 @@ class AsyncClient(_Base):
         return await self.job(job_id)
 
     async def cancel(self, job_id: str) -> Job:
-        return Job.from_json(await self.request("POST", f"/v1/jobs/{job_id}/cancel"))
+        return Job.from_json(await self.request("POST", f"/v1/jobs/{_seg(job_id)}/cancel"))
 
     async def report(self, job_id: str) -> dict[str, Any]:
-        return dict(await self.request("GET", f"/v1/jobs/{job_id}/report"))
+        return dict(await self.request("GET", f"/v1/jobs/{_seg(job_id)}/report"))
 
     async def reports(self, *, page_size: int = 100, limit: int | None = None,
                       **filters: Any) -> AsyncIterator[dict[str, Any]]:

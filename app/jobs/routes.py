@@ -110,9 +110,9 @@ def _visible_job(job_id: str, session: SessionDep, caller: SubmitterDep) -> Job:
 )
 async def job_events(
     request: Request, job: Annotated[Job, Depends(_visible_job)],
-    last_event_id: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, description=(
+    last_event_id: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=2**63 - 1, description=(
         "Resume after this event id (what a reconnecting EventSource sends).")), ] = None,
-    after: Annotated[int | None, Query(ge=0, description="The same as Last-Event-ID, for clients "
+    after: Annotated[int | None, Query(ge=0, le=2**63 - 1, description="The same as Last-Event-ID, for clients "
                                        "that cannot set headers.")] = None,
 ) -> AsyncIterator[ServerSentEvent]:
     """The job's live progress as Server-Sent Events, from the start or after ``Last-Event-ID``:

@@ -180,3 +180,12 @@ def test_long_polls_and_streams_hold_no_database_connection(app: Any, keys: dict
                 stream.result()
             except httpx.ReadTimeout:
                 pass  # an open stream, closed by the client
+
+
+def test_a_resume_id_beyond_64_bits_is_a_422(client: Any, keys: dict[str, str], app: Any) -> None:
+    """Red team: ``after=2**63`` reached SQLite as an integer it cannot bind (an empty 200 and a
+    traceback), ``Last-Event-ID: 2**64`` dropped the connection."""
+    job_id = _running_job(app, keys["agent"])
+    headers = bearer(keys["agent"])
+    assert client.get(f"/v1/jobs/{job_id}/events", params={"after": 2**63}, headers=headers).status_code == 422
+    assert client.get(f"/v1/jobs/{job_id}/events", headers={**headers, "Last-Event-ID": str(2**64)}).status_code == 422

@@ -183,3 +183,17 @@ def test_retries_honour_retry_after_and_keep_the_idempotency_key() -> None:
     with pytest.raises(RateLimited) as limited:
         Client("http://bench", "k", http=always, retries=2).job("job_1")
     assert limited.value.code == "rate_limited" and limited.value.hint == "h"
+
+
+def test_an_id_is_one_path_segment_never_a_path(service: tuple[str, str, Path]) -> None:
+    """Red team: the MCP tools pasted their arguments into REST paths, so describe_track
+    ("../keys/me") answered the key's webhook secret and ("../jobs") its jobs: an id that comes
+    from a prompt the agent read could steer it to other routes."""
+    url, key, _ = service
+    with Client(url, key) as bench:
+        for name in ("../keys/me", "../jobs", "smoke/../../v1/keys/me"):
+            with pytest.raises(NotFound):
+                bench.track(name)
+        with pytest.raises(NotFound):
+            bench.job("../keys/me")
+        assert bench.track("smoke")["name"] == "smoke"
