@@ -122,6 +122,8 @@ async def current_viewer(request: Request) -> Viewer:
     caller = await run_in_threadpool(_active_key, request, found[0])
     if caller is None:
         raise sign_in_required()
+    if not caller.is_operator:  # the key's request rate counts its pages too, as the API's requests
+        await request.app.state.fair_use.check_rate(caller.key_id)
     return Viewer(caller, found[1])
 
 

@@ -132,3 +132,15 @@ def test_a_burst_of_one_key_cannot_pass_its_cap_together(tmp_path: Any, database
     with app.state.sessionmaker() as session:
         assert session.scalar(select(func.count()).select_from(Job)) == 3
     app.state.engine.dispose()
+
+
+def test_dashboard_pages_count_against_the_keys_rate(tmp_path: Any) -> None:
+    """Red team: a key limited to 5 requests a minute read 20 of 20 report pages once signed in
+    to the dashboard. Its pages count as its requests; the answer is the HTML error page."""
+    app, tokens = _service(tmp_path, rate_limit="5/minute")
+    with TestClient(app, raise_server_exceptions=False) as client:
+        signed = client.post("/dashboard/login", data={"key": tokens["agent"]}, follow_redirects=False)
+        assert signed.status_code == 303
+        codes = [client.get("/dashboard/reports").status_code for _ in range(8)]
+        assert codes.count(200) <= 5 and codes[-1] == 429, codes
+        assert "rate_limited" in client.get("/dashboard/reports").text
