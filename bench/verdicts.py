@@ -57,12 +57,12 @@ def mechanism_confirmed(
 
     - ``close_to``: ``|idea mean - target| <= atol + rtol * |target|`` (rtol 0.05, atol 0)
     - ``less_than`` / ``greater_than``: idea mean ``<`` / ``>`` ``value``
-
-    For these three, when ``baseline_values`` are given, the baseline's mean must *not* meet
-    the same rule (``detail["baseline_meets_it"]``): a signature both arms show does not
-    tell the idea's mechanism from the baseline's.
     - ``lower_than_baseline`` / ``higher_than_baseline``: one-sided exact paired
       sign-flip test of ``idea - baseline`` gives ``p <= alpha``
+
+    For the first three, when ``baseline_values`` are given, the baseline's mean must *not*
+    meet the same rule (``detail["baseline_meets_it"]``): a signature both arms show does
+    not tell the idea's mechanism from the baseline's.
 
     ``baseline_values`` may be empty for the first three kinds. Returns
     ``(confirmed, detail)``; detail holds kind, rule, idea_mean, baseline_mean,
