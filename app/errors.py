@@ -297,8 +297,8 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     """A lost or refused database connection (a restart, a failover, a killed backend), or none
-    free in the pool within its timeout, is a 503 to retry, not a 500: the transaction was rolled back, and the pool drops the dead connection.
-    Any other database error is a bug: a 500."""
+    free in the pool within its timeout, is a 503 to retry, not a 500: the transaction was
+    rolled back, and the pool drops the dead connection. Any other database error is a bug: a 500."""
     lost = isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError) or (
         isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated)
     if not lost:
