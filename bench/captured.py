@@ -86,13 +86,11 @@ def check_drawn_alike(first: np.ndarray, other: np.ndarray, role: str, j: int) -
     Kolmogorov-Smirnov distance under 3 sqrt(2/n), which two draws of one distribution
     exceed with probability about 3e-8.
     """
-    if first.dtype.kind not in "fc":
+    if first.dtype.kind not in "fc" or first.size < 2:
         return
-    if first.size >= 2 and bool(np.all(first == first.flat[0])):
+    if bool(np.all(first == first.flat[0])):
         if not np.array_equal(first, other):
             raise not_capturable(f"the {role}'s tensor {j} is constant in the first init seed and differs in another")
-        return
-    if first.size < 2:
         return
     distinct = (np.unique(first).size, np.unique(other).size)
     if distinct[1] < max(2, distinct[0] // 2):  # zeroed, one value repeated, rows copied, quantised
@@ -173,15 +171,16 @@ def import_capture(
 
 def import_more(session: ArmSession, capture: ArmCapture, config: int, first: int, count: int) -> None:
     """Check and copy the tensors of ``count`` more init seeds (numbers ``first``...) of one
-    captured config: each of the shape and dtype its first capture had."""
+    captured config: each of the shape and dtype its first capture had, drawn like its first seed's."""
+    firsts = [np.load(capture.directory / tensor_path(config, 0, j), allow_pickle=False)
+              for j in range(len(capture.shapes[config]))]  # read once, not once per seed
     for seed in range(first, first + count):
         total = 0
         for j, expected in enumerate(capture.shapes[config]):
             array = _checked_array(session, tensor_path(config, seed, j))
             if (tuple(array.shape), array.dtype.name) != expected:
                 raise not_capturable(f"the {session.role}'s tensors change shape or dtype with the seed")
-            check_drawn_alike(np.load(capture.directory / tensor_path(config, 0, j), allow_pickle=False),
-                              array, session.role, j)
+            check_drawn_alike(firsts[j], array, session.role, j)
             total += array.size
             np.save(capture.directory / tensor_path(config, seed, j), array, allow_pickle=False)
         if total > MAX_TENSOR_ELEMENTS:
