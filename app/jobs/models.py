@@ -35,6 +35,7 @@ class Job(Base):
         Index("ix_jobs_status_queue_created", "status", "queue", "created_at"),
         Index("ix_jobs_created", "created_at", "id"),
         Index("ix_jobs_submitter_created", "submitter_id", "created_at", "id"),
+        Index("ix_jobs_submitter_status", "submitter_id", "status"),  # fair use: a key's jobs in flight
         Index("ix_jobs_track_created", "track", "created_at", "id"),
         Index("ix_jobs_track_family_created", "track", "family", "created_at"),
         Index("ix_jobs_callback_state_next", "callback_state", "callback_next_at"),
