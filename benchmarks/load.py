@@ -112,6 +112,8 @@ def _cpu_ticks(api_pid: int) -> dict[str, int]:
     for pid, (name, n) in ticks.items():
         if under(pid, api_pid):
             out["api"] += n
+            if parents[pid] == api_pid:  # one API process (uvicorn's workers are the server's children)
+                out[f"api process {pid}"] = n
         elif name.startswith("postgres"):
             out["postgres"] += n
         elif name.startswith("redis"):
@@ -207,9 +209,9 @@ def main() -> int:
             after = _cpu_ticks(server.pid)
             busy, total = (a - b for a, b in zip(_machine_ticks(), machine, strict=True))
             sustained["machine_busy_share"] = round(busy / max(1, total), 3)  # of all cores, any process
-            sustained["cores_busy"] = {k: round((after[k] - ticks[k]) / hz / elapsed, 2) for k in ticks}
+            sustained["cores_busy"] = {k: round((after[k] - ticks.get(k, 0)) / hz / elapsed, 2) for k in after}
             sustained["cpu_ms_per_request"] = {k: round(1000 * (after[k] - ticks[k]) / hz / max(1, len(out)), 2)
-                                               for k in ticks}
+                                               for k in ticks if not k.startswith("api process")}
             queued = redis.Redis.from_url(args.redis_url).llen("cpu")
             engine.dispose()
         finally:
