@@ -141,10 +141,13 @@ def test_workers_sigkilled_twenty_times_every_job_ends_once(stack: Stack) -> Non
         jobs = stack.submit(client, 10)
         kills, mid_job = 0, 0
         started = time.monotonic()
+        following = stack.spawn()
         while kills < 20:
             if sum(status in ("queued", "running") for status, _, _ in stack.statuses().values()) < 2:
                 jobs += stack.submit(client, 2)  # keep jobs running until the 20th kill
-            worker = stack.spawn()
+            # The next worker starts (seconds of imports) while this one works, and claims jobs
+            # of its own: each kill falls while another worker runs, as in a fleet.
+            worker, following = following, stack.spawn()
             wait_for(lambda w=worker: _pid_holds_a_job(stack, w.pid) or stack.all_ended(), 60,
                      "the worker to claim a job", stack.log)
             time.sleep(rng.uniform(0.0, 7.0))  # anywhere in a smoke job (~5 s), or past its end
@@ -152,9 +155,8 @@ def test_workers_sigkilled_twenty_times_every_job_ends_once(stack: Stack) -> Non
             stack.kill(worker)
             kills += 1
         kill_phase_s = time.monotonic() - started
-        final = stack.spawn()
         wait_for(stack.all_ended, 300, "every job to end", stack.log)
-        stack.kill(final)
+        stack.kill(following)
     stack.assert_exactly_once(jobs)
     attempts = [a for _, _, a in stack.statuses().values()]
     print(f"faults: {kills} SIGKILLs ({mid_job} while a job ran) in {kill_phase_s:.0f} s; "
