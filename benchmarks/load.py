@@ -10,7 +10,9 @@ latency and the throughput, as a Markdown table and JSON. A benchmark, not a tim
 The load generator is raw asyncio HTTP/1.1 on keep-alive connections (one process), so the
 client's own CPU stays small next to the server's; all of it shares this machine's cores.
 ``machine_busy_share`` (from /proc/stat) is the whole machine's use during the sustained phase;
-``cpu_ms_per_request`` splits it by process from /proc/PID/stat, which reads lower than top.
+``cpu_ms_per_request`` splits it by process from /proc/PID/stat, which reads lower than top;
+``cores_busy`` also shows each API process (``api process PID``), where an uneven spread of the
+keep-alive connections over uvicorn's workers shows (docs/reliability.md, session 10).
 """
 
 from __future__ import annotations
