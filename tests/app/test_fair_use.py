@@ -186,4 +186,3 @@ def test_the_job_counts_read_only_what_they_count_however_long_the_keys_history(
         return own + sum(rows_read(child) for child in node.get("Plans", []))
 
     assert rows_read(plan[0]["Plan"]) <= 8 + 8, plan  # 3 + 5 rows, and slack for the planner
-
