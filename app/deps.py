@@ -10,7 +10,6 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.jobs.estimate import Estimator
 from app.queue import JobQueue
 from app.settings import Settings
 
@@ -27,12 +26,5 @@ async def get_queue(request: Request) -> JobQueue:
     return queue
 
 
-async def get_estimator(request: Request) -> Estimator:
-    """The app's run-time estimator."""
-    model: Estimator = request.app.state.estimator
-    return model
-
-
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 QueueDep = Annotated[JobQueue, Depends(get_queue)]
-EstimatorDep = Annotated[Estimator, Depends(get_estimator)]

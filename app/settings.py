@@ -98,6 +98,10 @@ class Settings(BaseSettings):
     requeue_after_s: float = 120.0
     max_attempts: int = 3
     reconcile_every_s: float = 15.0
+    dispatch_every_s: float = Field(
+        default=0.25, gt=0, description="How often each worker sends the queued jobs not sent yet (the API "
+        "commits a job and sends no message)."
+    )
     worker_seen_s: float = 120.0
     worker_pool: Literal["solo", "prefork", "threads"] = "solo"
     broker_poll_s: float = 0.1

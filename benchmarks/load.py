@@ -4,6 +4,10 @@ API on Postgres + Redis; then a sustained phase of fresh submissions. Prints the
 made (it must equal N: no retry made a second job), the status codes (no 5xx), p50/p99
 latency and the throughput, as a Markdown table and JSON. A benchmark, not a timed test.
 
+The API publishes no message (it commits the job); a worker's dispatcher loop runs beside it
+(``--no-dispatcher``: none) and sends each job, on the same cores, so its CPU is in the figures
+(``dispatcher``). At the end the broker must hold exactly one message per job.
+
     .venv/bin/python benchmarks/load.py                      # 1,000 submissions, 50 agents, 2 API processes
     .venv/bin/python benchmarks/load.py --profile prof.out   # one API process under cProfile
 
@@ -85,9 +89,15 @@ async def _load(port: int, tokens: list[str], n: int, body: bytes, seed: int) ->
     return time.perf_counter() - start, out
 
 
-def _cpu_ticks(api_pid: int) -> dict[str, int]:
-    """CPU ticks so far of the API (the server and its children), Postgres, Redis and this
-    load generator, from /proc (Linux)."""
+# A worker's loop without its Celery consumer: it sends the jobs the API committed (and beats,
+# and reconciles), on this machine's cores like the API, so its CPU is in the figures.
+DISPATCHER = ("from app.settings import Settings; from workers.context import WorkerContext; "
+              "from workers.reconciler import WorkerLoop; WorkerLoop(WorkerContext.create(Settings())).run()")
+
+
+def _cpu_ticks(api_pid: int, dispatcher_pid: int | None = None) -> dict[str, int]:
+    """CPU ticks so far of the API (the server and its children), the dispatcher, Postgres,
+    Redis and this load generator, from /proc (Linux)."""
     parents: dict[int, int] = {}
     ticks: dict[int, tuple[str, int]] = {}
     for entry in os.listdir("/proc"):
@@ -110,9 +120,11 @@ def _cpu_ticks(api_pid: int) -> dict[str, int]:
             pid = parents.get(pid, 1)
         return False
 
-    out = {"api": 0, "postgres": 0, "redis": 0, "load generator": 0}
+    out = {"api": 0, "dispatcher": 0, "postgres": 0, "redis": 0, "load generator": 0}
     for pid, (name, n) in ticks.items():
-        if under(pid, api_pid):
+        if dispatcher_pid is not None and pid == dispatcher_pid:
+            out["dispatcher"] += n
+        elif under(pid, api_pid):
             out["api"] += n
             if parents[pid] == api_pid:  # one API process (uvicorn's workers are the server's children)
                 out[f"api process {pid}"] = n
@@ -159,6 +171,8 @@ def main() -> int:
                         "its collapsed stacks (on-CPU samples, every thread) here")
     parser.add_argument("--async-commit", action="store_true", help="diagnostic: the API's Postgres sessions "
                         "with synchronous_commit=off (a commit then does not wait for the WAL flush)")
+    parser.add_argument("--no-dispatcher", action="store_true", help="run no worker loop: the jobs stay "
+                        "committed and unsent (the API publishes nothing since session 11)")
     parser.add_argument("--memory-rate-limit", action="store_true", help="count request rates in memory "
                         "(the embedded default) instead of in Redis (production, shared by the API processes)")
     args = parser.parse_args()
@@ -184,6 +198,9 @@ def main() -> int:
             cmd = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--port", str(port),
                    "--workers", str(args.api_workers), "--log-level", "warning", "--no-access-log"]
         server = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL)
+        dispatcher = None if args.no_dispatcher else subprocess.Popen(
+            [sys.executable, "-c", DISPATCHER], cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        dispatcher_pid = dispatcher.pid if dispatcher is not None else None
         try:
             import httpx
 
@@ -203,27 +220,41 @@ def main() -> int:
                 made = conn.execute(select(func.count()).select_from(Job)).scalar_one() - before
             idempotent = _summary(elapsed, out)
             idempotent["jobs_made"] = made
-            ticks = _cpu_ticks(server.pid)
+            ticks = _cpu_ticks(server.pid, dispatcher_pid)
             machine = _machine_ticks()
             elapsed, out = asyncio.run(_load(port, tokens, args.sustained, body, seed=2)) if args.sustained else (1, [])
             sustained = _summary(elapsed, [o for o in out if not o[2]])  # fresh submissions only
             hz = os.sysconf("SC_CLK_TCK")
-            after = _cpu_ticks(server.pid)
+            after = _cpu_ticks(server.pid, dispatcher_pid)
             busy, total = (a - b for a, b in zip(_machine_ticks(), machine, strict=True))
             sustained["machine_busy_share"] = round(busy / max(1, total), 3)  # of all cores, any process
             sustained["cores_busy"] = {k: round((after[k] - ticks.get(k, 0)) / hz / elapsed, 2) for k in after}
             sustained["cpu_ms_per_request"] = {k: round(1000 * (after[k] - ticks[k]) / hz / max(1, len(out)), 2)
                                                for k in ticks if not k.startswith("api process")}
-            queued = redis.Redis.from_url(args.redis_url).llen("cpu")
+            with engine.connect() as conn:
+                jobs_total = conn.execute(select(func.count()).select_from(Job)).scalar_one()
+            broker = redis.Redis.from_url(args.redis_url)
+            deadline = time.monotonic() + (0 if dispatcher is None else 60)
+            while broker.llen("cpu") < jobs_total and time.monotonic() < deadline:
+                time.sleep(0.25)  # the dispatcher sends what the last seconds committed
+            time.sleep(0 if dispatcher is None else 1)  # (and nothing more: a second message would show)
+            queued = broker.llen("cpu")
             engine.dispose()
         finally:
+            if dispatcher is not None:
+                dispatcher.send_signal(signal.SIGINT)
+                try:
+                    dispatcher.wait(15)
+                except subprocess.TimeoutExpired:
+                    dispatcher.kill()
             server.send_signal(signal.SIGINT)
             try:
                 server.wait(30)
             except subprocess.TimeoutExpired:
                 server.kill()
     results = {"idempotent": idempotent, "sustained": sustained, "api_workers": 1 if args.profile else
-               args.api_workers, "agents": args.agents, "cpus": os.cpu_count(), "broker_messages": queued}
+               args.api_workers, "agents": args.agents, "cpus": os.cpu_count(), "jobs_total": jobs_total,
+               "broker_messages": queued}
     print("| phase | requests | req/s | p50 ms | p99 ms | statuses | jobs made |")
     print("|---|---|---|---|---|---|---|")
     print(f"| {args.submissions} submissions, half retried | {idempotent['requests']} | "
@@ -233,9 +264,11 @@ def main() -> int:
           f"{sustained['p50_ms']} | {sustained['p99_ms']} | {sustained['statuses']} | |")
     print("CPU ms per sustained request:", sustained.get("cpu_ms_per_request"), "machine busy:",
           sustained.get("machine_busy_share"))
+    print(f"jobs {jobs_total}, broker messages {queued}" + (" (no dispatcher ran)" if args.no_dispatcher else ""))
     print(json.dumps(results, indent=2))
     ok = made == args.submissions and all(s < 500 for s in idempotent["statuses"]) and \
-        idempotent["retries"] == idempotent["retries_answered_as_replays"]
+        idempotent["retries"] == idempotent["retries_answered_as_replays"] and \
+        (args.no_dispatcher or queued == jobs_total)
     return 0 if ok else 1
 
 

@@ -1,6 +1,10 @@
-"""The reconciler: the database is the truth, the broker only a wake-up call.
+"""The dispatcher and the reconciler: the database is the truth, the broker only a wake-up call.
 
-Periodically (a thread in every worker process):
+The API commits a job and sends nothing (a publish through Celery was about a quarter
+of a submission's CPU; docs/reliability.md). A thread in every worker process sends it:
+- every ``dispatch_every_s``, the queued jobs never sent are stamped and sent
+  (``dispatch_once``), oldest first;
+and, less often (``reconcile_every_s``):
 - running jobs whose lease expired (their worker died) go back to ``queued`` and
   are sent again, or fail with ``internal`` after ``max_attempts`` (or end
   ``cancelled`` when a cancel was asked);
@@ -15,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -43,6 +48,18 @@ class Reconciled:
 
 def _error(code: ErrorCode, message: str) -> dict[str, str]:
     return {"code": code.value, "message": message, "hint": DEFAULT_HINTS[code]}
+
+
+def dispatch_once(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
+    """Send the queued jobs never sent; commits their stamps first, then sends (a job whose
+    send fails, or whose dispatcher dies between the two, is sent again by the reconciler
+    after ``requeue_after_s``, as a lost message is). Returns the ids sent."""
+    with ctx.sessions() as session:
+        taken = leases.take_unsent(session, now or utcnow())
+        session.commit()
+    for job_id, queue in taken:
+        ctx.queue.enqueue(job_id, queue)
+    return [job_id for job_id, _ in taken]
 
 
 def reconcile_once(ctx: WorkerContext, now: datetime | None = None) -> Reconciled:
@@ -87,7 +104,7 @@ def reconcile_once(ctx: WorkerContext, now: datetime | None = None) -> Reconcile
 
 
 class WorkerLoop(threading.Thread):
-    """Background thread of a worker: says it is alive and reconciles periodically."""
+    """Background thread of a worker: sends new jobs, says it is alive, reconciles."""
 
     def __init__(self, ctx: WorkerContext, beat_every_s: float = 5.0) -> None:
         super().__init__(name="ideabench-reconciler", daemon=True)
@@ -96,17 +113,27 @@ class WorkerLoop(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        next_reconcile = time.monotonic()
+        settings = self.ctx.settings
+        next_beat = next_reconcile = time.monotonic()
         while True:
-            try:
-                self.beat()
-                if time.monotonic() >= next_reconcile:
-                    next_reconcile = time.monotonic() + self.ctx.settings.reconcile_every_s
-                    reconcile_once(self.ctx)
-            except Exception:  # the DB may be briefly away; keep the loop alive
-                log.warning("worker loop pass failed", exc_info=True)
-            if self._stop_event.wait(self.beat_every_s):
+            self._guarded(dispatch_once, self.ctx)
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + self.beat_every_s
+                self._guarded(self.beat)
+            if time.monotonic() >= next_reconcile:
+                next_reconcile = time.monotonic() + settings.reconcile_every_s
+                self._guarded(reconcile_once, self.ctx)
+            if self._stop_event.wait(settings.dispatch_every_s):
                 return
+
+    @staticmethod
+    def _guarded(step: Callable[..., object], *args: object) -> None:
+        """One step of the loop; a failure is logged and the next step still runs (the DB
+        may be briefly away: a dispatch that fails must not stop the beats)."""
+        try:
+            step(*args)
+        except Exception:
+            log.warning("worker loop step %s failed", getattr(step, "__name__", step), exc_info=True)
 
     def beat(self) -> None:
         """Record that this worker is alive (GET /readyz looks for it)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, or_, select, update
+from sqlalchemy import ColumnElement, and_, select, update
 from sqlalchemy.orm import Session
 
 from app.jobs.models import Job, JobStatus
@@ -169,22 +169,43 @@ def release_expired(
 
 
 def stale_queued(session: Session, enqueued_before: datetime, limit: int = 500) -> list[Job]:
-    """Queued jobs whose message was sent long ago (or never) and nobody claimed."""
+    """Queued jobs whose message was sent long ago and nobody claimed (the message was lost).
+    Jobs never sent are the dispatcher's (``take_unsent``)."""
     stmt = (
         select(Job)
-        .where(
-            Job.status == JobStatus.QUEUED.value,
-            or_(Job.enqueued_at.is_(None), Job.enqueued_at < enqueued_before),
-        )
+        .where(Job.status == JobStatus.QUEUED.value, Job.enqueued_at < enqueued_before)
         .order_by(Job.created_at)
         .limit(limit)
     )
     return list(session.scalars(stmt))
 
 
+def take_unsent(session: Session, now: datetime, limit: int = 500) -> list[tuple[str, str]]:
+    """Stamp queued jobs never sent (``enqueued_at`` None: the API commits a job, it does not
+    publish it) as sent now; returns their ``(id, queue)``, oldest first, for the caller to
+    send once it has committed. A compare-and-set: of several dispatchers, one takes a job.
+
+    The scan reads the partial index ``ix_jobs_unsent`` and takes no lock when there is
+    nothing to send (on SQLite an UPDATE takes the write lock even when it matches no row).
+    """
+    ids = list(session.scalars(
+        select(Job.id).where(Job.status == JobStatus.QUEUED.value, Job.enqueued_at.is_(None))
+        .order_by(Job.created_at).limit(limit)
+    ))
+    if not ids:
+        return []
+    taken = session.execute(
+        update(Job)
+        .where(Job.id.in_(ids), Job.status == JobStatus.QUEUED.value, Job.enqueued_at.is_(None))
+        .values(enqueued_at=now)
+        .returning(Job.id, Job.queue, Job.created_at)
+    ).all()
+    return [(job_id, queue) for job_id, queue, _ in sorted(taken, key=lambda row: (row[2], row[0]))]
+
+
 def mark_reenqueued(session: Session, job: Job, now: datetime) -> bool:
     """Stamp a re-send, unless another reconciler just did (compare-and-set on enqueued_at)."""
-    previous = Job.enqueued_at.is_(None) if job.enqueued_at is None else Job.enqueued_at == job.enqueued_at
+    previous = Job.enqueued_at == job.enqueued_at  # (IS NULL for None)
     result = session.execute(
         update(Job)
         .where(Job.id == job.id, Job.status == JobStatus.QUEUED.value, previous)

@@ -6,7 +6,17 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, UTCDateTime, utcnow
@@ -26,6 +36,9 @@ class JobStatus(StrEnum):
 FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 
 
+_UNSENT = text("status = 'queued' AND enqueued_at IS NULL")
+
+
 class Job(Base):
     """A submission and its judging: what to run, who asked, where it stands."""
 
@@ -39,6 +52,8 @@ class Job(Base):
         Index("ix_jobs_track_created", "track", "created_at", "id"),
         Index("ix_jobs_track_family_created", "track", "family", "created_at"),
         Index("ix_jobs_callback_state_next", "callback_state", "callback_next_at"),
+        # The dispatcher's scan (app/jobs/leases.take_unsent): queued jobs not sent yet, alone.
+        Index("ix_jobs_unsent", "created_at", postgresql_where=_UNSENT, sqlite_where=_UNSENT),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -84,6 +99,8 @@ class Job(Base):
     report_id: Mapped[str | None] = mapped_column(String(32))
     # Times.
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # When the job's message was last sent; None: not sent yet (the API commits the job and
+    # the workers' dispatcher sends it: workers/reconciler.py).
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

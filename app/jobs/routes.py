@@ -11,7 +11,6 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from sqlalchemy.orm import Session
 
 from app.db import SessionDep
-from app.deps import EstimatorDep, QueueDep, SettingsDep
 from app.errors import error_responses
 from app.jobs import events, repository, service
 from app.jobs.models import Job, JobStatus
@@ -36,22 +35,21 @@ def submit_idea(
     body: IdeaSubmission,
     session: SessionDep,
     caller: SubmitterDep,
-    queue: QueueDep,
-    settings: SettingsDep,
-    estimator: EstimatorDep,
     request: Request,
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobAccepted:
-    """Submit an idea to judge; answers 202 with the queued job, its links and an estimate."""
+    """Submit an idea to judge; answers 202 with the queued job, its links and an estimate.
+
+    The job is committed, not published: a worker's dispatcher sends it within
+    ``dispatch_every_s`` (the database is the truth, the broker a wake-up call)."""
+    state = request.app.state  # (read here, not as dependencies: FastAPI solves each per request)
     submitted = service.submit(
-        session, caller, body, idempotency_key=idempotency_key, settings=settings, estimator=estimator,
-        fair_use=request.app.state.fair_use, request_id=getattr(request.state, "request_id", None),
+        session, caller, body, idempotency_key=idempotency_key, settings=state.settings,
+        estimator=state.estimator, fair_use=state.fair_use, request_id=getattr(request.state, "request_id", None),
     )
     job = submitted.job
     session.commit()
-    if not submitted.replay:  # commit, then enqueue: never a message for a rolled-back job
-        queue.enqueue(job.id, job.queue)
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     view = service.job_view(job, queue_position=submitted.queue_position)
     return JobAccepted(

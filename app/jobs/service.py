@@ -138,7 +138,7 @@ def submit(
         "attempts": 0,
         "cancel_requested": False,
         "created_at": now,
-        "enqueued_at": now,
+        "enqueued_at": None,  # not sent: a worker's dispatcher sends it (workers/reconciler.py)
     }
     if not repository.insert_job(session, values):
         # A concurrent (or earlier) request with the same Idempotency-Key made the job.

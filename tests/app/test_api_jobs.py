@@ -19,7 +19,17 @@ def submit(client: Any, token: str, headers: dict[str, str] | None = None, **ove
     return client.post("/v1/ideas", json=body, headers={**bearer(token), **(headers or {})})
 
 
-def test_submit_queues_a_job_and_enqueues_after_commit(app: Any, client: Any, keys: dict[str, str]) -> None:
+def dispatch(app: Any) -> list[str]:
+    """One pass of a worker's dispatcher on the app's database and (recording) queue."""
+    from workers.context import WorkerContext
+    from workers.reconciler import dispatch_once
+
+    ctx = WorkerContext(settings=app.state.settings, engine=app.state.engine, sessions=app.state.sessionmaker,
+                        worker_id="host:1", queue=app.state.queue)
+    return dispatch_once(ctx)
+
+
+def test_submit_commits_a_job_that_the_dispatcher_sends_once(app: Any, client: Any, keys: dict[str, str]) -> None:
     response = submit(client, keys["agent"])
     assert response.status_code == 202, response.text
     body = response.json()
@@ -31,14 +41,30 @@ def test_submit_queues_a_job_and_enqueues_after_commit(app: Any, client: Any, ke
     assert body["queue_position"] == 0
     assert body["estimate"]["runs_total"] > 0 and body["estimate"]["basis"] == "default"
     assert body["idempotent_replay"] is False
+    assert app.state.queue.sent == []  # the API publishes nothing: it committed the job
+    with app.state.sessionmaker() as session:
+        job = session.get(Job, job_id)
+        assert job.status == "queued" and job.enqueued_at is None
+    assert dispatch(app) == [job_id]
     assert app.state.queue.sent == [(job_id, "cpu")]
-    with app.state.sessionmaker() as session:  # committed before the message went out
-        assert session.get(Job, job_id).status == "queued"
+    with app.state.sessionmaker() as session:  # stamped (committed) before the message went out
+        assert session.get(Job, job_id).enqueued_at is not None
+    assert dispatch(app) == [] and len(app.state.queue.sent) == 1  # sent once
+
+
+def test_the_dispatcher_sends_oldest_first_and_skips_cancelled_jobs(app: Any, client: Any,
+                                                                    keys: dict[str, str]) -> None:
+    ids = [submit(client, keys["agent"], name=f"n{i}").json()["job_id"] for i in range(3)]
+    cancelled = client.post(f"/v1/jobs/{ids[1]}/cancel", headers=bearer(keys["agent"]))
+    assert cancelled.status_code == 202 and cancelled.json()["status"] == "cancelled"
+    assert dispatch(app) == [ids[0], ids[2]]
+    assert app.state.queue.sent == [(ids[0], "cpu"), (ids[2], "cpu")]
 
 
 def test_device_routes_to_the_gpu_queue(app: Any, client: Any, keys: dict[str, str]) -> None:
     body = submit(client, keys["agent"], device="gpu").json()
     assert body["device"] == "gpu"
+    assert dispatch(app) == [body["job_id"]]
     assert app.state.queue.sent[-1] == (body["job_id"], "gpu")
 
 
@@ -60,7 +86,7 @@ def test_idempotency_key_returns_the_same_job(app: Any, client: Any, keys: dict[
     assert first.status_code == second.status_code == 202
     assert first.json()["job_id"] == second.json()["job_id"]
     assert second.json()["idempotent_replay"] is True
-    assert len(app.state.queue.sent) == 1  # the replay sends nothing
+    assert dispatch(app) == [first.json()["job_id"]]  # one job, one message: the replay made none
     # Another key's namespace is separate.
     other = submit(client, keys["agent2"], headers)
     assert other.json()["job_id"] != first.json()["job_id"]
