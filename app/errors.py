@@ -295,13 +295,18 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     return response
 
 
+def database_lost(exc: BaseException) -> bool:
+    """A lost or refused database connection, or no free one in the pool (a 503 to retry),
+    rather than a bad statement or row."""
+    return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError) or (
+        isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated)
+
+
 async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     """A lost or refused database connection (a restart, a failover, a killed backend), or none
     free in the pool within its timeout, is a 503 to retry, not a 500: the transaction was
     rolled back, and the pool drops the dead connection. Any other database error is a bug: a 500."""
-    lost = isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError) or (
-        isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated)
-    if not lost:
+    if not database_lost(exc):
         return await _internal_error(request, exc)
     log.warning("database unavailable on %s %s (request %s): %s", request.method, request.url.path,
                 getattr(request.state, "request_id", "-"), type(exc).__name__)

@@ -8,7 +8,7 @@ embedded service and one API process, in Redis when ``rate_limit_storage`` names
 that several API processes share one count), with its asyncio API: the count is taken in
 the event loop without blocking it (and, in memory, without the timer thread the
 synchronous memory storage starts every few milliseconds). Jobs in flight and jobs per day are counted
-in the database at submission, where the jobs are. Operators are exempt: they run the
+in the database at submission, where the jobs are, under the key's lock (``app.jobs.intake``). Operators are exempt: they run the
 service (and its tests and load benchmarks).
 """
 
@@ -20,12 +20,8 @@ import time
 
 from limits import RateLimitItem, parse, storage
 from limits.aio import strategies
-from sqlalchemy import bindparam, func, select, update
-from sqlalchemy.orm import Session
 
 from app.errors import ApiCode, ApiError
-from app.jobs.models import Job, JobStatus
-from app.keys.models import ApiKey
 from app.settings import Settings
 
 
@@ -50,52 +46,26 @@ class FairUse:
                        f"More than {self.settings.rate_limit} requests from this key.",
                        headers={"Retry-After": str(wait)})
 
-    def check_jobs(self, session: Session, key_id: str, now: dt.datetime, *, max_active: int | None = None,
-                   daily_quota: int | None = None) -> None:
-        """429 ``too_many_jobs`` / ``daily_quota`` before another job of ``key_id`` is made;
-        ``max_active`` / ``daily_quota`` are the key's own overrides (None: the settings).
+    def refusal(self, active: int, today: int, now: dt.datetime, *, cap: int | None, quota: int | None
+                ) -> ApiError | None:
+        """The 429 (``too_many_jobs`` / ``daily_quota``) for another job of a key that has
+        ``active`` jobs in flight and made ``today`` since midnight UTC, or None. ``cap`` and
+        ``quota`` are the key's limits (0: none); see ``limits_of``. The counts are taken
+        under the key's lock (``app.jobs.intake``)."""
+        if cap and active >= cap:
+            return ApiError(429, ApiCode.TOO_MANY_JOBS,
+                            f"This key has {active} jobs queued or running; the limit is {cap}.",
+                            headers={"Retry-After": "30"})
+        if quota and today >= quota:
+            midnight = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+            wait = math.ceil((midnight + dt.timedelta(days=1) - now).total_seconds())
+            return ApiError(429, ApiCode.DAILY_QUOTA,
+                            f"This key has submitted {today} jobs today (UTC); its daily quota is {quota}.",
+                            headers={"Retry-After": str(max(1, wait))})
+        return None
 
-        The key is locked first (held until the route commits its insert), so concurrent
-        submissions of one key are counted one after the other: without it, 24 requests at
-        once at a cap of 3 could each count fewer than 3 and get in. Both counts are one
-        prepared query.
-        """
+    def limits_of(self, max_active: int | None, daily_quota: int | None) -> tuple[int, int]:
+        """A key's (cap on jobs in flight, daily quota): its own overrides, else the settings."""
         cap = self.settings.max_active_jobs_per_key if max_active is None else max_active
         quota = self.settings.daily_job_quota_per_key if daily_quota is None else daily_quota
-        if not cap and not quota:
-            return
-        midnight = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-        connection = session.connection()
-        connection.execute(_LOCK_KEY[connection.dialect.name == "sqlite"], {"key": key_id})
-        active, today = connection.execute(_COUNTS, {"key": key_id, "midnight": midnight}).one()
-        if cap and active >= cap:
-            raise ApiError(429, ApiCode.TOO_MANY_JOBS,
-                           f"This key has {active} jobs queued or running; the limit is {cap}.",
-                           headers={"Retry-After": "30"})
-        if quota and today >= quota:
-            wait = math.ceil((midnight + dt.timedelta(days=1) - now).total_seconds())
-            raise ApiError(429, ApiCode.DAILY_QUOTA,
-                           f"This key has submitted {today} jobs today (UTC); its daily quota is {quota}.",
-                           headers={"Retry-After": str(max(1, wait))})
-
-
-# Postgres: lock the key's row. SQLite: a write that changes nothing, which begins the
-# transaction and takes the database's write lock before the count (a SELECT alone runs
-# outside any transaction under pysqlite, and FOR UPDATE renders as nothing there).
-_LOCK_KEY = (
-    select(ApiKey.id).where(ApiKey.id == bindparam("key")).with_for_update(),
-    update(ApiKey).where(ApiKey.id == bindparam("key")).values(id=ApiKey.id),
-)
-# Two counts that each read only what they count, from an index: the key's jobs in flight
-# (ix_jobs_submitter_status) and its jobs since midnight (ix_jobs_submitter_created). One
-# count(*) FILTER over all the key's jobs read its whole history on every submission: 51 ms
-# for a key with 100,000 jobs, with the key locked (docs/reliability.md).
-_COUNTS = select(
-    select(func.count()).where(
-        Job.submitter_id == bindparam("key"),
-        Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]),
-    ).scalar_subquery(),
-    select(func.count()).where(
-        Job.submitter_id == bindparam("key"), Job.created_at >= bindparam("midnight"),
-    ).scalar_subquery(),
-)
+        return cap, quota

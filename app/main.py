@@ -17,6 +17,7 @@ from app.errors import install_error_handlers
 from app.fair_use import FairUse
 from app.health.routes import router as health_router
 from app.jobs.estimate import Estimator
+from app.jobs.intake import Intake
 from app.jobs.routes import router as jobs_router
 from app.keys.routes import router as keys_router
 from app.keys.service import KeyCache
@@ -49,6 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         async with mcp_server.session_manager.run():
             yield
+        app.state.intake.close()
         queue.close()
         engine.dispose()
 
@@ -60,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.estimator = Estimator(settings.estimate_run_s)
     app.state.key_cache = KeyCache(settings.key_cache_s)
     app.state.fair_use = FairUse(settings)
+    app.state.intake = Intake(app.state.sessionmaker, settings, app.state.estimator, app.state.fair_use)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:  # off unless configured: agents call from servers, not browsers

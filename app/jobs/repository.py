@@ -5,45 +5,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from app import pagination
 from app.jobs.models import Job, JobEvent, JobStatus
 
-JOBS: Table = Job.__table__  # type: ignore[assignment]
-
-
-_INSERTS = {
-    "postgresql": postgresql.insert(JOBS).on_conflict_do_nothing(index_elements=["submitter_id", "idempotency_key"]),
-    "sqlite": sqlite.insert(JOBS).on_conflict_do_nothing(index_elements=["submitter_id", "idempotency_key"]),
-}
-
-
-def insert_job(session: Session, values: dict[str, Any]) -> bool:
-    """INSERT a new job now; False (and nothing written) when this key's Idempotency-Key
-    already made one, whoever won the race: one statement, no error to recover from.
-
-    A plain Core insert: the submission path is the hottest write of the API,
-    and the ORM's unit of work costs more than the statement itself.
-    """
-    statement = _INSERTS.get(session.get_bind().dialect.name)
-    if statement is None:  # another database: a duplicate raises IntegrityError instead
-        session.execute(insert(JOBS), values)
-        return True
-    return int(session.execute(statement, values).rowcount) == 1  # type: ignore[attr-defined]
-
 
 def get_job(session: Session, job_id: str) -> Job | None:
     """A job by id."""
     return session.get(Job, job_id)
-
-
-def find_by_idempotency_key(session: Session, submitter_id: str, key: str) -> Job | None:
-    """The job an earlier request with this key made, if any."""
-    stmt = select(Job).where(Job.submitter_id == submitter_id, Job.idempotency_key == key)
-    return session.scalars(stmt).first()
 
 
 def list_jobs(

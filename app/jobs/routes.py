@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from app.db import SessionDep
 from app.errors import error_responses
-from app.jobs import events, repository, service
+from app.jobs import events, intake, repository, service
 from app.jobs.models import Job, JobStatus
 from app.jobs.schemas import IdeaSubmission, JobAccepted, JobPage, JobView
 from app.keys.deps import SubmitterDep
@@ -31,9 +31,8 @@ IdempotencyKey = Annotated[
     response_model=JobAccepted,
     responses=error_responses(409, 413, 422, 429),
 )
-def submit_idea(
+async def submit_idea(
     body: IdeaSubmission,
-    session: SessionDep,
     caller: SubmitterDep,
     request: Request,
     response: Response,
@@ -41,15 +40,16 @@ def submit_idea(
 ) -> JobAccepted:
     """Submit an idea to judge; answers 202 with the queued job, its links and an estimate.
 
-    The job is committed, not published: a worker's dispatcher sends it within
-    ``dispatch_every_s`` (the database is the truth, the broker a wake-up call)."""
+    The job is committed before the answer, not published: a worker's dispatcher sends it
+    within ``dispatch_every_s`` (the database is the truth, the broker a wake-up call).
+    Concurrent submissions are committed together (``app.jobs.intake``)."""
     state = request.app.state  # (read here, not as dependencies: FastAPI solves each per request)
-    submitted = service.submit(
-        session, caller, body, idempotency_key=idempotency_key, settings=state.settings,
-        estimator=state.estimator, fair_use=state.fair_use, request_id=getattr(request.state, "request_id", None),
+    pending = await intake.prepare(
+        caller, body, idempotency_key=idempotency_key, settings=state.settings, fair_use=state.fair_use,
+        sessions=state.sessionmaker, request_id=getattr(request.state, "request_id", None),
     )
+    submitted = await state.intake.submit(pending)
     job = submitted.job
-    session.commit()
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     view = service.job_view(job, queue_position=submitted.queue_position)
     return JobAccepted(

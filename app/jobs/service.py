@@ -13,8 +13,6 @@ from sqlalchemy.orm import Session
 from app import pagination
 from app.db import utcnow
 from app.errors import ApiCode, ApiError
-from app.fair_use import FairUse
-from app.ids import new_id
 from app.jobs import repository
 from app.jobs.estimate import Estimator, grid_size, seeds_of
 from app.jobs.models import FINISHED, Job, JobStatus
@@ -26,7 +24,7 @@ from app.tracks import service as tracks_service
 from app.webhooks import service as webhooks
 from bench.catalog import planned_runs
 from bench.contract import check_hparams, check_measurable, check_source
-from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
+from bench.errors import DEFAULT_HINTS, ErrorCode
 from bench.family import family_of
 from bench.stats import CONFIRMATION_LOOKS
 
@@ -59,14 +57,14 @@ class Checked:
     family: str
 
 
-def validate_submission(session: Session, body: IdeaSubmission, settings: Settings) -> Checked:
-    """Static checks before queuing; raises ``BenchError`` (``ApiError`` for the callback URL)."""
+def validate_submission(body: IdeaSubmission, settings: Settings, track: str, card: dict[str, Any]) -> Checked:
+    """Static checks before queuing, for the resolved ``track`` (``tracks.service.resolve_for_job``);
+    raises ``BenchError`` (``ApiError`` for the callback URL)."""
     if body.callback_url is not None:
         try:
             webhooks.check_url(body.callback_url, allow_private=settings.webhook_allow_private)
         except webhooks.CallbackRefused as exc:
             raise ApiError(422, ApiCode.INVALID_CALLBACK_URL, str(exc)) from None
-    track, card = tracks_service.resolve_for_job(session, body.track)
     max_configs = int(card.get("max_configs", 12))
     info = check_source(body.code, role="idea")
     if body.baseline_code is not None:
@@ -82,81 +80,14 @@ def validate_submission(session: Session, body: IdeaSubmission, settings: Settin
     return Checked(track=track, card=card, hparams=hparams, family=family_of(body.code, info.tree))
 
 
-def submit(
-    session: Session,
-    caller: Caller,
-    body: IdeaSubmission,
-    *,
-    idempotency_key: str | None,
-    settings: Settings,
-    estimator: Estimator,
-    fair_use: FairUse | None = None,
-    request_id: str | None = None,
-) -> Submitted:
-    """Validate and stage a queued job, or return the one this Idempotency-Key made (a replay
-    never counts against the key's limits)."""
-    if body.n_seeds is not None and not caller.is_operator:
-        raise ApiError(403, ApiCode.N_SEEDS_FIXED,
-                       "n_seeds is fixed per track; an agent's submission may not set it.")
-    digest = request_digest(body)
-    now = utcnow()
-    try:
-        checked = validate_submission(session, body, settings)
-        if fair_use is not None and not caller.is_operator:
-            fair_use.check_jobs(session, caller.key_id, now, max_active=caller.max_active_jobs,
-                                daily_quota=caller.daily_job_quota)
-    except (BenchError, ApiError):
-        # A retry of a submission that made its job is answered with that job, even where the
-        # same body would now be refused (the track deprecated, the key at its cap). Looked up
-        # only here and on an insert conflict: a fresh submission costs no extra query.
-        existing = (repository.find_by_idempotency_key(session, caller.key_id, idempotency_key)
-                    if idempotency_key is not None else None)
-        if existing is None:
-            raise
-        return _replay(session, existing, digest, settings, estimator)
-    values: dict[str, Any] = {
-        "id": new_id("job"),
-        "status": JobStatus.QUEUED.value,
-        "queue": body.device or settings.default_job_device,
-        "track": checked.track,
-        "name": body.name,
-        "hypothesis": body.hypothesis,
-        "idea_code": body.code,
-        "baseline_code": body.baseline_code,
-        "n_seeds": body.n_seeds,
-        "hparams": body.hparams,
-        "mechanism": body.mechanism,
-        "submitter_id": caller.key_id,
-        "idempotency_key": idempotency_key,
-        "family": checked.family,
-        "request_id": request_id,
-        "request_sha256": digest,
-        "callback_url": body.callback_url,
-        "callback_state": webhooks.PENDING if body.callback_url else None,
-        "callback_attempts": 0,
-        "runs_done": 0,
-        "attempts": 0,
-        "cancel_requested": False,
-        "created_at": now,
-        "enqueued_at": None,  # not sent: a worker's dispatcher sends it (workers/reconciler.py)
-    }
-    if not repository.insert_job(session, values):
-        # A concurrent (or earlier) request with the same Idempotency-Key made the job.
-        existing = repository.find_by_idempotency_key(session, caller.key_id, str(idempotency_key))
-        assert existing is not None, "a conflict on the idempotency key leaves its job"
-        return _replay(session, existing, digest, settings, estimator)
-    job = Job(**values)  # the view of the row just inserted (not tracked by the session)
-    runs = planned_runs(checked.card, grid_size(checked.hparams), body.n_seeds)
-    return _submitted(session, job, False, runs, confirmation_runs(checked.card, body.n_seeds), settings, estimator)
-
-
 def confirmation_runs(card: dict[str, Any], n_seeds: int | None) -> int:
     """The most runs a confirmation adds: both arms on n_seeds fresh seeds per look, and the
     second look when the first is close (``bench.stats.CONFIRMATION_LOOKS``)."""
     return 2 * CONFIRMATION_LOOKS * seeds_of(card, n_seeds)
 
 
-def _replay(session: Session, job: Job, digest: str, settings: Settings, estimator: Estimator) -> Submitted:
+def replay(session: Session, job: Job, digest: str, settings: Settings, estimator: Estimator) -> Submitted:
+    """The answer to a retry of the request that made ``job`` (409 when its body differs)."""
     if job.request_sha256 != digest:
         raise ApiError(
             409,
@@ -165,13 +96,14 @@ def _replay(session: Session, job: Job, digest: str, settings: Settings, estimat
         )
     card = tracks_service.card_of_job_track(session, job.track)
     runs = job.runs_total or planned_runs(card, grid_size(job.hparams), job.n_seeds)
-    return _submitted(session, job, True, runs, confirmation_runs(card, job.n_seeds), settings, estimator)
+    return submitted(session, job, True, runs, confirmation_runs(card, job.n_seeds), settings, estimator)
 
 
-def _submitted(
+def submitted(
     session: Session, job: Job, replay: bool, runs: int, confirmation_runs: int, settings: Settings,
     estimator: Estimator,
 ) -> Submitted:
+    """The answer for ``job``: its estimate and queue position (a new job's from a cached depth)."""
     per_run = estimator.seconds_per_run(session, job.track)
     basis: Literal["history", "default"] = "history" if per_run is not None else "default"
     run_s = runs * (per_run if per_run is not None else settings.estimate_run_s)

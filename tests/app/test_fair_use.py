@@ -155,8 +155,8 @@ def test_the_job_counts_read_only_what_they_count_however_long_the_keys_history(
 
     from sqlalchemy import insert, text
 
-    from app import fair_use
     from app.db import make_engine, make_sessionmaker
+    from app.jobs import intake
     from app.jobs.models import Job
 
     engine = make_engine(pg_settings.database_url)
@@ -173,10 +173,10 @@ def test_the_job_counts_read_only_what_they_count_however_long_the_keys_history(
                 for i in range(20_000)]
         conn.execute(insert(Job), rows)
         conn.execute(text("ANALYZE jobs"))
-        assert tuple(conn.execute(fair_use._COUNTS, {"key": key, "midnight": midnight}).one()) == (3, 5)
-        compiled = fair_use._COUNTS.compile(engine)
-        params = {**compiled.params, "key": key, "midnight": midnight}
-        sql = compiled.string.replace("__[POSTCOMPILE_status_1]", "'queued', 'running'")
+        assert tuple(conn.execute(intake._COUNTS, {"keys": [key], "midnight": midnight}).one()) == (key, 3, 5)
+        sql = intake._COUNTS.params(keys=[key], midnight=midnight).compile(
+            engine, compile_kwargs={"render_postcompile": True}).string
+        params = {"status_1_1": "queued", "status_1_2": "running", "keys_1": key, "midnight": midnight}
         plan = conn.exec_driver_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).scalar_one()
     engine.dispose()
 

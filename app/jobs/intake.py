@@ -1,0 +1,373 @@
+"""Group commit of submissions: one writer thread per API process writes every submission
+that arrived while it wrote the last batch, in one transaction.
+
+Alone, a submission costs a thread hop, a session, a key lock, a count, an insert and a
+commit (with its WAL flush): five round trips, and 2.8 ms of Postgres CPU per submission in
+benchmarks/load.py (docs/reliability.md, session 12). A batch of n pays for each of these once: it locks its
+keys (sorted, one statement), reads the jobs their Idempotency-Keys already made (one
+statement), counts every locked key's jobs in flight and of today (one statement), inserts
+what it accepts (one multi-row INSERT) and commits once. At low load a batch holds one
+submission and nothing waits: the writer takes what is there, it does not wait to fill up.
+
+The rules are those of one submission at a time, applied in arrival order: a retry is
+answered with the job its key made (before any cap, as before); a key at its cap gets 429
+however many of its submissions share a batch (each accepted one counts against the next);
+the counts are read after the lock is granted, in a statement of their own (a count in the
+locking statement would read a snapshot taken before the lock was granted).
+
+A batch that fails on a lost database answers every submission in it with that error (503
+to retry; nothing was written). Any other failure is retried one submission at a time, so
+that no body can fail the others in its batch.
+
+Why not a library: what is batched is our own transaction (locks, counts, replays), which
+no queueing library knows; the code is a queue, a thread and a future per submission.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import queue
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import Table, bindparam, func, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql.elements import BindParameter
+
+from app.db import utcnow
+from app.errors import ApiCode, ApiError, database_lost
+from app.fair_use import FairUse
+from app.ids import new_id
+from app.jobs import service
+from app.jobs.estimate import Estimator, grid_size
+from app.jobs.models import Job, JobStatus
+from app.jobs.schemas import IdeaSubmission
+from app.keys.deps import Caller
+from app.keys.models import ApiKey
+from app.settings import Settings
+from app.tracks import service as tracks_service
+from app.webhooks import service as webhooks
+from bench.catalog import get_card, is_builtin, planned_runs
+from bench.errors import BenchError
+
+log = logging.getLogger(__name__)
+
+JOBS: Table = Job.__table__  # type: ignore[assignment]
+MAX_BATCH = 256
+INLINE_CHECK_BYTES = 16 * 1024
+
+
+@dataclass
+class Pending:
+    """One submission for the writer: its row (or the error its checks raised), and the
+    fair-use limits of its key (``cap`` / ``quota`` None: not counted, e.g. an operator)."""
+
+    key_id: str
+    idempotency_key: str | None
+    digest: str
+    values: dict[str, Any] | None  # None: refused by its checks (``error``), answered as a replay if it is one
+    error: Exception | None = None
+    cap: int | None = None
+    quota: int | None = None
+    runs: int = 0
+    confirmation_runs: int = 0
+    # Set by the writer (anew in each transaction it tries), read by the request once woken.
+    outcome: service.Submitted | Exception | None = None
+    replay: bool = False  # answered with the job its Idempotency-Key made (not inserted)
+    loop: asyncio.AbstractEventLoop | None = None
+    future: asyncio.Future[None] | None = None
+
+    @property
+    def counted(self) -> bool:
+        return bool(self.cap or self.quota)
+
+    @property
+    def accepted(self) -> bool:
+        """To insert (or inserted): neither refused nor a retry."""
+        return self.values is not None and self.outcome is None and not self.replay
+
+    @property
+    def pair(self) -> tuple[str, str] | None:
+        return (self.key_id, self.idempotency_key) if self.idempotency_key is not None else None
+
+
+@dataclass
+class _Batch:
+    """What one transaction learned and decided."""
+
+    items: list[Pending]
+    existing: dict[tuple[str, str], Job] = field(default_factory=dict)
+    counts: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+class Intake:
+    """The writer of one API process (``app.state.intake``); ``await submit(p)`` from any
+    event loop (the test client starts one per request)."""
+
+    def __init__(self, sessions: sessionmaker[Session], settings: Settings, estimator: Estimator,
+                 fair_use: FairUse) -> None:
+        self.sessions = sessions
+        self.settings = settings
+        self.estimator = estimator
+        self.fair_use = fair_use
+        self._queue: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
+        self.batches = 0  # batches written (a figure for tests and benchmarks)
+
+    async def submit(self, pending: Pending) -> service.Submitted:
+        """Write ``pending`` in the next batch; its ``Submitted``, or the error that answers it."""
+        loop = asyncio.get_running_loop()
+        pending.loop, pending.future = loop, loop.create_future()
+        self._ensure_thread()
+        self._queue.put(pending)
+        await pending.future
+        if isinstance(pending.outcome, Exception):
+            raise pending.outcome
+        assert pending.outcome is not None
+        return pending.outcome
+
+    def close(self) -> None:
+        """Stop the writer once it has written what was queued before."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(10)
+            self._thread = None
+
+    def _ensure_thread(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        with self._start:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="ideabench-intake", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            stop = False
+            while len(batch) < MAX_BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
+            try:
+                self.write(batch)
+                self.batches += 1
+            finally:  # (write never raises; whatever happens, no request waits forever)
+                _wake(batch)
+            if stop:
+                return
+
+    def write(self, items: list[Pending]) -> None:
+        """Write ``items`` in one transaction and set each one's ``outcome`` (never raises)."""
+        try:
+            self._write_together(items)
+        except Exception as exc:  # noqa: BLE001 - every error becomes an answer
+            if database_lost(exc) or len(items) == 1:
+                if not database_lost(exc):
+                    log.exception("a submission failed to be written")
+                for item in items:
+                    item.outcome = exc
+                return
+            for item in items:  # no body fails another: each alone
+                self.write([item])
+
+    def _write_together(self, items: list[Pending]) -> None:
+        for item in items:
+            item.outcome, item.replay = None, False
+        now = utcnow()
+        with self.sessions() as session:
+            connection = session.connection()
+            sqlite_db = connection.dialect.name == "sqlite"
+            batch = _Batch(items)
+            counted = sorted({p.key_id for p in items if p.counted and p.values is not None})
+            if counted:  # lock the keys, then count (a statement of its own: see the module)
+                connection.execute(_LOCK_KEYS[sqlite_db], {"keys": counted})
+            pairs = sorted({p.pair for p in items if p.pair is not None})
+            if pairs:
+                stmt = select(Job).where(tuple_(Job.submitter_id, Job.idempotency_key).in_(pairs))
+                batch.existing = {(j.submitter_id, str(j.idempotency_key)): j for j in session.scalars(stmt)}
+            if counted:
+                midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+                batch.counts = {key: (active, today) for key, active, today in connection.execute(
+                    _COUNTS, {"keys": counted, "midnight": midnight})}
+            rows = self._decide(batch, now)
+            if rows:
+                # In one order of (key, Idempotency-Key): two batches that wait on each other's
+                # uncommitted keys (a key with no cap is not locked) would deadlock otherwise.
+                rows.sort(key=lambda row: (row["submitter_id"], row["idempotency_key"] or ""))
+                inserted = {row.id for row in connection.execute(_INSERTS[sqlite_db], rows)}
+                for item in items:
+                    if item.accepted and item.values is not None and item.values["id"] not in inserted:
+                        item.replay = True  # lost an insert race on its Idempotency-Key
+            self._answer(session, batch)
+            session.commit()
+
+    def _decide(self, batch: _Batch, now: dt.datetime) -> list[dict[str, Any]]:
+        """Each item's fate in arrival order; the rows to insert."""
+        rows: list[dict[str, Any]] = []
+        added: Counter[str] = Counter()
+        made: set[tuple[str, str]] = set()
+        for item in batch.items:
+            pair = item.pair
+            if pair is not None and (pair in batch.existing or pair in made):
+                item.replay = True  # a retry: answered with the job (``_answer``)
+                continue
+            if item.values is None:
+                item.outcome = item.error
+                continue
+            if item.counted:
+                active, today = batch.counts.get(item.key_id, (0, 0))
+                refusal = self.fair_use.refusal(active + added[item.key_id], today + added[item.key_id], now,
+                                                cap=item.cap, quota=item.quota)
+                if refusal is not None:
+                    item.outcome = refusal
+                    continue
+            added[item.key_id] += 1
+            if pair is not None:
+                made.add(pair)
+            rows.append(item.values)
+        return rows
+
+    def _answer(self, session: Session, batch: _Batch) -> None:
+        """The answers of the accepted items and of the retries."""
+        made = {p.pair: p for p in batch.items if p.accepted and p.pair is not None}
+        missing = [p.pair for p in batch.items if p.replay and p.pair not in batch.existing and p.pair not in made]
+        if missing:  # an insert race lost to another process: read the winner
+            stmt = select(Job).where(tuple_(Job.submitter_id, Job.idempotency_key).in_(missing))
+            batch.existing.update({(j.submitter_id, str(j.idempotency_key)): j for j in session.scalars(stmt)})
+        for item in batch.items:
+            try:
+                if item.accepted and item.values is not None:
+                    item.outcome = service.submitted(session, Job(**item.values), False, item.runs,
+                                                     item.confirmation_runs, self.settings, self.estimator)
+                elif item.replay and item.pair is not None:
+                    first = made.get(item.pair)
+                    job = batch.existing.get(item.pair) or (Job(**first.values) if first and first.values else None)
+                    item.outcome = (service.replay(session, job, item.digest, self.settings, self.estimator)
+                                    if job is not None else item.error or RuntimeError("a replay without its job"))
+            except (ApiError, BenchError) as exc:
+                item.outcome = exc
+
+
+async def prepare(
+    caller: Caller, body: IdeaSubmission, *, idempotency_key: str | None, settings: Settings, fair_use: FairUse,
+    sessions: sessionmaker[Session], request_id: str | None,
+) -> Pending:
+    """A submission checked and made into its row. A refused one raises, unless it has an
+    Idempotency-Key: a retry of a submission that made its job is answered with that job even
+    where the same body would now be refused (the track deprecated), so the writer decides."""
+    if body.n_seeds is not None and not caller.is_operator:
+        raise ApiError(403, ApiCode.N_SEEDS_FIXED,
+                       "n_seeds is fixed per track; an agent's submission may not set it.")
+    cap, quota = (None, None) if caller.is_operator else fair_use.limits_of(caller.max_active_jobs,
+                                                                            caller.daily_job_quota)
+    pending = Pending(caller.key_id, idempotency_key, service.request_digest(body), None, cap=cap, quota=quota)
+    try:
+        if is_builtin(body.track):  # no database to ask
+            track, card = body.track, get_card(body.track)
+        else:
+            track, card = await run_in_threadpool(_resolve_custom, sessions, body.track)
+        size = len(body.code) + len(body.baseline_code or "")
+        # A small file's checks (about 2 ms) run here, cheaper than a thread hop; a large one's
+        # would hold up every other request of this process, so they run in the thread pool.
+        checked = (service.validate_submission(body, settings, track, card) if size <= INLINE_CHECK_BYTES else
+                   await run_in_threadpool(service.validate_submission, body, settings, track, card))
+    except (BenchError, ApiError) as exc:
+        if idempotency_key is None:
+            raise
+        pending.error = exc
+        return pending
+    pending.values = {
+        "id": new_id("job"),
+        "status": JobStatus.QUEUED.value,
+        "queue": body.device or settings.default_job_device,
+        "track": checked.track,
+        "name": body.name,
+        "hypothesis": body.hypothesis,
+        "idea_code": body.code,
+        "baseline_code": body.baseline_code,
+        "n_seeds": body.n_seeds,
+        "hparams": body.hparams,
+        "mechanism": body.mechanism,
+        "submitter_id": caller.key_id,
+        "idempotency_key": idempotency_key,
+        "family": checked.family,
+        "request_id": request_id,
+        "request_sha256": pending.digest,
+        "callback_url": body.callback_url,
+        "callback_state": webhooks.PENDING if body.callback_url else None,
+        "callback_attempts": 0,
+        "runs_done": 0,
+        "attempts": 0,
+        "cancel_requested": False,
+        "created_at": utcnow(),
+        "enqueued_at": None,  # not sent: a worker's dispatcher sends it (workers/reconciler.py)
+    }
+    pending.runs = planned_runs(checked.card, grid_size(checked.hparams), body.n_seeds)
+    pending.confirmation_runs = service.confirmation_runs(checked.card, body.n_seeds)
+    return pending
+
+
+def _resolve_custom(sessions: sessionmaker[Session], track: str) -> tuple[str, dict[str, Any]]:
+    with sessions() as session:
+        return tracks_service.resolve_for_job(session, track)
+
+
+def _wake(batch: list[Pending]) -> None:
+    """Resolve each item's future in its own loop: one wake-up call per loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for item in batch:
+        if item.loop is not None and item.future is not None:
+            by_loop.setdefault(item.loop, []).append(item.future)
+    for loop, futures in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_resolve, futures)
+        except RuntimeError:  # that loop has closed (its request went away)
+            pass
+
+
+def _resolve(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(None)
+
+
+_KEYS: BindParameter[Any] = bindparam("keys", expanding=True)
+# Postgres: lock the keys' rows in one order (no two batches deadlock). SQLite: a write that
+# changes nothing, which takes the database's write lock before the counts.
+_LOCK_KEYS = (
+    select(ApiKey.id).where(ApiKey.id.in_(_KEYS)).order_by(ApiKey.id).with_for_update(),
+    update(ApiKey).where(ApiKey.id.in_(_KEYS)).values(id=ApiKey.id),
+)
+# Each key's jobs in flight and since midnight, each read from its own index
+# (app.fair_use._COUNTS, per key): correlated subqueries, one statement for the batch.
+_COUNTS = select(
+    ApiKey.id,
+    select(func.count()).where(
+        Job.submitter_id == ApiKey.id, Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]),
+    ).scalar_subquery(),
+    select(func.count()).where(
+        Job.submitter_id == ApiKey.id, Job.created_at >= bindparam("midnight"),
+    ).scalar_subquery(),
+).where(ApiKey.id.in_(_KEYS))
+_INSERTS = (
+    postgresql.insert(JOBS).on_conflict_do_nothing(index_elements=["submitter_id", "idempotency_key"])
+    .returning(JOBS.c.id),
+    sqlite.insert(JOBS).on_conflict_do_nothing(index_elements=["submitter_id", "idempotency_key"])
+    .returning(JOBS.c.id),
+)
