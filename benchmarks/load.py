@@ -203,7 +203,7 @@ def main() -> int:
             env["DATABASE_URL"] = database_url + "?options=-csynchronous_commit%3Doff"
         if args.profile:
             cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--format", "raw", "-o", args.profile,
-                   "--rate", "250", "--gil", "--", sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app",
+                   "--rate", "250", "--gil", "--nonblocking", "--", sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app",
                    "--port", str(port), "--log-level", "warning", "--no-access-log"]
         else:
             cmd = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--port", str(port),
