@@ -224,3 +224,19 @@ def test_a_lost_connection_answers_its_batch_503_and_the_next_batch_is_written(p
     assert all(isinstance(o, service.Submitted) for o in _outcomes(again))
     assert one.jobs() == 4
     one.close()
+
+
+def test_a_large_file_is_checked_in_the_thread_pool_with_the_same_answers(client: Any, keys: dict[str, str]) -> None:
+    """Files over INLINE_CHECK_BYTES are checked off the event loop: accepted or refused as a
+    small one would be, and a retry of an accepted one is its replay."""
+    from tests.conftest import bearer
+
+    padding = "\n# " + "x" * intake.INLINE_CHECK_BYTES + "\n"
+    headers = {**bearer(keys["agent"]), "Idempotency-Key": "large"}
+    accepted = client.post("/v1/ideas", json={"track": "smoke", "code": IDEA + padding}, headers=headers)
+    assert accepted.status_code == 202, accepted.text
+    again = client.post("/v1/ideas", json={"track": "smoke", "code": IDEA + padding}, headers=headers)
+    assert again.json()["idempotent_replay"] is True and again.json()["job_id"] == accepted.json()["job_id"]
+    refused = client.post("/v1/ideas", json={"track": "smoke", "code": "def build_model(:\n" + padding},
+                          headers=bearer(keys["agent"]))
+    assert refused.status_code == 422 and refused.json()["code"] == "invalid_code"
