@@ -47,6 +47,7 @@ async def submit_idea(
     pending = await intake.prepare(
         caller, body, idempotency_key=idempotency_key, settings=state.settings, fair_use=state.fair_use,
         sessions=state.sessionmaker, request_id=getattr(request.state, "request_id", None),
+        body_bytes=len(await request.body()),  # (read already, to parse it: cached)
     )
     submitted = await state.intake.submit(pending)
     job = submitted.job

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from app.jobs.models import JobStatus
 
@@ -70,6 +70,25 @@ class IdeaSubmission(BaseModel):
         "signed with your key's webhook_secret (GET /v1/keys/me), retried with backoff; its deliveries "
         "show on the job (callback.deliveries).",
     )
+
+    @field_validator("track", "name", "hypothesis", "hparams", "mechanism", "callback_url")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        """No NUL character in a text the database stores (Postgres refuses it in text and
+        JSON: that was a 500). The idea files are checked as source (``invalid_code``)."""
+        if _has_nul(value):
+            raise ValueError("must not contain the NUL character (\\u0000)")
+        return value
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 class JobError(BaseModel):

@@ -24,6 +24,7 @@ from app.keys.roles import Role
 from app.keys.service import create_key
 from app.models import metadata
 from bench.catalog import get_card
+from bench.errors import BenchError, ErrorCode
 
 IDEA = get_card("smoke")["example_idea"]
 
@@ -50,7 +51,7 @@ class Writer:
     async def pending(self, caller: Caller, idempotency_key: str | None = None, **body: Any) -> intake.Pending:
         submission = IdeaSubmission.model_validate({"track": "smoke", "code": IDEA, **body})
         return await intake.prepare(caller, submission, idempotency_key=idempotency_key, settings=self.settings,
-                                    fair_use=self.fair_use, sessions=self.sessions, request_id=None)
+                                    fair_use=self.fair_use, sessions=self.sessions, request_id=None, body_bytes=0)
 
     def jobs(self) -> int:
         with self.sessions() as session:
@@ -119,8 +120,17 @@ def test_a_retry_is_answered_with_its_job_even_where_its_body_is_now_refused(wri
     writer.intake.write([again, fresh])
     assert isinstance(again.outcome, service.Submitted) and again.outcome.replay
     assert isinstance(fresh.outcome, ApiError) and fresh.outcome.code == "too_many_jobs"
-    broken = asyncio.run(writer.pending(caller, "broken", code="def build_model(:"))  # refused, with a key
-    writer.intake.write([broken])
+    # The same body refused by its checks now (say, its track deprecated since): its job.
+    refused_now = asyncio.run(writer.pending(caller, "k"))
+    refused_now.values, refused_now.error = None, BenchError(ErrorCode.TRACK_DEPRECATED, "gone")
+    writer.intake.write([refused_now])
+    assert isinstance(refused_now.outcome, service.Submitted) and refused_now.outcome.replay
+    assert refused_now.outcome.job.id == made.outcome.job.id
+    # A refused body under that key: another body, so 409; under a new key: its own error.
+    other = asyncio.run(writer.pending(caller, "k", code="def build_model(:"))
+    broken = asyncio.run(writer.pending(caller, "broken", code="def build_model(:"))
+    writer.intake.write([other, broken])
+    assert getattr(other.outcome, "code", None) == "idempotency_conflict"
     assert getattr(broken.outcome, "code", None) == "invalid_code"
 
 
@@ -226,12 +236,24 @@ def test_a_lost_connection_answers_its_batch_503_and_the_next_batch_is_written(p
     one.close()
 
 
-def test_a_large_file_is_checked_in_the_thread_pool_with_the_same_answers(client: Any, keys: dict[str, str]) -> None:
-    """Files over INLINE_CHECK_BYTES are checked off the event loop: accepted or refused as a
-    small one would be, and a retry of an accepted one is its replay."""
+def test_a_large_body_is_checked_in_the_thread_pool_with_the_same_answers(
+        client: Any, keys: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bodies over INLINE_BODY_BYTES are checked off the event loop (a large file's checks
+    would stall every request of the process): accepted or refused as a small one would be,
+    and a retry of an accepted one is its replay. A small one is checked inline."""
     from tests.conftest import bearer
 
-    padding = "\n# " + "x" * intake.INLINE_CHECK_BYTES + "\n"
+    hops: list[object] = []
+    real = intake.run_in_threadpool
+
+    async def counted(func: Any, *args: Any) -> Any:
+        hops.append(func)
+        return await real(func, *args)
+
+    monkeypatch.setattr(intake, "run_in_threadpool", counted)
+    small = client.post("/v1/ideas", json={"track": "smoke", "code": IDEA}, headers=bearer(keys["agent"]))
+    assert small.status_code == 202 and hops == []
+    padding = "\n# " + "x" * intake.INLINE_BODY_BYTES + "\n"
     headers = {**bearer(keys["agent"]), "Idempotency-Key": "large"}
     accepted = client.post("/v1/ideas", json={"track": "smoke", "code": IDEA + padding}, headers=headers)
     assert accepted.status_code == 202, accepted.text
@@ -240,3 +262,17 @@ def test_a_large_file_is_checked_in_the_thread_pool_with_the_same_answers(client
     refused = client.post("/v1/ideas", json={"track": "smoke", "code": "def build_model(:\n" + padding},
                           headers=bearer(keys["agent"]))
     assert refused.status_code == 422 and refused.json()["code"] == "invalid_code"
+    assert hops == [intake.check] * 3
+
+
+def test_a_nul_character_in_a_stored_text_is_a_422_not_a_500(client: Any, keys: dict[str, str]) -> None:
+    """Postgres refuses NUL in text and JSON; a name, hypothesis, grid or mechanism holding one
+    was a 500 (and, in a batch, made every other submission of it be written again alone)."""
+    from tests.conftest import bearer
+
+    for extra in ({"name": "a\x00b"}, {"hypothesis": "\x00"}, {"hparams": {"width": ["\x00"]}},
+                  {"mechanism": {"k\x00": 1}}):
+        answer = client.post("/v1/ideas", json={"track": "smoke", "code": IDEA, **extra},
+                             headers=bearer(keys["agent"]))
+        assert answer.status_code == 422, (extra, answer.text)
+        assert answer.json()["code"] == "validation_error", answer.json()
