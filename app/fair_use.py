@@ -8,7 +8,8 @@ embedded service and one API process, in Redis when ``rate_limit_storage`` names
 that several API processes share one count), with its asyncio API: the count is taken in
 the event loop without blocking it (and, in memory, without the timer thread the
 synchronous memory storage starts every few milliseconds). Jobs in flight and jobs per day are counted
-in the database at submission, where the jobs are, under the key's lock (``app.jobs.intake``). Operators are exempt: they run the
+in the database at submission, where the jobs are, under the key's lock
+(``app.jobs.intake``). Operators are exempt: they run the
 service (and its tests and load benchmarks).
 """
 
