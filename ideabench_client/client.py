@@ -123,8 +123,22 @@ def _check(response: httpx.Response) -> Any:
     return _body(response) if response.content else None
 
 
-def _event(sse: Any) -> Event:
-    return Event(id=int(sse.id) if sse.id not in (None, "") else -1, event=sse.event, data=json.loads(sse.data))
+def _event(sse: Any) -> Event | None:
+    """The job event of one parsed SSE message; None for a keep-alive.
+
+    The server sends ``: ping`` comments while a job is quiet (every 15 s). After a comment,
+    httpx-sse yields a message with empty data (carrying the last id it saw): that is no event
+    of the job, and it is skipped, as is any message without data. Every event of the job has
+    a JSON object as its data."""
+    if not sse.data.strip():
+        return None
+    try:
+        data = json.loads(sse.data)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise httpx.TransportError(f"the event stream sent a message that is not a JSON object: {sse.data[:80]!r}")
+    return Event(id=int(sse.id) if sse.id not in (None, "") else -1, event=sse.event, data=data)
 
 
 class _Base:
@@ -241,6 +255,8 @@ class Client(_Base):
                         raise httpx.TransportError(f"HTTP {source.response.status_code}")
                     for sse in source.iter_sse():
                         event = _event(sse)
+                        if event is None:  # a keep-alive
+                            continue
                         failures = 0
                         last_event_id = event.id
                         yield event
@@ -378,6 +394,8 @@ class AsyncClient(_Base):
                         raise httpx.TransportError(f"HTTP {source.response.status_code}")
                     async for sse in source.aiter_sse():
                         event = _event(sse)
+                        if event is None:  # a keep-alive
+                            continue
                         failures = 0
                         last_event_id = event.id
                         yield event

@@ -1,10 +1,15 @@
-"""The embedded service on a real port (uvicorn) with a real worker, for the client faces."""
+"""The embedded service on a real port (uvicorn) with a real worker, for the client faces.
+
+Its event streams are as they are in production, only faster: a keep-alive comment every
+``PING_S`` (FastAPI's is 15 s) and a stream closed after ``STREAM_MAX_S`` (300 s), so every job
+a test waits on outlasts both, and each face meets the pings and the reconnects of a real job."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 
+import fastapi.routing
 import httpx
 import pytest
 
@@ -14,6 +19,9 @@ from app.migrate import upgrade_head
 from tests.conftest import served
 from tests.workers.test_end_to_end import start_worker, stop_worker, wait_for
 
+PING_S = 0.2
+STREAM_MAX_S = 2.0
+
 
 @pytest.fixture(scope="package")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
@@ -21,7 +29,10 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     from app.settings import Settings
 
     tmp = tmp_path_factory.mktemp("service")
-    settings = Settings(data_dir=tmp / "var", webhook_allow_private=True)  # webhooks to a loopback receiver
+    settings = Settings(data_dir=tmp / "var", webhook_allow_private=True,  # webhooks to a loopback receiver
+                        stream_max_s=STREAM_MAX_S)
+    patch = pytest.MonkeyPatch()
+    patch.setattr(fastapi.routing, "_PING_INTERVAL", PING_S)  # the server's keep-alive interval
     upgrade_head(settings)
     app = create_app(settings)
     with app.state.sessionmaker() as session:
@@ -34,3 +45,4 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
             yield url, key, tmp / "worker.log"
         finally:
             stop_worker(worker)
+            patch.undo()

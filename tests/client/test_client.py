@@ -10,6 +10,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,44 @@ def test_submit_wait_and_read_the_report_with_the_sync_client(service: tuple[str
         with pytest.raises(AuthError) as fixed:
             bench.submit("smoke", EXAMPLE, n_seeds=2)
         assert fixed.value.code == "n_seeds_fixed" and fixed.value.status == 403
+
+
+@pytest.mark.slow
+def test_waits_outlast_the_keep_alive_and_the_stream_rotation(service: tuple[str, str, Path]) -> None:
+    """A real job that runs longer than the server's keep-alive (``PING_S``) and its stream's
+    life (``STREAM_MAX_S``): the sync and async waits and ``submit --wait`` read every event once,
+    in order; a raw read of the same stream shows the pings they skipped."""
+    from tests.client.conftest import STREAM_MAX_S
+
+    url, key, _log = service
+    raw: list[bytes] = []
+
+    def read_raw(job_id: str) -> None:
+        with httpx.stream("GET", f"{url}/v1/jobs/{job_id}/events", headers={"Authorization": f"Bearer {key}"},
+                          timeout=httpx.Timeout(30.0)) as response:
+            raw.extend(response.iter_bytes())
+
+    with Client(url, key) as bench:
+        job = bench.submit("smoke", EXAMPLE, name="long-wait")
+        reader = threading.Thread(target=read_raw, args=(job.job_id,))
+        reader.start()
+        started = time.monotonic()
+        events: list[Any] = []
+        done = bench.wait(job.job_id, on_event=events.append)
+        took = time.monotonic() - started
+        reader.join(30)
+    assert done.status == "succeeded", done
+    assert took > STREAM_MAX_S, f"the job took {took:.1f} s: too short to test a rotated stream"
+    assert b": ping" in b"".join(raw), "the server sent no keep-alive during the job"
+    assert [e.id for e in events] == list(range(len(events))) and events[-1].event == "end"
+
+    async def follow() -> list[int]:
+        async with AsyncClient(url, key) as bench:
+            job = await bench.submit("smoke", EXAMPLE, name="long-wait-async")
+            return [e.id async for e in bench.events(job.job_id)]
+
+    ids = asyncio.run(follow())
+    assert ids == list(range(len(ids))) and len(ids) > 3
 
 
 @pytest.mark.slow
@@ -155,6 +194,60 @@ def test_the_client_verbs_run_without_torch_or_the_web_stack(service: tuple[str,
     probe = subprocess.run([sys.executable, "-c", "import torch"], env={**os.environ, **env},
                            capture_output=True, text=True)
     assert probe.returncode != 0 and "blocked by the test" in probe.stderr  # the blocker works
+
+
+PINGED_STREAM = (
+    b'id: 0\nevent: queued\ndata: {"job_id": "job_1", "status": "queued"}\n\n'
+    b": ping\n\n"  # after an id, httpx-sse yields an empty message for a comment
+    b'id: 1\nevent: stage\ndata: {"job_id": "job_1", "stage": "sweep", "runs_total": 4}\n\n'
+    b": ping\n\n: ping\n\n"
+    b"id: 7\nevent: ping\n\n"  # a message without data is no event either
+    b'id: 2\nevent: end\ndata: {"job_id": "job_1", "status": "succeeded"}\n\n'
+)
+
+
+def _stream_server(body: bytes, seen: list[httpx.Request]) -> httpx.MockTransport:
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path.endswith("/events"):
+            return httpx.Response(200, content=body, headers={"Content-Type": "text/event-stream"})
+        return httpx.Response(200, json={"job_id": "job_1", "status": "succeeded", "track": "smoke"})
+    return httpx.MockTransport(handler)
+
+
+def test_keep_alive_comments_are_not_events_sync_and_async() -> None:
+    """Issue 27: every wait crashed with a JSONDecodeError on the first ``: ping`` after an id,
+    about 15 s into any job longer than the keep-alive."""
+    seen: list[httpx.Request] = []
+    http = httpx.Client(base_url="http://bench", transport=_stream_server(PINGED_STREAM, seen))
+    with Client("http://bench", "k", http=http) as bench:
+        events = list(bench.events("job_1"))
+        assert [(e.id, e.event) for e in events] == [(0, "queued"), (1, "stage"), (2, "end")]
+        assert bench.wait("job_1").status == "succeeded"
+
+    async def session() -> list[tuple[int, str]]:
+        transport = _stream_server(PINGED_STREAM, [])
+        async with AsyncClient("http://bench", "k", http=httpx.AsyncClient(base_url="http://bench",
+                                                                           transport=transport)) as bench:
+            return [(e.id, e.event) async for e in bench.events("job_1")]
+
+    assert asyncio.run(session()) == [(0, "queued"), (1, "stage"), (2, "end")]
+
+
+def test_a_message_that_is_not_json_reconnects_after_the_last_event() -> None:
+    """A garbled message is a broken stream: the client resumes after the last event it had."""
+    bodies = [PINGED_STREAM.replace(b'id: 1\nevent: stage\ndata: {', b"id: 1\nevent: stage\ndata: {{"),
+              PINGED_STREAM.split(b": ping\n\n", 1)[1]]
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=bodies[len(seen) - 1], headers={"Content-Type": "text/event-stream"})
+
+    http = httpx.Client(base_url="http://bench", transport=httpx.MockTransport(handler))
+    events = list(Client("http://bench", "k", http=http, backoff=0.0).events("job_1"))
+    assert [e.id for e in events] == [0, 1, 2]
+    assert seen[1].headers["Last-Event-ID"] == "0"
 
 
 def test_retries_honour_retry_after_and_keep_the_idempotency_key() -> None:
