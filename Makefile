@@ -19,6 +19,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 install: $(STAMP)
 
 run: install
+	bash scripts/system_deps.sh sandbox
 	$(BIN)/ideabench migrate
 	$(BIN)/ideabench serve
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from bench import BENCH_VERSION
 from bench.report import Report
+from bench.sandbox import ALLOW_WEAK_ENV, missing_judge_layers
 from bench.stats import CONFIRMATION_LOOKS, CONFIRMATION_SHARES, compare, confirmation_p
 from bench.verdicts import decide, mechanism_confirmed
 
@@ -287,6 +288,12 @@ def build_report(outcome: Outcome) -> dict[str, Any]:
                 f"{arm}: {count} run(s) diverged and were scored at the divergence ceiling "
                 "(or the worst finite value of both arms, if worse)."
             )
+    weak = missing_judge_layers(outcome.isolation)
+    if weak:  # only under the development setting: a worker with its sandbox never runs without them
+        warnings.append(
+            f"weak sandbox: judged without {', '.join(weak)} ({ALLOW_WEAK_ENV}, a development setting); "
+            "submitted code could read and change this host, so this report counts in no totals or q-values."
+        )
     wall = outcome.wall
 
     def arm_block(arm: str) -> dict[str, Any]:
@@ -336,6 +343,7 @@ def build_report(outcome: Outcome) -> dict[str, Any]:
         "device": outcome.device,
         "warnings": warnings,
         "isolation": outcome.isolation,
+        "sandbox": {"complete": not weak, "missing": weak},
         "execution": outcome.execution,
         "diverged": diverged,
         "submission": outcome.submission,

@@ -33,6 +33,7 @@ class ErrorCode(StrEnum):
     TRACK_NAME_TAKEN = "track_name_taken"
     CANCELLED = "cancelled"
     NO_SPACE = "no_space"
+    SANDBOX_UNAVAILABLE = "sandbox_unavailable"
     INTERNAL = "internal"
 
 
@@ -88,6 +89,9 @@ DEFAULT_HINTS: dict[ErrorCode, str] = {
     ErrorCode.TRACK_NAME_TAKEN: "Choose another name: built-in track names and names registered by "
     "another author are taken.",
     ErrorCode.CANCELLED: "The job was cancelled; submit it again if that was a mistake.",
+    ErrorCode.SANDBOX_UNAVAILABLE: "Not your idea's fault: this worker lacks a layer of the sandbox "
+    "that submitted code must run in, so it judges nothing. Submit again later; an operator installs "
+    "bubblewrap and libseccomp (scripts/system_deps.sh) or moves the worker (docs/deploy.md).",
     ErrorCode.INTERNAL: "This is a bug in ideabench, not in the idea; retry later.",
 }
 

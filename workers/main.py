@@ -2,11 +2,44 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+import signal
 import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.queue import is_sql_broker, prepare_broker
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from bench.sandbox import SandboxCheck
+
+log = logging.getLogger("ideabench.worker")
+EX_CONFIG = 78  # sysexits.h: a configuration error (here, a sandbox that cannot run)
+
+
+def check_sandbox() -> SandboxCheck:
+    """Start one sandboxed child and say what it lacks (bench.sandbox.check)."""
+    from bench import sandbox
+
+    workdir = Path(tempfile.mkdtemp(prefix="ideabench-sandbox-check-"))
+    try:
+        return sandbox.check(workdir / "child")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _wait_for_stop() -> None:
+    """Block until SIGTERM or SIGINT (a worker that judges nothing still beats meanwhile)."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        pass
 
 
 def _tune_embedded_broker(settings: Settings) -> None:
@@ -50,10 +83,24 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
     _tune_embedded_broker(settings)
     prepare_broker(settings.broker_url)
     queues = queues or [settings.worker_queue]
-    celery, _holder = make_celery(settings)
+    found = check_sandbox()
     loop_ctx = WorkerContext.create(settings)
-    loop = WorkerLoop(loop_ctx)
+    loop = WorkerLoop(loop_ctx, sandbox=found.describe())
     loop.start()
+    if not found.judges:  # fail closed: say so at start and in /readyz, take no job
+        log.error("this worker judges nothing: its sandbox lacks %s. Install bubblewrap and libseccomp "
+                  "(scripts/system_deps.sh; docs/deploy.md), or on a development machine only set "
+                  "IDEABENCH_ALLOW_WEAK_SANDBOX=1.", ", ".join(found.missing))
+        try:
+            _wait_for_stop()
+        finally:
+            loop.stop()
+            loop_ctx.close()
+        return EX_CONFIG
+    if found.missing:
+        log.warning("weak sandbox (a development setting): judging without %s; reports say so and count "
+                    "in no totals", ", ".join(found.missing))
+    celery, _holder = make_celery(settings)
     sender = WebhookSender(loop_ctx)
     sender.start()
     try:

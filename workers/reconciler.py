@@ -106,9 +106,12 @@ def reconcile_once(ctx: WorkerContext, now: datetime | None = None) -> Reconcile
 class WorkerLoop(threading.Thread):
     """Background thread of a worker: sends new jobs, says it is alive, reconciles."""
 
-    def __init__(self, ctx: WorkerContext, beat_every_s: float = 5.0) -> None:
+    def __init__(self, ctx: WorkerContext, sandbox: str, beat_every_s: float = 5.0) -> None:
+        """``sandbox``: what this worker's sandbox check found (``SandboxCheck.describe``), sent
+        with every beat for ``/readyz``."""
         super().__init__(name="ideabench-reconciler", daemon=True)
         self.ctx = ctx
+        self.sandbox = sandbox
         self.beat_every_s = beat_every_s
         self._stop_event = threading.Event()
 
@@ -140,7 +143,7 @@ class WorkerLoop(threading.Thread):
         settings = self.ctx.settings
         with self.ctx.sessions() as session:
             health_repository.record_beat(session, self.ctx.worker_id, settings.worker_queue, settings.device,
-                                          utcnow())
+                                          utcnow(), sandbox=self.sandbox)
             session.commit()
 
     def stop(self) -> None:

@@ -18,5 +18,8 @@ class WorkerBeat(Base):
     id: Mapped[str] = mapped_column(String(200), primary_key=True)
     queue: Mapped[str] = mapped_column(String(16))
     device: Mapped[str] = mapped_column(String(32))
+    # What the worker's sandbox check found at its start (bench.sandbox.SandboxCheck.describe):
+    # "complete", "weak: missing ..." (judging, development only) or "refused: missing ...".
+    sandbox: Mapped[str | None] = mapped_column(String(200))
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)

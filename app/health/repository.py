@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
 from app.health.models import WorkerBeat
@@ -15,13 +15,18 @@ def database_ok(session: Session) -> bool:
     return session.execute(text("SELECT 1")).scalar() == 1
 
 
-def last_worker_seen(session: Session) -> datetime | None:
-    """When any worker last said it was alive."""
-    return session.scalar(select(func.max(WorkerBeat.seen_at)))
+def sandboxes_seen(session: Session, since: datetime) -> dict[str, str | None]:
+    """What the sandbox check of each worker seen since ``since`` found (None: not recorded)."""
+    rows = session.execute(select(WorkerBeat.id, WorkerBeat.sandbox).where(WorkerBeat.seen_at >= since))
+    return {worker_id: sandbox for worker_id, sandbox in rows}
 
 
-def record_beat(session: Session, worker_id: str, queue: str, device: str, now: datetime) -> None:
-    """Say this worker is alive (update, or insert the first time)."""
-    result = session.execute(update(WorkerBeat).where(WorkerBeat.id == worker_id).values(seen_at=now))
+def record_beat(session: Session, worker_id: str, queue: str, device: str, now: datetime, *,
+                sandbox: str) -> None:
+    """Say this worker is alive (update, or insert the first time), with what its sandbox check
+    found (``bench.sandbox.SandboxCheck.describe``)."""
+    result = session.execute(update(WorkerBeat).where(WorkerBeat.id == worker_id).values(
+        seen_at=now, sandbox=sandbox))
     if int(result.rowcount) == 0:  # type: ignore[attr-defined]
-        session.add(WorkerBeat(id=worker_id, queue=queue, device=device, started_at=now, seen_at=now))
+        session.add(WorkerBeat(id=worker_id, queue=queue, device=device, started_at=now, seen_at=now,
+                               sandbox=sandbox))

@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.db import SessionDep, utcnow
 from app.deps import QueueDep, SettingsDep
@@ -21,15 +21,24 @@ class Health(BaseModel):
     """A probe's answer."""
 
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"status": "ready", "checks": {"database": True, "broker": True,
-                                                                        "worker": True}}]}
+        json_schema_extra={"examples": [{"status": "ready", "checks": {
+            "database": True, "broker": True, "worker": True, "sandbox": True},
+            "sandboxes": {"host:4242": "complete"}}]}
     )
 
     status: str
     checks: dict[str, Any] = {}
+    sandboxes: dict[str, str | None] | None = Field(default=None, description=(
+        "What each worker seen recently found at its start: complete; weak: missing ... (judging "
+        "under a development setting, reports not counted); refused: missing ... (judges nothing)."))
 
 
-@router.get("/healthz", response_model=Health)
+def _judges(sandbox: str | None) -> bool:
+    """A worker judges only with a complete sandbox, or a weak one a development setting allows."""
+    return sandbox is not None and (sandbox == "complete" or sandbox.startswith("weak:"))
+
+
+@router.get("/healthz", response_model=Health, response_model_exclude_none=True)
 async def healthz() -> Health:
     """The process is up."""
     return Health(status="ok")
@@ -37,17 +46,26 @@ async def healthz() -> Health:
 
 @router.get("/readyz", response_model=Health, responses=error_responses(503))
 async def readyz(session: SessionDep, queue: QueueDep, settings: SettingsDep) -> Health:
-    """Ready: the database and the broker answer, and a worker was seen recently."""
+    """Ready: the database and the broker answer, a worker was seen recently, and one of those
+    can sandbox submitted code (a worker without its sandbox judges nothing: it fails closed)."""
     checks: dict[str, Any] = {}
+    sandboxes: dict[str, str | None] = {}
     try:
         checks["database"] = await run_in_threadpool(repository.database_ok, session)
-        seen = await run_in_threadpool(repository.last_worker_seen, session)
+        since = utcnow() - timedelta(seconds=settings.worker_seen_s)
+        sandboxes = await run_in_threadpool(repository.sandboxes_seen, session, since)
     except Exception:
-        checks["database"], seen = False, None
+        checks["database"] = False
     checks["broker"] = await run_in_threadpool(queue.ping)
-    checks["worker"] = seen is not None and utcnow() - seen < timedelta(seconds=settings.worker_seen_s)
-    failing = sorted(name for name, ok in checks.items() if not ok)
+    checks["worker"] = bool(sandboxes)
+    checks["sandbox"] = any(_judges(state) for state in sandboxes.values())
+    failing = [name for name in ("database", "broker", "worker") if not checks[name]]
     if failing:
         raise ApiError(503, ApiCode.NOT_READY, f"Not ready: {', '.join(failing)} not reachable.",
                        headers={"Retry-After": "5"})
-    return Health(status="ready", checks=checks)
+    if not checks["sandbox"]:
+        states = "; ".join(f"{worker}: {state or 'not recorded'}" for worker, state in sorted(sandboxes.items()))
+        raise ApiError(503, ApiCode.NOT_READY, f"Not ready: no worker can sandbox submitted code, so none "
+                       f"judges ({states}).", "An operator installs bubblewrap and libseccomp on the workers "
+                       "(scripts/system_deps.sh; docs/deploy.md) and restarts them.", headers={"Retry-After": "5"})
+    return Health(status="ready", checks=checks, sandboxes=sandboxes)

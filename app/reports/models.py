@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Boolean, Date, Float, ForeignKey, Index, Integer, String, false
+from sqlalchemy import Boolean, Date, Float, ForeignKey, Index, Integer, String, false, true
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, UTCDateTime, utcnow
@@ -49,6 +49,9 @@ class Report(Base):
     family: Mapped[str | None] = mapped_column(String(40))
     baseline: Mapped[str | None] = mapped_column(String(40))
     p_helps: Mapped[float | None] = mapped_column(Float)
+    # False for a report that must count nowhere (judged under a weak sandbox, a development
+    # setting): it stays readable, but enters no verdict totals and no q-values.
+    counted: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     body: Mapped[dict[str, Any]] = mapped_column(JsonType)
 

@@ -117,9 +117,9 @@ def attempts_before(session: Session, job: Job) -> tuple[int, int, int, int]:
 
 def p_helps_of_tracks(session: Session, tracks: set[str] | None) -> list[tuple[str, str, str | None, float, bool]]:
     """``(report id, track, baseline, p_helps, worked)`` of every judged idea on ``tracks``
-    (None: every track), from the (track, p_helps) index."""
+    (None: every track) that counts (``Report.counted``), from the (track, p_helps) index."""
     stmt = select(Report.id, Report.track, Report.baseline, Report.p_helps, Report.worked).where(
-        Report.p_helps.is_not(None))
+        Report.p_helps.is_not(None), Report.counted.is_(True))
     if tracks is not None:
         stmt = stmt.where(Report.track.in_(sorted(tracks)))
     return [(i, t, b, float(p), bool(w)) for i, t, b, p, w in session.execute(stmt) if p is not None]
@@ -131,7 +131,10 @@ def week_of(day: dt.date) -> dt.date:
 
 
 def count_verdict(session: Session, report: Report) -> None:
-    """Add ``report`` to the day's verdict counts (an upsert; Postgres and SQLite)."""
+    """Add ``report`` to the day's verdict counts (an upsert; Postgres and SQLite), unless it
+    counts nowhere (``Report.counted``)."""
+    if report.counted is False:
+        return
     day = report.created_at.astimezone(dt.UTC).date()
     values = {
         "day": day, "week": week_of(day), "track": report.track, "system_verdict": report.system_verdict,

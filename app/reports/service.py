@@ -99,6 +99,7 @@ def build_report_row(
     comparison = (body.get("bench_report") or {}).get("comparison") or {}
     p_helps = _finite_or_none((body.get("bench_report") or {}).get("p_helps"))
     mechanism = body.get("mechanism_ok")
+    sandbox = (body.get("bench_report") or {}).get("sandbox")
     return Report(
         id=new_id("rep"),
         job_id=job.id,
@@ -116,6 +117,7 @@ def build_report_row(
         family=job.family,
         baseline=baseline_label(job.baseline_code),
         p_helps=p_helps if p_helps is not None and 0.0 <= p_helps <= 1.0 else None,
+        counted=not (isinstance(sandbox, dict) and sandbox.get("complete") is False),
         created_at=now,
         body=body,
     )

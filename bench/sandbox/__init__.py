@@ -22,10 +22,14 @@ Layers (``isolation_layers()`` lists those that actually ran for the last child)
 - ``process_group_kill``: the child runs in its own session; the kill reaches
   its process group (the only kill left where neither bwrap nor cgroups exist).
 
-Where a layer is unavailable the launcher logs it and runs without it, unless
-full isolation is required (``require_full_isolation=True`` or the environment
-variable ``IDEABENCH_REQUIRE_FULL_ISOLATION=1``): then ``launch`` refuses with a
-``BenchError`` (code ``internal``) naming the missing layers.
+The sandbox fails closed: without a judging layer (``JUDGE_LAYERS``: namespaces,
+no_network, empty_env, no_new_privs, seccomp) ``launch`` refuses with a ``BenchError``
+(code ``sandbox_unavailable``) naming the missing layers, and a worker whose ``check()``
+finds one missing judges nothing. Only a development setting
+(``IDEABENCH_ALLOW_WEAK_SANDBOX=1``) runs children without them; their reports then say so
+and count in no totals. Where full isolation is required (``require_full_isolation=True``
+or ``IDEABENCH_REQUIRE_FULL_ISOLATION=1``, production) every layer of ``FULL_ISOLATION``
+must run; otherwise a missing cgroup layer is logged and its fallback used.
 
 Modules: ``launcher`` (launch, exit_info, kill), ``cgroups``, ``bwrap``, ``limits``,
 and ``guard`` (the child's side: no_new_privs, seccomp, ``violation``).
@@ -35,18 +39,25 @@ from bench.sandbox.bwrap import BWRAP_ENV
 from bench.sandbox.cgroups import CGROUP_PREFIX
 from bench.sandbox.guard import violation
 from bench.sandbox.launcher import (
+    ALLOW_WEAK_ENV,
     FULL_ISOLATION,
+    JUDGE_LAYERS,
     REQUIRE_ENV,
+    SandboxCheck,
+    check,
     exit_info,
     isolation_layers,
     kill,
     launch,
     layers_of,
+    missing_judge_layers,
     probe_layers,
+    weak_allowed,
 )
 from bench.sandbox.limits import ExitInfo, Limits
 
 __all__ = [
-    "BWRAP_ENV", "CGROUP_PREFIX", "FULL_ISOLATION", "REQUIRE_ENV", "ExitInfo", "Limits", "exit_info",
-    "isolation_layers", "kill", "launch", "layers_of", "probe_layers", "violation",
+    "ALLOW_WEAK_ENV", "BWRAP_ENV", "CGROUP_PREFIX", "FULL_ISOLATION", "JUDGE_LAYERS", "REQUIRE_ENV",
+    "ExitInfo", "Limits", "SandboxCheck", "check", "exit_info", "isolation_layers", "kill", "launch",
+    "layers_of", "missing_judge_layers", "probe_layers", "violation", "weak_allowed",
 ]

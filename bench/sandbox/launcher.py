@@ -24,14 +24,45 @@ from bench.sandbox.limits import MIN_MEMORY_MB, ExitInfo, Limits
 
 log = logging.getLogger("bench.sandbox")
 REQUIRE_ENV = "IDEABENCH_REQUIRE_FULL_ISOLATION"
+ALLOW_WEAK_ENV = "IDEABENCH_ALLOW_WEAK_SANDBOX"
 STATUS_TIMEOUT_S = 60.0
 BOOT_LOG = "sandbox.log"
 
+# Every layer a launch can apply. A production worker requires all of them (REQUIRE_ENV).
 FULL_ISOLATION = (
     "namespaces", "no_network", "empty_env", "cgroup_memory", "cgroup_pids", "cgroup_kill",
     "rlimits", "no_new_privs", "seccomp", "output_cap",
 )
+# The layers without which nothing is judged, whatever the settings (fail closed): without
+# namespaces an idea reads the host (the service's files, the seed secret) and writes to it;
+# without them or seccomp it reaches the network; without an empty environment it reads the
+# worker's secrets. The cgroup layers have a fallback (RLIMIT_AS, the process group's kill).
+JUDGE_LAYERS = ("namespaces", "no_network", "empty_env", "no_new_privs", "seccomp")
 
+
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def weak_allowed() -> bool:
+    """Whether a development setting lets children run without the judging layers
+    (``IDEABENCH_ALLOW_WEAK_SANDBOX=1``); their reports then say so and count nowhere."""
+    return _truthy(ALLOW_WEAK_ENV)
+
+
+def required_layers(require_full_isolation: bool | None = None) -> tuple[str, ...]:
+    """The layers a launch must have, or refuse: ``FULL_ISOLATION`` when full isolation is
+    required (argument, else ``IDEABENCH_REQUIRE_FULL_ISOLATION``); else ``JUDGE_LAYERS``,
+    unless weak sandboxes are allowed (development only: then none)."""
+    if require_full_isolation if require_full_isolation is not None else _truthy(REQUIRE_ENV):
+        return FULL_ISOLATION
+    return () if weak_allowed() else JUDGE_LAYERS
+
+
+def missing_judge_layers(layers: list[str]) -> list[str]:
+    """The judging layers absent from ``layers`` (a report's ``isolation``): non-empty only
+    for a report judged under ``IDEABENCH_ALLOW_WEAK_SANDBOX``."""
+    return [layer for layer in JUDGE_LAYERS if layer not in layers]
 
 
 def _child_env(workdir: Path) -> dict[str, str]:
@@ -62,19 +93,16 @@ _states_lock = threading.Lock()
 _last_layers: list[str] | None = None
 
 
-def _requires_full(value: bool | None) -> bool:
-    if value is not None:
-        return value
-    return os.environ.get(REQUIRE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _refuse(missing: list[str], why: str = "") -> BenchError:
+def _refuse(missing: list[str], required: tuple[str, ...], why: str = "") -> BenchError:
+    setting = (f"full isolation is required ({REQUIRE_ENV}=1)" if required == FULL_ISOLATION
+               else "submitted code runs only in a complete sandbox")
     return BenchError(
-        ErrorCode.INTERNAL,
-        f"Full isolation is required ({REQUIRE_ENV}=1) but these sandbox layers are "
-        f"unavailable on this worker: {', '.join(missing)}{why}; refusing to run submitted code.",
-        "An operator must fix the worker: install bubblewrap (scripts/system_deps.sh), give it a "
-        "writable cgroup and the pyseccomp package, or unset the requirement.",
+        ErrorCode.SANDBOX_UNAVAILABLE,
+        f"This worker refuses to run submitted code: {setting}, and these sandbox layers are "
+        f"unavailable on it: {', '.join(missing)}{why}.",
+        "Not your idea's fault: submit it again later. An operator installs bubblewrap and "
+        "libseccomp (scripts/system_deps.sh), gives the worker a writable cgroup where full isolation "
+        f"is required, or, on a development machine only, sets {ALLOW_WEAK_ENV}=1.",
     )
 
 
@@ -125,15 +153,54 @@ def launch(
     from several threads run one at a time.
     """
     with _launch_lock:
-        return _launch(workdir, limits, read_only, require_full_isolation, hidden_dirs(tracks=hide_tracks))
+        return _launch(workdir, limits, read_only, required_layers(require_full_isolation),
+                       hidden_dirs(tracks=hide_tracks))
+
+
+@dataclass(frozen=True)
+class SandboxCheck:
+    """What a real launch on this host gave: ``layers`` that ran, the judging layers
+    ``missing`` (``JUDGE_LAYERS``), and whether a development setting allows judging without
+    them (``weak_allowed``)."""
+
+    layers: list[str]
+    missing: list[str]
+    weak_allowed: bool
+
+    @property
+    def judges(self) -> bool:
+        """Whether children may run here (fail closed: only with every judging layer, or weak
+        sandboxes allowed)."""
+        return not self.missing or self.weak_allowed
+
+    def describe(self) -> str:
+        """``complete``, ``weak: missing ...`` (judging, development) or ``refused: missing ...``."""
+        if not self.missing:
+            return "complete"
+        return f"{'weak' if self.weak_allowed else 'refused'}: missing {', '.join(self.missing)}"
+
+
+def check(workdir: Path) -> SandboxCheck:
+    """Start one sandboxed child in ``workdir`` (no data, killed once its bootstrap has reported
+    its layers, before it imports torch) and say which judging layers it ran without. A worker
+    calls this at start: a worker that cannot sandbox judges nothing."""
+    try:
+        with _launch_lock:
+            proc, fd = _launch(workdir, Limits(), [], (), [])
+    except BenchError as exc:
+        log.error("sandbox check: no child starts here: %s", exc.message)
+        return SandboxCheck([], list(JUDGE_LAYERS), weak_allowed())
+    os.close(fd)
+    layers = layers_of(proc)
+    kill(proc)
+    return SandboxCheck(layers, missing_judge_layers(layers), weak_allowed())
 
 
 def _launch(
-    workdir: Path, limits: Limits, read_only: list[Path] | None, require_full_isolation: bool | None,
+    workdir: Path, limits: Limits, read_only: list[Path] | None, required: tuple[str, ...],
     hidden: list[Path],
 ) -> tuple[subprocess.Popen[bytes], int]:
     global _last_layers
-    required = _requires_full(require_full_isolation)
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     if read_only is None:
@@ -146,24 +213,20 @@ def _launch(
     if bwrap is not None:
         layers += ["namespaces", "no_network"]
     layers += group.layers()
-    missing = [layer for layer in FULL_ISOLATION if layer not in layers and layer not in (
-        "no_new_privs", "seccomp"
-    )]
-    if missing:
-        log.warning("sandbox: running without %s", ", ".join(missing))
-        if required:
-            group.remove()
-            raise _refuse(missing)
+    missing = [layer for layer in required if layer not in layers and layer not in ("no_new_privs", "seccomp")]
+    if missing:  # known before starting anything (no_new_privs and seccomp: after the bootstrap)
+        group.remove()
+        raise _refuse(missing, required)
 
     proc, proto_fd, status = _start(workdir, limits, bwrap, group, read_only, hidden)
     if status is None and bwrap is not None:
         # bwrap could not start here (no namespaces allowed?): degrade, or refuse.
         reason = _boot_log_tail(workdir)
         _kill_started(proc, group, proto_fd)
-        log.warning("sandbox: bubblewrap failed (%s); running without namespaces", reason)
-        if required:
+        if "namespaces" in required:
             group.remove()
-            raise _refuse(["namespaces", "no_network"], f" (bwrap failed: {reason})")
+            raise _refuse(["namespaces", "no_network"], required, f" (bwrap failed: {reason})")
+        log.warning("sandbox: bubblewrap failed (%s); running without namespaces (%s=1)", reason, ALLOW_WEAK_ENV)
         layers = [x for x in layers if x not in ("namespaces", "no_network")]
         group.remove()
         group = Cgroup.create(limits)
@@ -176,13 +239,13 @@ def _launch(
     layers += [x for x in ("no_new_privs", "seccomp") if status.get(x)]
     if not layers.count("rlimit_as") and group.memory is None:
         layers.append("rlimit_as")
-    missing = [layer for layer in FULL_ISOLATION if layer not in layers]
+    missing = [layer for layer in required if layer not in layers]
     if missing:
-        log.warning("sandbox: child runs without %s (%s)", ", ".join(missing), status.get("errors"))
-        if required:
-            _kill_started(proc, group, proto_fd)
-            group.remove()
-            raise _refuse(missing, f" ({'; '.join(status.get('errors', []))})")
+        _kill_started(proc, group, proto_fd)
+        group.remove()
+        raise _refuse(missing, required, f" ({'; '.join(status.get('errors', []))})")
+    if weak := [layer for layer in FULL_ISOLATION if layer not in layers]:
+        log.warning("sandbox: child runs without %s (%s)", ", ".join(weak), status.get("errors"))
     with _states_lock:
         _states[proc.pid] = _State(layers, group, workdir / BOOT_LOG, limits)
     _last_layers = layers

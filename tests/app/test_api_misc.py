@@ -41,17 +41,29 @@ def test_health_and_readiness(app: Any, client: Any) -> None:
     not_ready = client.get("/readyz")
     assert not_ready.status_code == 503 and not_ready.json()["code"] == "not_ready"
     assert "worker" in not_ready.json()["message"]
+    with app.state.sessionmaker() as session:  # a worker whose sandbox check failed judges nothing
+        record_beat(session, "host:1", "cpu", "cpu", utcnow(), sandbox="refused: missing namespaces, no_network")
+        session.commit()
+    refused = client.get("/readyz")
+    assert refused.status_code == 503 and refused.json()["code"] == "not_ready"
+    assert "host:1: refused: missing namespaces, no_network" in refused.json()["message"]
+    assert "bubblewrap" in refused.json()["hint"]
     with app.state.sessionmaker() as session:
-        record_beat(session, "host:1", "cpu", "cpu", utcnow())
+        record_beat(session, "host:1", "cpu", "cpu", utcnow(), sandbox="complete")
         session.commit()
     ready = client.get("/readyz")
     assert ready.status_code == 200, ready.text
-    assert ready.json()["checks"] == {"database": True, "broker": True, "worker": True}
+    assert ready.json()["checks"] == {"database": True, "broker": True, "worker": True, "sandbox": True}
+    assert ready.json()["sandboxes"] == {"host:1": "complete"}
+    with app.state.sessionmaker() as session:  # development: judging, and saying how
+        record_beat(session, "host:1", "cpu", "cpu", utcnow(), sandbox="weak: missing seccomp")
+        session.commit()
+    assert client.get("/readyz").json()["sandboxes"] == {"host:1": "weak: missing seccomp"}
     app.state.queue.reachable = False
     assert "broker" in client.get("/readyz").json()["message"]
     app.state.queue.reachable = True
     with app.state.sessionmaker() as session:
-        record_beat(session, "host:1", "cpu", "cpu", utcnow() - dt.timedelta(hours=1))
+        record_beat(session, "host:1", "cpu", "cpu", utcnow() - dt.timedelta(hours=1), sandbox="complete")
         session.commit()
     assert client.get("/readyz").status_code == 503
 

@@ -134,3 +134,27 @@ def test_the_summary_gives_the_expected_false_discoveries_among_worked(
     assert (found["judged"], found["worked"]) == (4, 2)
     assert found["q_max_worked"] == pytest.approx(0.16 / 3)
     assert found["expected_false_worked"] == pytest.approx(0.16 / 3 * 3, abs=1e-6)  # three ideas at or below q*
+
+
+def test_a_report_judged_under_a_weak_sandbox_counts_nowhere(env: tuple[Any, Any, dict[str, str]]) -> None:
+    """Issue 25.10: a report judged without the sandbox's judging layers (possible only under the
+    development setting IDEABENCH_ALLOW_WEAK_SANDBOX) stays readable but enters no verdict totals
+    and no q-values: its code could have changed its own numbers."""
+    app, client, tokens = env
+    weak = report_body("worked", "helps", p_helps=0.001)
+    weak["bench_report"]["sandbox"] = {"complete": False, "missing": ["namespaces", "no_network"]}
+    full = report_body("failed", "inconclusive", mechanism_ok=None, p_helps=0.2)
+    full["bench_report"]["sandbox"] = {"complete": True, "missing": []}
+    with app.state.sessionmaker() as session:
+        weak_row = insert_report(session, key_id(tokens["agent"]), weak, T0)
+        full_row = insert_report(session, key_id(tokens["agent"]), full, T0 + dt.timedelta(minutes=1))
+        session.commit()
+        assert (weak_row.counted, full_row.counted) == (False, True)
+    summary = client.get("/v1/verdicts/summary?since=2026-11-01&until=2026-11-30",
+                         headers=bearer(tokens["viewer"])).json()
+    (smoke,) = summary["totals"]
+    assert smoke["counts"] == {"failed/inconclusive": 1}
+    assert (smoke["discoveries"]["judged"], smoke["discoveries"]["worked"]) == (1, 0)
+    page = {row["report_id"]: row for row in client.get("/v1/reports?limit=200",
+                                                         headers=bearer(tokens["viewer"])).json()["items"]}
+    assert page[weak_row.id]["q_value"] is None and page[full_row.id]["q_value"] == pytest.approx(0.2)

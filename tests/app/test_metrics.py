@@ -40,7 +40,7 @@ def test_metrics_count_requests_by_route_and_read_the_state(tmp_path: Any) -> No
         insert_job(session, agent.id)  # queued
         insert_job(session, agent.id, status=JobStatus.FAILED.value, error_code="timeout",
                    started_at=now - dt.timedelta(seconds=40), finished_at=now)
-        health_repository.record_beat(session, "host:7", "cpu", "cpu", now - dt.timedelta(seconds=3))
+        health_repository.record_beat(session, "host:7", "cpu", "cpu", now - dt.timedelta(seconds=3), sandbox="complete")
         session.commit()
     with TestClient(app, raise_server_exceptions=False) as client:
         for _ in range(3):

@@ -271,30 +271,68 @@ def test_full_isolation_required_refuses_without_bwrap(
 ) -> None:
     monkeypatch.setenv(sandbox.BWRAP_ENV, "0")
     monkeypatch.setenv(sandbox.REQUIRE_ENV, "1")
+    monkeypatch.setenv(sandbox.ALLOW_WEAK_ENV, "1")  # full isolation required overrides it
     with pytest.raises(BenchError) as info:
         sandbox.launch(tmp_path / "job" / "idea", sandbox.Limits())
-    assert info.value.code == ErrorCode.INTERNAL
+    assert info.value.code == ErrorCode.SANDBOX_UNAVAILABLE
     assert "namespaces" in info.value.message and sandbox.REQUIRE_ENV in info.value.message
     with pytest.raises(BenchError):
         sandbox.launch(tmp_path / "job" / "idea", sandbox.Limits(), require_full_isolation=True)
     _assert_nothing_left(str(tmp_path))
 
 
+@pytest.mark.parametrize("require_full", [None, False])
+def test_the_sandbox_fails_closed_without_namespaces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, require_full: bool | None
+) -> None:
+    """Issue 25.10: on a host without bubblewrap the service judged submitted code with no
+    namespaces and no network isolation, one log line the only sign. Now nothing starts."""
+    monkeypatch.setenv(sandbox.BWRAP_ENV, "0")
+    monkeypatch.delenv(sandbox.REQUIRE_ENV, raising=False)
+    monkeypatch.delenv(sandbox.ALLOW_WEAK_ENV, raising=False)
+    with pytest.raises(BenchError) as info:
+        sandbox.launch(tmp_path / "job" / "idea", sandbox.Limits(), require_full_isolation=require_full)
+    assert info.value.code == ErrorCode.SANDBOX_UNAVAILABLE
+    assert "namespaces, no_network" in info.value.message and sandbox.ALLOW_WEAK_ENV in info.value.hint
+    found = sandbox.check(tmp_path / "check")
+    assert not found.judges and found.missing == ["namespaces", "no_network"]
+    assert found.describe() == "refused: missing namespaces, no_network"
+    _assert_nothing_left(str(tmp_path))
+
+
+def test_a_judge_without_its_sandbox_gives_no_verdict(job_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(sandbox.BWRAP_ENV, "0")
+    monkeypatch.delenv(sandbox.ALLOW_WEAK_ENV, raising=False)
+    with pytest.raises(BenchError) as info:
+        judge(JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2))
+    assert info.value.code == ErrorCode.SANDBOX_UNAVAILABLE
+    _assert_nothing_left(str(job_tmp))
+
+
 def test_degraded_launch_reports_missing_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(sandbox.BWRAP_ENV, "0")
+    monkeypatch.setenv(sandbox.ALLOW_WEAK_ENV, "1")  # development only
     proc, fd = sandbox.launch(tmp_path / "job" / "idea", sandbox.Limits(), require_full_isolation=False)
     try:
         layers = sandbox.layers_of(proc)
         assert "namespaces" not in layers and "no_network" not in layers
         assert "empty_env" in layers and "no_new_privs" in layers
+        assert sandbox.missing_judge_layers(layers) == ["namespaces", "no_network"]
     finally:
         sandbox.kill(proc)
         os.close(fd)
+    found = sandbox.check(tmp_path / "check")
+    assert found.judges and found.describe() == "weak: missing namespaces, no_network"
     _assert_nothing_left(str(tmp_path))
 
 
-def test_bwrap_failing_to_start_degrades_or_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bwrap_failing_to_start_refuses_or_degrades(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(sandbox.BWRAP_ENV, "/bin/false")
+    monkeypatch.delenv(sandbox.ALLOW_WEAK_ENV, raising=False)
+    with pytest.raises(BenchError) as info:
+        sandbox.launch(tmp_path / "job" / "idea", sandbox.Limits())
+    assert info.value.code == ErrorCode.SANDBOX_UNAVAILABLE and "bwrap failed" in info.value.message
+    monkeypatch.setenv(sandbox.ALLOW_WEAK_ENV, "1")
     proc, fd = sandbox.launch(tmp_path / "job" / "idea", sandbox.Limits(), require_full_isolation=False)
     try:
         assert "namespaces" not in sandbox.layers_of(proc)

@@ -230,7 +230,7 @@ def test_the_api_rides_through_a_database_outage(tmp_path: Path, redis_url: str)
         app = create_app(settings)
         with app.state.sessionmaker() as session:
             token = create_key(session, "viewer", "outage").token
-            health_repository.record_beat(session, "faults:1", "cpu", "cpu", utcnow())
+            health_repository.record_beat(session, "faults:1", "cpu", "cpu", utcnow(), sandbox="complete")
             session.commit()
         try:
             with TestClient(app, raise_server_exceptions=False) as client:

@@ -47,7 +47,7 @@ def fuzz_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
     app = create_app(settings)
     with app.state.sessionmaker() as session:
         tokens = {role: create_key(session, role, f"fuzz {role}").token for role in ("agent", "operator")}
-        health_repository.record_beat(session, "fuzz:1", "cpu", "cpu", utcnow())  # /readyz: a worker seen
+        health_repository.record_beat(session, "fuzz:1", "cpu", "cpu", utcnow(), sandbox="complete")  # /readyz: a worker seen
         session.commit()
     with served(app) as url:
         assert httpx.get(f"{url}/readyz").status_code == 200

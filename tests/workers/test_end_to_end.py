@@ -258,3 +258,32 @@ def test_custom_track_registered_validated_and_judged(stack: Any) -> None:
     listed = client.get("/v1/reports", params={"track_kind": "custom"}, headers=bearer(token)).json()
     assert [r["job_id"] for r in listed["items"]] == [job_id]
     assert client.get(f"/v1/tracks/{track_id}", headers=bearer(token)).json()["n_reports"] == 1
+
+
+@pytest.mark.slow
+def test_a_worker_without_its_sandbox_judges_nothing(sqlite_settings: Any, tmp_path: Path) -> None:
+    """Issue 25.10: on a host without bubblewrap (here: switched off) the worker used to judge
+    submitted code with no namespaces and no network isolation, and /readyz said ready. Now it
+    says why at its start and in /readyz, and takes no job: the job waits for a worker that can
+    sandbox it."""
+    upgrade_head(sqlite_settings)
+    app = create_app(sqlite_settings)
+    token = make_key(app, "agent")
+    worker = start_worker(sqlite_settings, tmp_path, IDEABENCH_BWRAP="0")
+    log = tmp_path / "worker.log"
+    try:
+        with TestClient(app) as client:
+            def refused() -> Any:
+                body = client.get("/readyz").json()
+                return body if "sandbox" in body.get("message", "") else None
+
+            body = wait_for(refused, 60, "the worker's beat", log)
+            assert "refused: missing namespaces, no_network" in body["message"] and "bubblewrap" in body["hint"]
+            job = client.post("/v1/ideas", json={"track": "smoke", "code": EXAMPLE}, headers=bearer(token)).json()
+            time.sleep(3.0)  # several dispatches and beats
+            assert client.get(f"/v1/jobs/{job['job_id']}", headers=bearer(token)).json()["status"] == "queued"
+            assert worker.poll() is None  # still beating, so operators see why
+            assert "this worker judges nothing: its sandbox lacks namespaces, no_network" in log.read_text()
+    finally:
+        stop_worker(worker)
+        app.state.engine.dispose()
