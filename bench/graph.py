@@ -297,7 +297,115 @@ def resolve_op(name: Any) -> Any:
         raise refused
     if op._schema.is_mutable:
         raise not_capturable(f"the graph calls the in-place op {name[:80]!r}")
+    why = _impure(op)
+    if why:
+        raise not_capturable(f"the graph calls {name[:80]!r}, which ideabench refuses: {why}",
+                             "Use ordinary torch tensor operations; see docs/idea-contract.md.")
     return op
+
+
+# Functional batch-norm forms: the ones export's functionalisation gives, which return new
+# running statistics instead of writing the old ones.
+FUNCTIONAL_NORMS = frozenset({"aten._native_batch_norm_legit_functional.default",
+                              "aten._native_batch_norm_legit_no_training.default"})
+
+
+def _impure(op: Any) -> str:
+    """Why an ATen op that the rules above admit is still not a pure, bounds-checked function
+    of its arguments ("" when it is). These are properties of the schema, not names: an op
+    that takes explicit strides makes a view of any size over any storage with no bounds check
+    (``_reshape_alias``, ``as_strided``, ``*_strided``); one that takes running statistics and is
+    not a functional form writes them in place although its schema does not say so
+    (``batch_norm``, ``_batch_norm_impl_index``, ``instance_norm``, ``cudnn_batch_norm``...);
+    an ``empty``/``resize`` op returns memory nobody wrote."""
+    schema = op._schema
+    names = {a.name for a in schema.arguments}
+    if "stride" in names and any(r.alias_info is not None for r in schema.returns):
+        return "it makes a view with explicit strides, unchecked against its storage"
+    if {"running_mean", "running_var"} & names and str(op) not in FUNCTIONAL_NORMS:
+        return "it writes its running statistics in place (export's functional form is allowed)"
+    base = schema.name.split("::")[-1]
+    if "empty" in base or "resize" in base:
+        return "its result is uninitialised memory"
+    return ""
+
+
+MAX_STRING_ARG = 64  # the strings ATen ops take: einsum equations, modes ("tanh", "reflect", "floor")
+
+
+def _fits(value: Any, jit_type: Any) -> bool:
+    """Whether a decoded argument can be a value of the schema's type (a node stands for a
+    tensor or a symbolic size; its own type is known only when it runs)."""
+    kind = jit_type.kind()
+    if kind == "OptionalType":
+        return value is None or _fits(value, jit_type.getElementType())
+    if isinstance(value, fx.Node):
+        return kind in ("TensorType", "IntType", "SymIntType", "FloatType", "NumberType", "BoolType",
+                        "SymBoolType", "SymFloatType")
+    if kind == "TensorType":  # a Python number where a tensor goes is wrapped (mul.Tensor(x, 0.5))
+        return isinstance(value, int | float | bool)
+    if kind == "ListType":
+        inner = jit_type.getElementType()
+        return isinstance(value, list | tuple) and all(_fits(v, inner) for v in value)
+    if kind in ("IntType", "SymIntType"):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind in ("FloatType", "SymFloatType"):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "NumberType":  # a Scalar
+        return isinstance(value, int | float | bool)
+    if kind in ("BoolType", "SymBoolType"):
+        return isinstance(value, bool)
+    if kind == "StringType":
+        return isinstance(value, str) and len(value) <= MAX_STRING_ARG and value.isprintable()
+    if kind == "ScalarTypeType":
+        return isinstance(value, torch.dtype)
+    if kind == "DeviceObjType":
+        return isinstance(value, torch.device)
+    if kind == "LayoutType":
+        return isinstance(value, torch.layout)
+    if kind == "MemoryFormatType":
+        return isinstance(value, torch.memory_format)
+    return False  # generators, streams, storages, anything else: never from a capture
+
+
+def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -> None:
+    """Deny by default: a node's arguments must bind to its op's schema (positional arguments
+    at most as many as it has, keyword names among its own, each once, every argument without
+    a default given) with values of the argument's type; a size-arithmetic op takes one or
+    two numbers or nodes and no keywords. ``not_capturable`` otherwise."""
+    def refused(why: str) -> BenchError:
+        return not_capturable(f"the graph calls {name[:80]!r} with arguments ideabench refuses: {why}")
+
+    if not isinstance(target, torch._ops.OpOverload):
+        arity = 1 if target is operator.neg else 2
+        if kwargs or len(args) != arity:
+            raise refused("size arithmetic takes two values (one for neg) and no keywords")
+        if target is operator.getitem:
+            if not (isinstance(args[0], fx.Node) and isinstance(args[1], int) and not isinstance(args[1], bool)):
+                raise refused("getitem takes a node and an integer index")
+        elif not all(isinstance(a, fx.Node) or (isinstance(a, int | float) and not isinstance(a, bool))
+                     for a in args):
+            raise refused("size arithmetic takes nodes and numbers")
+        return
+    arguments = target._schema.arguments
+    positional = [a for a in arguments if not a.kwarg_only]
+    if len(args) > len(positional):
+        raise refused(f"{len(args)} positional arguments, the op takes at most {len(positional)}")
+    by_name = {a.name: a for a in arguments}
+    for key in kwargs:
+        if key not in by_name:
+            raise refused(f"no argument is named {key[:40]!r}")
+    given = {a.name: v for a, v in zip(positional, args, strict=False)}
+    for key, value in kwargs.items():
+        if key in given:
+            raise refused(f"argument {key!r} is given twice")
+        given[key] = value
+    for argument in arguments:
+        if argument.name not in given:
+            if not argument.has_default_value():
+                raise refused(f"argument {argument.name!r} is missing")
+        elif not _fits(given[argument.name], argument.real_type):
+            raise refused(f"argument {argument.name!r} is not a {argument.real_type}")
 
 
 def _decode(value: Any, env: dict[str, fx.Node], device: torch.device) -> Any:
@@ -332,8 +440,9 @@ class Signature:
     mutations: tuple[str, ...]  # buffer targets the graph returns new values for, in order
 
 
-def build_graph(doc: Any, device: torch.device) -> tuple[fx.GraphModule, Signature]:
-    """Check graph JSON ``doc`` against the allowlist and build it as an fx GraphModule."""
+def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
+    """Check graph JSON ``doc`` against the allowlist and each op's schema, and build it as a
+    ``Program`` (run node by node: no code is generated from it)."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise not_capturable("the captured graph is not in ideabench's format")
     inputs, outputs, nodes = doc.get("inputs"), doc.get("outputs"), doc.get("nodes")
@@ -380,9 +489,11 @@ def build_graph(doc: Any, device: torch.device) -> tuple[fx.GraphModule, Signatu
             kwargs = node.get("kwargs")
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise not_capturable("the captured graph is malformed (arguments)")
-            env[name] = graph.call_function(
-                target, tuple(args), {str(k): _decode(v, env, device) for k, v in kwargs.items()}
-            )
+            decoded = {k: _decode(v, env, device) for k, v in kwargs.items() if isinstance(k, str)}
+            if len(decoded) != len(kwargs):
+                raise not_capturable("the captured graph is malformed (arguments)")
+            check_call(str(node.get("target")), target, args, decoded)
+            env[name] = graph.call_function(target, tuple(args), decoded)
             module = node.get("module", "")
             if not isinstance(module, str) or not (module == "" or MODULE_PATH.fullmatch(module)):
                 raise not_capturable("the captured graph is malformed (a node's module label)")
@@ -402,7 +513,7 @@ def build_graph(doc: Any, device: torch.device) -> tuple[fx.GraphModule, Signatu
             raise not_capturable(f"the graph holds a node of kind {str(op)[:20]}, which ideabench refuses")
     if not saw_output:
         raise not_capturable("the captured graph has no output")
-    module = fx.GraphModule(nn.Module(), graph)
+    module = Program(graph)
     signature = Signature(
         inputs=tuple((str(i["kind"]), str(i.get("target", "")) if i["kind"] != "user" else "") for i in inputs),
         mutations=mutations,
@@ -410,24 +521,63 @@ def build_graph(doc: Any, device: torch.device) -> tuple[fx.GraphModule, Signatu
     return module, signature
 
 
-class _Recorder(fx.Interpreter):
-    """Runs a graph (freeing each value after its last use) and keeps the values of ``wanted``."""
+def _loader(value: Any) -> Any:
+    """A function of the value list that gives ``value`` with each node replaced by its value."""
+    if isinstance(value, fx.Node):
+        index = value.meta["index"]
+        return lambda values: values[index]
+    if isinstance(value, list | tuple) and any(isinstance(v, fx.Node | list | tuple) for v in value):
+        loaders, kind = [_loader(v) for v in value], type(value)
+        return lambda values: kind(load(values) for load in loaders)
+    return lambda values: value
 
-    def __init__(self, module: fx.GraphModule, wanted: set[fx.Node]) -> None:
-        super().__init__(module)
-        self.wanted = wanted
-        self.seen: dict[fx.Node, Any] = {}
 
-    def run_node(self, n: fx.Node) -> Any:
-        value = super().run_node(n)
-        if n in self.wanted:
-            self.seen[n] = value
-        return value
+class Program:
+    """A checked graph that trusted code runs node by node: an interpreter over ``graph``.
 
-    def record(self, *args: Any) -> tuple[dict[fx.Node, Any], torch.Tensor]:
-        """The wanted values and the graph's (last, user) output."""
-        outputs = self.run(*args)
-        return self.seen, outputs[-1]
+    No code is generated: ``fx.GraphModule`` writes a graph as Python source and runs it, and
+    its code generator pasted a node's keyword names verbatim into that source (issue 25: a
+    key such as ``"alpha=1)\nimport os..."`` ran in the trainer). Here a node is a call of its
+    resolved op on its values; each value is dropped after its last use."""
+
+    def __init__(self, graph: fx.Graph) -> None:
+        self.graph = graph
+        nodes = list(graph.nodes)
+        for index, node in enumerate(nodes):
+            node.meta["index"] = index
+        last_use: dict[fx.Node, int] = {}
+        for index, node in enumerate(nodes):
+            for used in node.all_input_nodes:
+                last_use[used] = index
+        frees: dict[int, list[int]] = {}
+        for used, index in last_use.items():
+            frees.setdefault(index, []).append(used.meta["index"])
+        self._n = len(nodes)
+        self._inputs = [n.meta["index"] for n in nodes if n.op == "placeholder"]
+        self._steps = [
+            (node.meta["index"], node.target, [_loader(a) for a in node.args],
+             {k: _loader(v) for k, v in node.kwargs.items()}, frees.get(node.meta["index"], []))
+            for node in nodes if node.op == "call_function"
+        ]
+        output = next(n for n in nodes if n.op == "output")
+        self._output = [_loader(v) for v in output.args[0]]
+
+    def run(self, *inputs: Any, keep: frozenset[int] = frozenset()) -> tuple[tuple[Any, ...], dict[int, Any]]:
+        """The graph's outputs for ``inputs``, and the values of the nodes whose index is in ``keep``."""
+        values: list[Any] = [None] * self._n
+        for index, value in zip(self._inputs, inputs, strict=True):
+            values[index] = value
+        kept: dict[int, Any] = {i: values[i] for i in keep if i in self._inputs}
+        for index, op, args, kwargs, frees in self._steps:
+            values[index] = op(*[load(values) for load in args], **{k: load(values) for k, load in kwargs.items()})
+            if index in keep:
+                kept[index] = values[index]
+            for freed in frees:
+                values[freed] = None
+        return tuple(load(values) for load in self._output), kept
+
+    def __call__(self, *inputs: Any) -> tuple[Any, ...]:
+        return self.run(*inputs)[0]
 
 
 def _prefixes(path: str) -> list[str]:
@@ -446,11 +596,11 @@ class CapturedModel(nn.Module):
     ``requires_grad=False``); buffers and tensor constants are buffers, counted apart."""
 
     # Set through __dict__ in __init__ (plain attributes, not submodules or tensors).
-    _graphs: dict[str, tuple[fx.GraphModule, tuple[str, ...], tuple[str, ...]]]
+    _graphs: dict[str, tuple[Program, tuple[str, ...], tuple[str, ...]]]
     _user_index: int
     _order: list[str]
 
-    def __init__(self, graphs: dict[str, tuple[fx.GraphModule, Signature]],
+    def __init__(self, graphs: dict[str, tuple[Program, Signature]],
                  tensors: dict[str, torch.Tensor], device: torch.device) -> None:
         super().__init__()
         train_sig = graphs["train"][1]
@@ -525,10 +675,12 @@ class CapturedModel(nn.Module):
         leaving = {n for n in inside if any(u not in inside for u in n.users)}
         values = [self._parameters[n] if n in self._parameters else self._buffers[n] for n in names]
         values.insert(self._user_index, x)
-        seen, output = _Recorder(module, entering | leaving).record(*values)
+        outputs, seen = module.run(*values, keep=frozenset(n.meta["index"] for n in entering | leaving))
+        output = outputs[-1]
 
         def crossing(nodes: set[fx.Node]) -> list[Any]:
-            return [seen[n] for n in graph.nodes if n in nodes and not isinstance(seen[n], int | float)]
+            return [seen[n.meta["index"]] for n in graph.nodes
+                    if n in nodes and not isinstance(seen[n.meta["index"]], int | float)]
 
         ins, outs = crossing(entering), crossing(leaving)
         if len(ins) != 1 or len(outs) != 1:

@@ -127,6 +127,44 @@ def load_npy(fh: BinaryIO, role: str, what: str) -> Any:
         raise bad from None
 
 
+# The codes a child may end a command with: its side's (the submitted file's faults). Never the
+# parent's (cancelled, no_space, internal, sandbox_unavailable, diverged, track states): a child
+# that sends one of those is taken at its word only as far as "the arm's process failed".
+CHILD_CODES = frozenset({
+    ErrorCode.INVALID_CODE, ErrorCode.MISSING_BUILD_MODEL, ErrorCode.BAD_OUTPUT_SHAPE, ErrorCode.NOT_A_MODULE,
+    ErrorCode.NOT_CAPTURABLE, ErrorCode.TOO_MANY_PARAMETERS, ErrorCode.PARAMETER_PARITY,
+    ErrorCode.INVALID_HPARAMS, ErrorCode.INVALID_MECHANISM, ErrorCode.MECHANISM_ERROR, ErrorCode.ROW_DEPENDENT,
+    ErrorCode.TRAINING_ERROR, ErrorCode.OUT_OF_MEMORY, ErrorCode.OUTPUT_LIMIT, ErrorCode.SANDBOX_VIOLATION,
+    ErrorCode.INVALID_TRACK, ErrorCode.CRASHED,
+})
+CHILD_MESSAGE_CHARS = 1000
+CHILD_HINT_CHARS = 500
+
+
+def _child_text(value: Any, limit: int) -> str:
+    """Text a child sent, as plain printable text of at most ``limit`` characters."""
+    text = value if isinstance(value, str) else ""
+    text = "".join(c if c.isprintable() or c == "\n" else " " for c in text[: limit + 1])
+    return text if len(text) <= limit else text[: limit - 1].rsplit(" ", 1)[0] + "…"
+
+
+def child_error(role: str, payload: Any, allowed: frozenset[ErrorCode] = CHILD_CODES) -> BenchError:
+    """The error of a child's ``{"error": {...}}`` answer, deny by default: only a code of the
+    child's side (``allowed``: ``CHILD_CODES``) passes as sent; any other (``internal``, ``cancelled``,
+    ``no_space``: the bench's own words) or none becomes ``crashed``; message and hint are
+    bounded plain text (a child chose them: it may be the submitted code speaking)."""
+    fields = payload if isinstance(payload, dict) else {}
+    message = _child_text(fields.get("message"), CHILD_MESSAGE_CHARS)
+    try:
+        code = ErrorCode(str(fields.get("code")))
+    except ValueError:
+        code = None
+    if code not in allowed:
+        return BenchError(ErrorCode.CRASHED, f"The {role} process failed: {message or 'no message'}")
+    hint = fields.get("hint")
+    return BenchError(code, message, _child_text(hint, CHILD_HINT_CHARS) if isinstance(hint, str) else None)
+
+
 def _has_cgroup(proc: subprocess.Popen[bytes]) -> bool:
     """Whether a memory cgroup watched ``proc`` (then only its OOM counter means out of memory)."""
     return "cgroup_memory" in sandbox.layers_of(proc)
@@ -179,8 +217,8 @@ class ArmSession:
         if self._ready:
             return
         ready = self._read_message()
-        if "error" in ready:
-            raise BenchError(**ready["error"])
+        if "error" in ready:  # before any command: no submitted code has run in it yet
+            raise child_error(self.role, ready["error"], CHILD_CODES | {ErrorCode.INTERNAL})
         self._ready = True
 
     # -- reading -------------------------------------------------------------
@@ -290,7 +328,7 @@ class ArmSession:
                 on_event(message)
                 continue
             if "error" in message:
-                raise BenchError(**message["error"])
+                raise child_error(self.role, message["error"])
             return message
 
     # -- ending --------------------------------------------------------------

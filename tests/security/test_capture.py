@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
+from bench import graph as graph_module
 from bench.catalog import get_card
 from bench.errors import BenchError, ErrorCode
 from bench.graph import build_graph, rebuild
@@ -360,3 +362,66 @@ def test_a_model_that_reads_other_rows_of_its_eval_batch_is_refused(job_tmp: Pat
     assert info.value.code == ErrorCode.ROW_DEPENDENT, info.value.message
     assert "changes with the other rows of its batch" in info.value.message
     assert info.value.hint and "BatchNorm is fine" in info.value.hint
+
+
+def test_a_keyword_name_never_becomes_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25.1: fx's code generator pasted a node's keyword names verbatim into the forward it
+    wrote, so a key such as ``"alpha=1)\\nimport os..."`` ran in the trusted trainer. The key is
+    refused against the op's schema, and even past that check nothing is generated from it."""
+    marker = tmp_path / "ran"
+    payload = f"alpha=1)\nimport pathlib; pathlib.Path({str(marker)!r}).write_text('x')\n#"
+    docs, tensors = _smoke_doc()
+    doc = copy.deepcopy(docs["train"])
+    _first_call(doc)["kwargs"][payload] = 1
+    assert "no argument is named" in _refused(doc)
+    monkeypatch.setattr(graph_module, "check_call", lambda *a: None)  # as if the check had a hole
+    program, _ = build_graph(doc, torch.device("cpu"))
+    with pytest.raises((TypeError, RuntimeError)):  # a call with an unknown keyword, not code
+        rebuild({"train": doc, "eval": docs["eval"]}, tensors, torch.device("cpu")).train()(torch.zeros(2, 8))
+    assert not marker.exists()
+    assert isinstance(program, graph_module.Program)
+
+
+def test_arguments_must_bind_to_the_schema() -> None:
+    docs, _ = _smoke_doc()
+    good = docs["train"]
+    call = _first_call(good)
+    too_many = copy.deepcopy(good)
+    _first_call(too_many)["args"] = call["args"] + [None] * 12
+    assert "positional arguments" in _refused(too_many)
+    missing = copy.deepcopy(good)
+    _first_call(missing)["args"] = call["args"][:1]
+    assert "is missing" in _refused(missing)
+    wrong_type = copy.deepcopy(good)
+    _first_call(wrong_type)["args"] = ["not a tensor", *call["args"][1:]]
+    assert "is not a Tensor" in _refused(wrong_type)
+    twice = copy.deepcopy(good)
+    schema = graph_module.resolve_op(call["target"])._schema
+    _first_call(twice)["kwargs"] = {schema.arguments[0].name: call["args"][0]}
+    assert "given twice" in _refused(twice)
+
+
+@pytest.mark.parametrize("target", [
+    "aten._reshape_alias.default",  # a view of any size and stride: read a neighbour row (issue 25.2)
+    "aten.batch_norm.default",  # writes running statistics although its schema says it does not (25.3)
+    "aten._batch_norm_impl_index.default",
+    "aten.instance_norm.default",
+    "aten.cudnn_batch_norm.default",
+    "aten.empty.memory_format",  # uninitialised memory
+    "aten.empty_like.default",
+    "aten.new_empty.default",
+    "aten.resize_as.default",
+])
+def test_ops_that_alias_write_or_read_garbage_are_refused(target: str) -> None:
+    with pytest.raises(BenchError) as info:
+        graph_module.resolve_op(target)
+    assert info.value.code == ErrorCode.NOT_CAPTURABLE and "refuses" in info.value.message
+
+
+def test_batch_norm_models_still_capture_in_functional_form() -> None:
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 1))
+    docs, tensors = capture_docs(model, [8])
+    targets = {n.get("target") for d in docs.values() for n in d["nodes"]}
+    assert "aten.batch_norm.default" not in targets and graph_module.FUNCTIONAL_NORMS & targets
+    rebuilt = rebuild(docs, tensors, torch.device("cpu"))
+    rebuilt.train()(torch.randn(4, 8)).sum().backward()

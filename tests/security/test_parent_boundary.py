@@ -225,3 +225,24 @@ def test_the_seed_secret_is_out_of_reach_of_submitted_code(
     error = judge_error(source)
     assert "FOUND [None, None," in error.message, error.message
     assert secret.key.hex() not in error.message
+
+
+def test_a_child_cannot_speak_with_the_benchs_error_words(job_tmp: Path) -> None:
+    """Issue 25.11: a child wrote {"error": {"code": "internal", ...}} and the parent raised it as its
+    own, with a 1 MiB message of the idea's choosing stored. Deny by default: only the child's side's
+    codes pass, and its text is short and plain."""
+    error = judge_error(hostile("forge_bench_error.py"))
+    assert error.code is ErrorCode.CRASHED, error.to_dict()
+    assert len(error.message) <= 1100 and "\r" not in error.message
+    assert "failed" in error.message
+
+
+@pytest.mark.parametrize("code", ["internal", "cancelled", "no_space", "sandbox_unavailable", "diverged", "bogus", None])
+def test_only_the_childs_codes_pass_as_sent(code: str | None) -> None:
+    from bench.runner import CHILD_CODES, child_error
+
+    forged = child_error("idea", {"code": code, "message": "m" * 5000, "hint": "\x1b[31mh"})
+    assert forged.code is ErrorCode.CRASHED and len(forged.message) <= 1100
+    own = child_error("idea", {"code": "not_capturable", "message": "x\x00y", "hint": "use torch.where"})
+    assert own.code is ErrorCode.NOT_CAPTURABLE and own.message == "x y" and own.hint == "use torch.where"
+    assert ErrorCode.INTERNAL not in CHILD_CODES
