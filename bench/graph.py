@@ -73,18 +73,50 @@ DENIED_OPS = frozenset({
     "aten.retains_grad.default",
     "aten.item.default",
     "aten._local_scalar_dense.default",
+    # Where a tensor lies in its storage, not what it holds: a row given alone as a view of the
+    # eval batch learnt its position from its storage offset (red team).
+    "aten.storage_offset.default",
+    "aten.sym_storage_offset.default",
+    "aten.stride.int",
+    "aten.stride.default",
+    "aten.sym_stride.int",
+    "aten.sym_stride.default",
+    "aten.is_contiguous.default",
+    "aten.is_contiguous.memory_format",
+    "aten.is_non_overlapping_and_dense.default",
+    "aten.is_strides_like_format.default",
 })
-# Python callables a graph may hold: integer arithmetic on symbolic sizes, tuple access.
+# Python callables a graph may hold: integer arithmetic on symbolic sizes, tuple access. Each
+# result is bounded (``MAX_SIZE_INT``) and ``pow`` checks its exponent before it computes: a
+# captured ``pow(batch, 10**12)`` made the trainer compute for ever (red team).
+MAX_SIZE_INT = 1 << 48
+
+
+def _bounded(fn: Any) -> Any:
+    def call(*args: Any) -> Any:
+        result = fn(*args)
+        if isinstance(result, int | float) and not abs(result) <= MAX_SIZE_INT:
+            raise OverflowError(f"size arithmetic gave {str(result)[:20]}, beyond {MAX_SIZE_INT}")
+        return result
+    return call
+
+
+def _size_pow(base: Any, exponent: Any) -> Any:
+    if not (isinstance(exponent, int | float) and -64 <= exponent <= 64):
+        raise OverflowError("size arithmetic takes exponents between -64 and 64")
+    return _bounded(operator.pow)(base, exponent)
+
+
 PYTHON_OPS: dict[str, Any] = {
     "operator.getitem": operator.getitem,
-    "operator.add": operator.add,
-    "operator.sub": operator.sub,
-    "operator.mul": operator.mul,
-    "operator.floordiv": operator.floordiv,
-    "operator.truediv": operator.truediv,
-    "operator.mod": operator.mod,
-    "operator.neg": operator.neg,
-    "operator.pow": operator.pow,
+    "operator.add": _bounded(operator.add),
+    "operator.sub": _bounded(operator.sub),
+    "operator.mul": _bounded(operator.mul),
+    "operator.floordiv": _bounded(operator.floordiv),
+    "operator.truediv": _bounded(operator.truediv),
+    "operator.mod": _bounded(operator.mod),
+    "operator.neg": _bounded(operator.neg),
+    "operator.pow": _size_pow,
 }
 INPUT_KINDS = ("parameter", "buffer", "constant", "user")
 OUTPUT_KINDS = ("user", "buffer_mutation")
@@ -330,6 +362,9 @@ def _impure(op: Any) -> str:
     return ""
 
 
+# Integer arguments that name a mode: a value off the kernel's list left grid_sampler_2d's
+# output unwritten (uninitialised memory, earlier tensors' values among it; red team).
+INT_ENUMS = {"interpolation_mode": 3, "padding_mode": 3, "reduction": 3}
 MAX_STRING_ARG = 64  # the strings ATen ops take: einsum equations, modes ("tanh", "reflect", "floor")
 
 
@@ -377,10 +412,10 @@ def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) 
         return not_capturable(f"the graph calls {name[:80]!r} with arguments ideabench refuses: {why}")
 
     if not isinstance(target, torch._ops.OpOverload):
-        arity = 1 if target is operator.neg else 2
+        arity = 1 if name == "operator.neg" else 2
         if kwargs or len(args) != arity:
             raise refused("size arithmetic takes two values (one for neg) and no keywords")
-        if target is operator.getitem:
+        if name == "operator.getitem":
             if not (isinstance(args[0], fx.Node) and isinstance(args[1], int) and not isinstance(args[1], bool)):
                 raise refused("getitem takes a node and an integer index")
         elif not all(isinstance(a, fx.Node) or (isinstance(a, int | float) and not isinstance(a, bool))
@@ -406,6 +441,8 @@ def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) 
                 raise refused(f"argument {argument.name!r} is missing")
         elif not _fits(given[argument.name], argument.real_type):
             raise refused(f"argument {argument.name!r} is not a {argument.real_type}")
+        elif argument.name in INT_ENUMS and given[argument.name] not in range(INT_ENUMS[argument.name]):
+            raise refused(f"argument {argument.name!r} is none of its modes")
 
 
 def _decode(value: Any, env: dict[str, fx.Node], device: torch.device) -> Any:

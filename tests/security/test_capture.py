@@ -425,3 +425,55 @@ def test_batch_norm_models_still_capture_in_functional_form() -> None:
     assert "aten.batch_norm.default" not in targets and graph_module.FUNCTIONAL_NORMS & targets
     rebuilt = rebuild(docs, tensors, torch.device("cpu"))
     rebuilt.train()(torch.randn(4, 8)).sum().backward()
+
+
+def _hand_written(calls: list[dict[str, Any]], out: str) -> dict[str, Any]:
+    """A graph JSON of one user input ``x`` and ``calls``, as a hostile capture would write it."""
+    nodes = [{"name": "x", "op": "placeholder"}]
+    nodes += [{"op": "call_function", "kwargs": {}, **call} for call in calls]
+    nodes.append({"name": "output", "op": "output", "args": [{"$tuple": [{"$node": out}]}]})
+    return {"format": 1, "inputs": [{"kind": "user", "name": "x", "target": ""}],
+            "outputs": [{"kind": "user", "target": ""}], "nodes": nodes}
+
+
+def _node(name: str) -> dict[str, str]:
+    return {"$node": name}
+
+
+def test_a_row_cannot_learn_where_it_lies_in_storage() -> None:
+    """Red team: ``storage_offset`` (and strides) told a row given alone as a view of the eval batch
+    its position; the model's output then depended on the layout, not the row's values."""
+    for target in ("aten.storage_offset.default", "aten.sym_storage_offset.default", "aten.stride.int",
+                   "aten.sym_stride.int", "aten.is_contiguous.default"):
+        args = [_node("x"), 0] if target.endswith(".int") else [_node("x")]
+        doc = _hand_written([{"name": "s", "target": target, "args": args},
+                             {"name": "o", "target": "aten.add.Tensor", "args": [_node("x"), _node("s")]}], "o")
+        assert "allowlist" in _refused(doc), target
+
+
+def test_a_mode_off_the_kernels_list_is_refused() -> None:
+    """Red team: grid_sampler_2d with interpolation_mode 7 left its output unwritten: heap garbage,
+    earlier tensors' values among it."""
+    calls = [{"name": "g", "target": "aten.new_zeros.default", "args": [_node("x"), [1, 4, 4, 2]]},
+             {"name": "o", "target": "aten.grid_sampler_2d.default", "args": [_node("x"), _node("g"), 7, 0, False]}]
+    assert "none of its modes" in _refused(_hand_written(calls, "o"))
+    calls[1]["args"] = [_node("x"), _node("g"), 0, 0, False]
+    program, _ = build_graph(_hand_written(calls, "o"), torch.device("cpu"))
+    assert program(torch.ones(1, 1, 2, 2))[0].shape == (1, 1, 4, 4)
+
+
+def test_size_arithmetic_is_bounded() -> None:
+    """Red team: ``pow(batch, 10**12)`` built, then computed for ever in the trainer."""
+    calls = [{"name": "s", "target": "aten.sym_size.int", "args": [_node("x"), 0]},
+             {"name": "p", "target": "operator.pow", "args": [_node("s"), 10**12]},
+             {"name": "o", "target": "aten.add.Tensor", "args": [_node("x"), _node("p")]}]
+    program, _ = build_graph(_hand_written(calls, "o"), torch.device("cpu"))
+    with pytest.raises(OverflowError):
+        program(torch.ones(3, 2))
+    calls[1] = {"name": "p", "target": "operator.mul", "args": [_node("s"), 2**50]}
+    program, _ = build_graph(_hand_written(calls, "o"), torch.device("cpu"))
+    with pytest.raises(OverflowError):
+        program(torch.ones(3, 2))
+    calls[1] = {"name": "p", "target": "operator.pow", "args": [_node("s"), 2]}
+    program, _ = build_graph(_hand_written(calls, "o"), torch.device("cpu"))
+    assert program(torch.ones(3, 2))[0].tolist() == [[10.0, 10.0]] * 3
