@@ -20,6 +20,7 @@ from bench.stats import CONFIRMATION_LOOKS, CONFIRMATION_SHARES, compare, confir
 from bench.verdicts import decide, mechanism_confirmed
 
 ARMS = ("baseline", "idea")
+COMPUTE_RATIO = 4.0  # a track's default compute_ratio (bench.protocol checks it; correlated_tokens allows 20)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class Outcome:
     seed_commitment: dict[str, Any]
     n_params: dict[str, int]
     buffers: dict[str, int]
+    flops: dict[str, float]  # forward FLOPs per example per arm (the trusted trainer's count)
     diverged: dict[str, int]  # every run of the arm
     wall: dict[str, float]  # seconds of every run of the arm
     sweep_tables: dict[str, list[dict[str, Any]]]
@@ -262,8 +264,14 @@ def build_report(outcome: Outcome) -> dict[str, Any]:
         # effective learning rate of its own). It cannot be "helps" (lr_confounded).
         lr_matched = False
     self_measured = mechanism is not None and mechanism["self_measured"]
+
+    def effect(block: dict[str, Any]) -> float:  # the idea's gain, in the metric's units
+        delta = float(block["comparison"]["delta_mean"])
+        return -delta if outcome.lower_is_better else delta
+
+    reaches = effect(screening) >= m and (replication is None or effect(replication) >= m)
     verdicts = decide(comparison, mechanism_ok, m, None if replication is None else replication["significant"],
-                      lr_matched=lr_matched, self_measured=self_measured)
+                      lr_matched=lr_matched, self_measured=self_measured, reaches=reaches)
     # The evidence that the idea helps, for the false-discovery accounting across ideas: the
     # screening's one-sided p, or the larger of both stages' when a confirmation ran (a valid
     # p-value: both must be small, P(max <= t) <= t under the null).
@@ -327,7 +335,10 @@ def build_report(outcome: Outcome) -> dict[str, Any]:
         "idea_sweep": tables["idea"],
         "best_idea_cfg": outcome.best_cfgs["idea"],
         "parameter_parity": {**n_params, "ratio": ratio, "buffers": outcome.buffers,
-                             "max_ratio": float(card.get("param_parity_ratio", 1.10)), "counted_by": "bench"},
+                             "max_ratio": float(card.get("param_parity_ratio", 1.10)), "counted_by": "bench",
+                             "flops_per_example": outcome.flops,
+                             "compute_ratio": outcome.flops["idea"] / max(outcome.flops["baseline"], 1.0),
+                             "max_compute_ratio": float(card.get("compute_ratio", COMPUTE_RATIO))},
         "capture": outcome.capture,
         "custom_track": outcome.custom_track,
         "track_justification": card.get("justification") if outcome.custom_track else None,

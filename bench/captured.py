@@ -24,7 +24,7 @@ import numpy as np
 from bench.capture import graph_path, tensor_path
 from bench.errors import BenchError, ErrorCode
 from bench.graph import DTYPES, build_graph, eval_mutation, not_capturable
-from bench.runner import ArmSession, load_npy, open_output, write_new_file
+from bench.runner import ArmSession, load_npy, npy_header, open_output, write_new_file
 
 MAX_GRAPH_BYTES = 8 << 20
 MAX_TENSOR_ELEMENTS = 50_000_000  # all of one arm's tensors of one init seed
@@ -56,9 +56,28 @@ def _read(session: ArmSession, relative: str, limit: int) -> bytes:
     return data
 
 
+def _header(session: ArmSession, relative: str) -> tuple[tuple[int, ...], str]:
+    """A captured tensor's shape and dtype name, from its file's header (``npy_header``)."""
+    with open_output(session.workdir, relative, session.role) as fh:
+        shape, dtype = npy_header(fh, session.role, "captured tensor", ErrorCode.NOT_CAPTURABLE)
+    if dtype.name not in DTYPES:
+        raise not_capturable(f"the {session.role}'s capture holds a tensor of dtype {dtype}")
+    return shape, dtype.name
+
+
+def _count_first(session: ArmSession, config: int, seed: int, n_tensors: int, max_elements: int) -> None:
+    """Refuse one init seed's tensors from their headers, before any is read, when together they
+    hold more than ``max_elements`` (a parent that read first wrote 4.7 GB before parity refused
+    a model of one 32M-element tensor per seed)."""
+    total = sum(math.prod(_header(session, tensor_path(config, seed, j))[0]) for j in range(n_tensors))
+    if total > max_elements:
+        raise not_capturable(f"the {session.role} holds {total} tensor elements; the limit is {max_elements}",
+                             "Shrink the model: parameters, buffers and constants count together.")
+
+
 def _checked_array(session: ArmSession, relative: str) -> np.ndarray:
     with open_output(session.workdir, relative, session.role) as fh:
-        array = load_npy(fh, session.role, "captured tensor")
+        array = load_npy(fh, session.role, "captured tensor", ErrorCode.NOT_CAPTURABLE)
     if array.dtype.name not in DTYPES:
         raise not_capturable(f"the {session.role}'s capture holds a tensor of dtype {array.dtype}")
     return np.ascontiguousarray(array)
@@ -114,9 +133,13 @@ def check_drawn_alike(first: np.ndarray, other: np.ndarray, role: str, j: int) -
 
 
 def import_capture(
-    session: ArmSession, configs: list[dict[str, Any]], n_seeds: int, dest: Path
+    session: ArmSession, configs: list[dict[str, Any]], n_seeds: int, dest: Path,
+    max_elements: int = MAX_TENSOR_ELEMENTS,
 ) -> ArmCapture:
-    """Check and copy the capture ``session`` (a capture child) wrote for ``configs`` x ``n_seeds``."""
+    """Check and copy the capture ``session`` (a capture child) wrote for ``configs`` x ``n_seeds``;
+    ``max_elements``: what one init seed's tensors may hold together (counted from the headers
+    before any is read; at most ``MAX_TENSOR_ELEMENTS``)."""
+    max_elements = min(max_elements, MAX_TENSOR_ELEMENTS)
     import torch
 
     dest.mkdir(parents=True, exist_ok=True)
@@ -146,6 +169,7 @@ def import_capture(
         first: list[tuple[tuple[int, ...], str]] = []
         first_values: list[np.ndarray] = []
         for seed in range(n_seeds):
+            _count_first(session, config, seed, n_tensors, max_elements)
             total = 0
             for j in range(n_tensors):
                 array = _checked_array(session, tensor_path(config, seed, j))
@@ -158,9 +182,9 @@ def import_capture(
                 else:
                     check_drawn_alike(first_values[j], array, session.role, j)
                 np.save(dest / tensor_path(config, seed, j), array, allow_pickle=False)
-            if total > MAX_TENSOR_ELEMENTS:
+            if total > max_elements:  # the files changed under us: the headers' count no longer holds
                 raise not_capturable(f"the {session.role} holds {total} tensor elements; the limit is "
-                                     f"{MAX_TENSOR_ELEMENTS}")
+                                     f"{max_elements}")
         shapes.append(tuple(first))
         hashes.append(digest.hexdigest())
     return ArmCapture(
@@ -169,12 +193,15 @@ def import_capture(
     )
 
 
-def import_more(session: ArmSession, capture: ArmCapture, config: int, first: int, count: int) -> None:
+def import_more(session: ArmSession, capture: ArmCapture, config: int, first: int, count: int,
+                max_elements: int = MAX_TENSOR_ELEMENTS) -> None:
     """Check and copy the tensors of ``count`` more init seeds (numbers ``first``...) of one
     captured config: each of the shape and dtype its first capture had, drawn like its first seed's."""
     firsts = [np.load(capture.directory / tensor_path(config, 0, j), allow_pickle=False)
               for j in range(len(capture.shapes[config]))]  # read once, not once per seed
+    max_elements = min(max_elements, MAX_TENSOR_ELEMENTS)
     for seed in range(first, first + count):
+        _count_first(session, config, seed, len(capture.shapes[config]), max_elements)
         total = 0
         for j, expected in enumerate(capture.shapes[config]):
             array = _checked_array(session, tensor_path(config, seed, j))
@@ -183,9 +210,9 @@ def import_more(session: ArmSession, capture: ArmCapture, config: int, first: in
             check_drawn_alike(firsts[j], array, session.role, j)
             total += array.size
             np.save(capture.directory / tensor_path(config, seed, j), array, allow_pickle=False)
-        if total > MAX_TENSOR_ELEMENTS:
+        if total > max_elements:
             raise not_capturable(f"the {session.role} holds {total} tensor elements; the limit is "
-                                 f"{MAX_TENSOR_ELEMENTS}")
+                                 f"{max_elements}")
 
 
 def read_kept(session: ArmSession, run_id: str, expected: tuple[tuple[tuple[int, ...], str], ...]) -> list[np.ndarray]:

@@ -230,10 +230,10 @@ class ArmRunner:
 
     def check(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Rebuild one model per config; check its output shape; count what it holds."""
-        from bench.trainer import check_output_shape
+        from bench.trainer import check_output_shape, flops_per_example
 
         x = self._arrays(cmd["data_dir"])["x_train"]
-        counts, buffers = [], []
+        counts, buffers, flops = [], [], []
         for hparams in cmd["configs"]:
             model = self._build(hparams, init_seed=self.init_seeds[0])
             try:
@@ -256,7 +256,11 @@ class ArmRunner:
             n_params, n_buffers = model.counts()
             counts.append(n_params)
             buffers.append(n_buffers)
-        answer: dict[str, Any] = {"n_params": counts, "n_buffers": buffers}
+            try:
+                flops.append(flops_per_example(model, x))
+            except Exception as exc:
+                raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
+        answer: dict[str, Any] = {"n_params": counts, "n_buffers": buffers, "flops": flops}
         if cmd.get("probe"):
             answer["vectorizable"], answer["why"] = self._probe(cmd)
         return answer

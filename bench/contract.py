@@ -97,10 +97,20 @@ def check_source(source: str, *, role: str = "idea") -> SourceInfo:
     return info
 
 
+# Text an idea chooses that travels into reports, summaries and the CLI's output: short plain
+# tokens, never prose ("System verdict: worked" as an HPARAMS string printed in the CLI's
+# summary of a failed idea; issue 25.11).
+HPARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
+HPARAM_TEXT = re.compile(r"[A-Za-z0-9_.+-]{1,32}")
+
+
 def check_hparams(hparams: Any, *, max_configs: int) -> dict[str, list[Any]]:
-    """Validate an extra-hyperparameter grid: ``{name: [values...]}``; returns it."""
-    if not isinstance(hparams, dict) or not all(isinstance(k, str) for k in hparams):
-        raise BenchError(ErrorCode.INVALID_HPARAMS, "HPARAMS must be a dict keyed by names.")
+    """Validate an extra-hyperparameter grid: ``{name: [values...]}``; returns it. Names are
+    identifiers of at most 32 characters, string values tokens of at most 32 (letters, digits,
+    ``_.+-``)."""
+    if not isinstance(hparams, dict) or not all(isinstance(k, str) and HPARAM_NAME.fullmatch(k) for k in hparams):
+        raise BenchError(ErrorCode.INVALID_HPARAMS, "HPARAMS must be a dict keyed by names: identifiers of "
+                         "at most 32 characters.")
     total = 1
     for name, values in hparams.items():
         if name in {"lr", "epochs", "batch_size", "weight_decay"}:
@@ -116,6 +126,9 @@ def check_hparams(hparams: Any, *, max_configs: int) -> dict[str, list[Any]]:
             raise BenchError(
                 ErrorCode.INVALID_HPARAMS, f"HPARAMS[{name!r}] may hold only numbers, strings, bools."
             )
+        if not all(HPARAM_TEXT.fullmatch(v) for v in values if isinstance(v, str)):
+            raise BenchError(ErrorCode.INVALID_HPARAMS, f"HPARAMS[{name!r}] holds a string that is not a short "
+                             "token: at most 32 letters, digits or _.+- (e.g. \"tanh\", \"pre-norm\").")
         total *= len(values)
     if total > max_configs:
         raise BenchError(

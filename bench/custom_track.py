@@ -30,7 +30,7 @@ from bench.child import SPLIT_NAMES
 from bench.errors import BenchError, ErrorCode
 from bench.metrics import score
 from bench.options import EngineOptions
-from bench.runner import ArmSession, load_npy, open_output
+from bench.runner import ArmSession, directory_usage, load_npy, open_output
 from bench.sandbox import Limits
 from bench.seeding import SeedSecret, deployment_secret, final_seeds, run_seeds, sweep_seeds
 from bench.tempdirs import OwnedDir
@@ -38,6 +38,7 @@ from bench.track import Splits, Track
 from bench.track_source import parse_track_source, source_sha256
 
 MAX_DATA_BYTES = 512 * 1024 * 1024  # all six arrays of one seed
+TRACK_CACHE_BYTES = 4 << 30  # all custom tracks' cached splits on one worker; least recently used go first
 MIN_ROWS = {"train": 32, "val": 16, "test": 16}
 MAX_PROTOCOL_S = 1200.0  # the estimated default protocol on the validating worker
 
@@ -219,7 +220,10 @@ def ensure_data(
 
     Data generated for a job must match what validation saw: the sizes of every split, and
     the checksum of every seed that validation generated (``track.checksums``)."""
-    missing = sorted({s for s in split_seeds if not (cache_dir(track, root) / str(s)).is_dir()})
+    mine = cache_dir(track, root)
+    missing = sorted({s for s in split_seeds if not (mine / str(s)).is_dir()})
+    if mine.is_dir():
+        os.utime(mine)  # used now: the last to be evicted
     if not missing:
         return
     generated, _ = _generate(
@@ -239,6 +243,25 @@ def ensure_data(
             )
     for seed, arrays in generated.items():
         _store(track, seed, arrays, root)
+    evict(root, keep=mine)
+
+
+def evict(root: Path, keep: Path, max_bytes: int = TRACK_CACHE_BYTES) -> list[Path]:
+    """Remove the least recently used track versions' cached splits (by the time ``ensure_data``
+    last used each) until the cache under ``root`` holds at most ``max_bytes``; never ``keep``
+    (the track being judged). A job that needs an evicted version generates it again. Returns
+    what it removed."""
+    sizes = {d: directory_usage(d, 100_000)[0] for d in root.iterdir() if d.is_dir() and not d.is_symlink()}
+    total, removed = sum(sizes.values()), []
+    for directory in sorted(sizes, key=lambda d: d.stat().st_mtime):
+        if total <= max_bytes:
+            break
+        if directory == keep:
+            continue
+        shutil.rmtree(directory, ignore_errors=True)
+        total -= sizes[directory]
+        removed.append(directory)
+    return removed
 
 
 def _no_baseline_in_parent(spec: dict[str, Any]) -> torch.nn.Module:

@@ -14,6 +14,7 @@ class ErrorCode(StrEnum):
     NOT_A_MODULE = "not_a_module"
     NOT_CAPTURABLE = "not_capturable"
     PARAMETER_PARITY = "parameter_parity"
+    COMPUTE_PARITY = "compute_parity"
     TOO_MANY_PARAMETERS = "too_many_parameters"
     INVALID_HPARAMS = "invalid_hparams"
     INVALID_MECHANISM = "invalid_mechanism"
@@ -56,6 +57,9 @@ DEFAULT_HINTS: dict[ErrorCode, str] = {
     ErrorCode.PARAMETER_PARITY: "Shrink the model to at most the track's param_parity_ratio times the "
     "baseline's parameters (and its buffers to the track's buffer_cap), or send a matched baseline "
     "of the same size.",
+    ErrorCode.COMPUTE_PARITY: "Spend at most the track's compute_ratio times the baseline's forward "
+    "FLOPs per example (GET /v1/tracks/{name}: compute_ratio): fewer repeated applications of a "
+    "block, narrower layers, or a matched baseline of the same cost.",
     ErrorCode.TOO_MANY_PARAMETERS: "Shrink the model below the track's param_cap (trainable "
     "parameters), e.g. fewer hidden units.",
     ErrorCode.INVALID_HPARAMS: "HPARAMS must be a dict mapping a name to a non-empty list of "

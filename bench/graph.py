@@ -403,11 +403,24 @@ def _fits(value: Any, jit_type: Any) -> bool:
     return False  # generators, streams, storages, anything else: never from a capture
 
 
-def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -> None:
+def _data_literals(value: Any, jit_type: Any) -> int:
+    """How many numbers ``value`` puts into the model's computation as data: numbers bound to a
+    tensor, scalar or float argument (``mul.Tensor(x, 0.5)``, ``full(size, 3.0)``), not sizes,
+    dims or flags. A table of public data written as literals is counted with the buffers."""
+    while jit_type.kind() in ("OptionalType", "ListType"):
+        jit_type = jit_type.getElementType()
+    if jit_type.kind() not in ("TensorType", "NumberType", "FloatType", "SymFloatType"):
+        return 0
+    values = value if isinstance(value, list | tuple) else [value]
+    return sum(1 for v in values if isinstance(v, int | float) and not isinstance(v, fx.Node))
+
+
+def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -> int:
     """Deny by default: a node's arguments must bind to its op's schema (positional arguments
     at most as many as it has, keyword names among its own, each once, every argument without
     a default given) with values of the argument's type; a size-arithmetic op takes one or
-    two numbers or nodes and no keywords. ``not_capturable`` otherwise."""
+    two numbers or nodes and no keywords. ``not_capturable`` otherwise. Returns how many data
+    literals the node holds (``_data_literals``)."""
     def refused(why: str) -> BenchError:
         return not_capturable(f"the graph calls {name[:80]!r} with arguments ideabench refuses: {why}")
 
@@ -421,7 +434,7 @@ def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) 
         elif not all(isinstance(a, fx.Node) or (isinstance(a, int | float) and not isinstance(a, bool))
                      for a in args):
             raise refused("size arithmetic takes nodes and numbers")
-        return
+        return 0
     arguments = target._schema.arguments
     positional = [a for a in arguments if not a.kwarg_only]
     if len(args) > len(positional):
@@ -443,6 +456,7 @@ def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) 
             raise refused(f"argument {argument.name!r} is not a {argument.real_type}")
         elif argument.name in INT_ENUMS and given[argument.name] not in range(INT_ENUMS[argument.name]):
             raise refused(f"argument {argument.name!r} is none of its modes")
+    return sum(_data_literals(given[a.name], a.real_type) for a in arguments if a.name in given)
 
 
 def _decode(value: Any, env: dict[str, fx.Node], device: torch.device) -> Any:
@@ -475,6 +489,7 @@ class Signature:
 
     inputs: tuple[tuple[str, str], ...]  # (kind, target); "user" has target ""
     mutations: tuple[str, ...]  # buffer targets the graph returns new values for, in order
+    literals: int = 0  # numbers the graph holds as data (check_call), counted with the buffers
 
 
 def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
@@ -508,6 +523,7 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
     if [n.get("name") for n in placeholders] != [i.get("name") for i in inputs]:
         raise not_capturable("the graph's inputs do not match its signature")
     saw_output = False
+    literals = 0
     for index, node in enumerate(nodes):
         if not isinstance(node, dict) or saw_output:
             raise not_capturable("the captured graph is malformed")
@@ -529,7 +545,7 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
             decoded = {k: _decode(v, env, device) for k, v in kwargs.items() if isinstance(k, str)}
             if len(decoded) != len(kwargs):
                 raise not_capturable("the captured graph is malformed (arguments)")
-            check_call(str(node.get("target")), target, args, decoded)
+            literals += check_call(str(node.get("target")), target, args, decoded)
             env[name] = graph.call_function(target, tuple(args), decoded)
             module = node.get("module", "")
             if not isinstance(module, str) or not (module == "" or MODULE_PATH.fullmatch(module)):
@@ -553,7 +569,7 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
     module = Program(graph)
     signature = Signature(
         inputs=tuple((str(i["kind"]), str(i.get("target", "")) if i["kind"] != "user" else "") for i in inputs),
-        mutations=mutations,
+        mutations=mutations, literals=literals,
     )
     return module, signature
 
@@ -662,6 +678,7 @@ class CapturedModel(nn.Module):
                 if kind == "constant":
                     self._non_persistent_buffers_set.add(_slot(target))
         self.mutates_buffers = any(sig.mutations for _, sig in graphs.values())
+        self.literals = max(sig.literals for _, sig in graphs.values())  # either graph may hold a table
         # Plain attributes, not submodules: the graphs hold no tensors of their own.
         self.__dict__["_graphs"] = {mode: (module, tuple(_slot(t) for k, t in sig.inputs if k != "user"),
                                            tuple(_slot(t) for t in sig.mutations))
@@ -736,10 +753,17 @@ class CapturedModel(nn.Module):
         return [t for t in tensors if t is not None]
 
     def counts(self) -> tuple[int, int]:
-        """(parameter elements, buffer and constant elements): what the model holds."""
-        n_params = sum(p.numel() for p in self._parameters.values() if p is not None)
-        n_buffers = sum(b.numel() for b in self._buffers.values() if b is not None)
-        return n_params, n_buffers
+        """(parameters, buffers + constants + data literals) in 32-bit words (bytes / 4, rounded
+        up per tensor): what the model holds. A float32 element is one word; a float64 or int64
+        element two, a complex128 four (the diabetes rows packed into 226 complex128 elements
+        passed a cap of 385 counted by element); each literal number one."""
+        n_params = sum(_words(p) for p in self._parameters.values() if p is not None)
+        n_buffers = sum(_words(b) for b in self._buffers.values() if b is not None)
+        return n_params, n_buffers + self.literals
+
+
+def _words(tensor: torch.Tensor) -> int:
+    return -(-tensor.numel() * tensor.element_size() // 4)
 
 
 def rebuild(docs: dict[str, Any], tensors: dict[str, np.ndarray], device: torch.device) -> CapturedModel:

@@ -28,8 +28,9 @@ import numpy as np
 from bench import baseline_cache, warm
 from bench import custom_track as custom_mod
 from bench import data as data_mod
-from bench.assemble import Outcome, Stage, build_report
+from bench.assemble import COMPUTE_RATIO, Outcome, Stage, build_report
 from bench.captured import (
+    MAX_TENSOR_ELEMENTS,
     ArmCapture,
     hand_over_for_measure,
     import_capture,
@@ -214,6 +215,7 @@ class _Job:
         self.capture_info: dict[str, ArmCapture] = {}
         self.kept: dict[str, list[np.ndarray]] = {}  # run id -> trained tensors of a final model
         self.buffers: dict[str, int] = {}  # buffer and constant elements per arm (trusted count)
+        self.flops: dict[str, float] = {}  # forward FLOPs per example per arm (trusted count)
         self.lr_grids: dict[str, list[float]] = {}  # each arm's swept learning rates
         self.adopted: set[str] = set()  # children (by slot name) adopted from a warm slot
         self.runs: list[RunRecord] = []
@@ -318,6 +320,16 @@ class _Job:
             if session.proc.poll() is None:
                 session._kill(ErrorCode.CANCELLED)
 
+    def max_elements(self, arm: str) -> int:
+        """What one init seed of ``arm``'s submitted model may hold, counted by the parent from
+        the capture's file headers before it reads any: four times the track's ``param_cap``
+        plus its ``buffer_cap``, far above what parity admits (parity decides later, on the
+        trainers' counts), far below what fills a disk. The canonical baseline is the bench's
+        own and is not bounded here."""
+        if arm == "baseline" and self.request.baseline_code is None:
+            return MAX_TENSOR_ELEMENTS
+        return 4 * int(self.card["param_cap"]) + int(self.card.get("buffer_cap") or 0)
+
     def check_parity(self, checked: dict[str, dict[str, Any]]) -> None:
         """Parity as a rule (PROTOCOL.md section 1), on the trusted trainers' counts: every idea
         config holds at most ``param_parity_ratio`` times the baseline's parameters, and at
@@ -341,10 +353,32 @@ class _Job:
             if n_buffers > cap:
                 raise BenchError(
                     ErrorCode.PARAMETER_PARITY,
-                    f"The idea holds {n_buffers} buffer and constant elements{where}; this track allows "
-                    f"{cap} (its buffer_cap): room for normalisation statistics, not for a table.",
+                    f"The idea holds {n_buffers} words (32-bit) of buffers, constants and literal numbers"
+                    f"{where}; this track allows {cap} (its buffer_cap): room for normalisation "
+                    "statistics, not for a table.",
                 )
         self.buffers = {arm: max(int(n) for n in checked[arm]["n_buffers"]) for arm in ARMS}
+        self.check_compute(checked, base)
+
+    def check_compute(self, checked: dict[str, dict[str, Any]], base_params: int) -> None:
+        """Compute parity (PROTOCOL.md 1): every idea config's forward FLOPs per example, counted
+        by the trusted trainer, at most the track's ``compute_ratio`` (default
+        ``COMPUTE_RATIO``) times the baseline's (at least two FLOPs per baseline parameter,
+        what a dense layer costs, so a baseline of cheap ops does not make every idea too dear)."""
+        flops = {arm: [float(f) for f in checked[arm]["flops"]] for arm in ARMS}
+        if not all(math.isfinite(f) and f >= 0 for arm in ARMS for f in flops[arm]):
+            raise BenchError(ErrorCode.INTERNAL, "a trainer counted FLOPs that are not finite")
+        base = max(max(flops["baseline"]), 2.0 * base_params)
+        ratio = float(self.card.get("compute_ratio", COMPUTE_RATIO))
+        for hparams, cost in zip(self.grids["idea"], flops["idea"], strict=True):
+            if cost > ratio * base:
+                where = f" (config {hparams})" if hparams else ""
+                raise BenchError(
+                    ErrorCode.COMPUTE_PARITY,
+                    f"The idea costs {cost:.4g} forward FLOPs per example{where}, more than {ratio:g} x the "
+                    f"baseline's {base:.4g}: it is not judged.",
+                )
+        self.flops = {arm: max(flops[arm]) for arm in ARMS}
 
     def enable_cache(self, device: str) -> None:
         """Reuse the canonical baseline's runs (bench.baseline_cache) when allowed."""
@@ -441,7 +475,7 @@ class _Job:
                 if all(h is not None and (s is not None or not kept) for h, s in zip(hits, states, strict=True)):
                     for record, hit, state in zip(members, hits, states, strict=True):
                         assert hit is not None
-                        self._score(record, hit.predictions, hit.diverged, 0.0, hit.n_params, cached=True)
+                        self._score(record, hit.predictions, hit.diverged, hit.seconds, hit.n_params, cached=True)
                         self.cache_hits += 1
                         if state is not None:  # the mechanism is measured on the cached trained model
                             self.kept[record.run_id] = state
@@ -730,7 +764,8 @@ class _Job:
         def extend(arm: str) -> None:
             config = self._config_index(RunRecord(arm, self.best(arm)["_cfg"], seeds[0], "test", "confirmation"))
             self.captures[arm].request({"op": "capture_more", "config": config, "init_seeds": inits})
-            import_more(self.captures[arm], self.capture_info[arm], config, first, len(seeds))
+            import_more(self.captures[arm], self.capture_info[arm], config, first, len(seeds),
+                        self.max_elements(arm))
             self.sessions[arm].request({"op": "more_inits", "init_seeds": inits})
 
         self.both(extend)
@@ -839,6 +874,7 @@ class _Job:
             confirmation_runs=sum(r.stage == "confirmation" for r in self.runs),
             job_key=self.job_key, seed_commitment=self.secret.report_block(),
             n_params={arm: finals[arm][0].n_params for arm in ARMS}, buffers=dict(self.buffers),
+            flops=dict(self.flops),
             diverged={arm: sum(r.diverged for r in self.runs if r.arm == arm) for arm in ARMS},
             wall={arm: float(sum(r.seconds for r in self.runs if r.arm == arm)) for arm in ARMS},
             sweep_tables=tables, best_cfgs={arm: self.best(arm)["cfg"] for arm in ARMS},
@@ -1000,7 +1036,8 @@ def _judge(
                 "op": "capture", "configs": job.grids[arm], "init_seeds": init_seeds,
             }))
             job.capture_info = job.both(lambda arm: import_capture(
-                job.captures[arm], job.grids[arm], len(init_seeds), job.workdir / "data" / f"capture_{arm}"
+                job.captures[arm], job.grids[arm], len(init_seeds), job.workdir / "data" / f"capture_{arm}",
+                job.max_elements(arm),
             ))
             trainers = job.both(lambda arm: job.sessions[arm].request({
                 "op": "load", "role": arm, "spec": track.spec, "param_cap": track.card["param_cap"],

@@ -256,7 +256,7 @@ class Report(_Model):
     system_verdict: Literal["worked", "partial", "failed"]
     practical_verdict: Literal["helps", "harms", "inconclusive"]
     practical_detail: Literal["negligible", "underpowered", "inconclusive", "not_replicated",
-                              "lr_confounded"] | None = None
+                              "lr_confounded", "below_effect"] | None = None
     mechanism_ok: Literal[0, 1] | None
     system_judged: bool
     bench_report: BenchReport

@@ -104,27 +104,48 @@ def write_new_file(root: Path, name: str, data: bytes) -> None:
         fh.write(data)
 
 
-def load_npy(fh: BinaryIO, role: str, what: str) -> Any:
-    """``np.load`` of a child's ``.npy`` file, refusing a header that promises more data than
-    the file holds (a small file must not make the parent allocate gigabytes) or objects."""
-    import numpy as np
+SPARSE_MIN_BYTES = 1 << 20  # files this large must hold most of their size in blocks
+
+
+def npy_header(fh: BinaryIO, role: str, what: str,
+               code: ErrorCode = ErrorCode.TRAINING_ERROR) -> tuple[tuple[int, ...], Any]:
+    """(shape, dtype) of a child's ``.npy`` file, read from its header alone, refusing (with
+    ``code``) what the parent must never load: a header that promises more data than the file
+    holds (a small file must not make the parent allocate gigabytes), objects, a byte order
+    that is not this machine's (big-endian float32 passed as float32 and ended ``internal``);
+    and, as a ``sandbox_violation``, a sparse file (a hole of 255 MB on 4 KB of disk: the
+    child's disk check counts blocks, so only the parent's reading would pay for it)."""
     from numpy.lib import format as npy_format
 
-    size = os.fstat(fh.fileno()).st_size
-    bad = BenchError(ErrorCode.TRAINING_ERROR, f"The {role} process wrote an unusable {what}.")
+    stat_ = os.fstat(fh.fileno())
+    if stat_.st_size > SPARSE_MIN_BYTES and stat_.st_blocks * 512 < stat_.st_size // 2:
+        raise BenchError(ErrorCode.SANDBOX_VIOLATION, f"The {role} process wrote its {what} as a sparse file "
+                         f"({stat_.st_size} bytes on {stat_.st_blocks * 512} of disk).")
+    bad = BenchError(code, f"The {role} process wrote an unusable {what}.")
     try:
         version = npy_format.read_magic(fh)
         read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
         shape, _fortran, dtype = read_header(fh)
     except (ValueError, OSError, EOFError):
         raise bad from None
-    if dtype.hasobject or math.prod(shape) * dtype.itemsize > size:
+    if dtype.hasobject or math.prod(shape) * dtype.itemsize > stat_.st_size:
         raise bad
+    if dtype.byteorder not in ("=", "|"):
+        raise BenchError(code, f"The {role} process wrote its {what} in a byte order that is not this "
+                         f"machine's ({dtype.str}).", "Keep tensors in torch's native byte order.")
     fh.seek(0)
+    return tuple(shape), dtype
+
+
+def load_npy(fh: BinaryIO, role: str, what: str, code: ErrorCode = ErrorCode.TRAINING_ERROR) -> Any:
+    """``np.load`` of a child's ``.npy`` file once its header passed ``npy_header``."""
+    import numpy as np
+
+    npy_header(fh, role, what, code)
     try:
         return np.load(fh, allow_pickle=False)
     except (ValueError, OSError, EOFError):
-        raise bad from None
+        raise BenchError(code, f"The {role} process wrote an unusable {what}.") from None
 
 
 # The codes a child may end a command with: its side's (the submitted file's faults). Never the

@@ -29,6 +29,7 @@ SERVICE_CARD = {
     "n_seeds": 8,
     "smallest_effect_rel_pct": 2.0,
     "param_parity_ratio": 1.1,
+    "compute_ratio": 4.0,
     "divergence_ceiling": 1e6,
 }
 AUTHOR_KEYS = {

@@ -88,6 +88,32 @@ def check_output_shape(model: nn.Module, x: torch.Tensor, output_shape: list[int
         )
 
 
+FLOP_ROWS = 8
+
+
+def flops_per_example(model: nn.Module, x: torch.Tensor) -> float:
+    """The model's forward FLOPs per example, counted by torch's ``FlopCounterMode`` (matrix
+    products, convolutions, attention: the ops that cost; elementwise ops count nothing) on
+    ``FLOP_ROWS`` rows, in eval mode and in train mode (on a copy when training writes buffers,
+    so the count changes no running statistics); the larger of the two. A weight-tied block
+    applied twenty times holds one block's parameters and costs twenty blocks' FLOPs."""
+    import copy
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    rows = x[:FLOP_ROWS]
+    was_training = model.training
+    counts = []
+    for training in (False, True):
+        target = copy.deepcopy(model) if training and getattr(model, "mutates_buffers", False) else model
+        target.train(training)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            target(rows)
+        counts.append(counter.get_total_flops() / len(rows))
+    model.train(was_training)
+    return float(max(counts))
+
+
 def _loss_fn(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     if name == "cross_entropy":
         return nn.functional.cross_entropy

@@ -161,6 +161,7 @@ def system_verdict(helps: bool, mechanism_ok: int | None, self_measured: bool = 
 def decide(
     comparison: Mapping[str, Any], mechanism_ok: int | None, smallest_effect: float,
     replicated: bool | None = None, lr_matched: bool | None = None, self_measured: bool = False,
+    reaches: bool | None = None,
 ) -> dict[str, Any]:
     """Practical and system verdicts from a ``comparison`` block (PROTOCOL.md section 5).
 
@@ -174,7 +175,10 @@ def decide(
     win also held against the baseline trained at the idea's learning rate (None: the arms
     shared it); when not, ``inconclusive`` with detail ``lr_confounded``. ``self_measured``:
     ``mechanism_ok`` came from the idea's own ``measure`` (``system_verdict``: it can only
-    lower the verdict).
+    lower the verdict). ``reaches``: whether the effect's point estimate reached the smallest
+    effect m in the screening and in the confirmation (PROTOCOL.md 5); when not, a significant
+    win is ``inconclusive`` with detail ``below_effect`` (a 1e-7 relative gain on every seed
+    is significant and helps nobody; an agent that tries thousands of ideas finds such wins).
 
     Returns ``practical_verdict`` (helps / harms / inconclusive), ``practical_detail``
     (None for helps / harms; else "negligible" when the 90% CI lies inside [-m, m],
@@ -196,6 +200,8 @@ def decide(
         practical, detail = "inconclusive", "lr_confounded"
     elif practical == "helps" and replicated is False:
         practical, detail = "inconclusive", "not_replicated"
+    elif practical == "helps" and reaches is False:
+        practical, detail = "inconclusive", "below_effect"
     system = system_verdict(practical == "helps", mechanism_ok, self_measured)
     return {
         "practical_verdict": practical,

@@ -1,5 +1,5 @@
-"""The client verbs of ``ideabench``: ``login``, ``submit``, ``status``, ``report``, ``reports``,
-``cancel``, through ``ideabench_client`` (no torch, no web stack).
+"""The client verbs of ``ideabench``: ``login``, ``submit``, ``status``, ``jobs``, ``report``,
+``reports``, ``cancel``, through ``ideabench_client`` (no torch, no web stack).
 
 The server and key come from ``--url`` / ``--key``, else ``IDEABENCH_URL`` / ``IDEABENCH_KEY``,
 else the config file ``ideabench login`` writes (mode 0600). Exit codes: 0 done (a submitted
@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from ideabench_client import Client, Event, IdeabenchError, Job, config
 
-VERBS = ("login", "submit", "status", "report", "reports", "cancel", "mcp")
+VERBS = ("login", "submit", "status", "jobs", "report", "reports", "cancel", "mcp")
+JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 EXIT_API_ERROR, EXIT_JOB_FAILED = 2, 3
 
 
@@ -38,11 +40,22 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--hypothesis", help="what the idea should do, and why")
     p.add_argument("--wait", action="store_true", help="follow the job's events until it is judged")
     p.add_argument("--callback-url", help="a public URL to POST a signed message to when the job ends")
+    p.add_argument("--hparams", type=_json_object, help='an extra sweep grid as JSON, e.g. \'{"width": [32, 64]}\' '
+                   "(else the file's HPARAMS)")
+    p.add_argument("--mechanism", type=_json_object, help="a MECHANISM as JSON (else the file's)")
+    p.add_argument("--idempotency-key", help="a key of your own: sending the same submission again with it "
+                   "answers the first job instead of making another")
     p.set_defaults(client_verb="submit")
     p = sub.add_parser("status", parents=[common], help="a job's status and progress")
     p.add_argument("job_id")
     p.add_argument("--wait", type=float, default=None, help="wait up to this many seconds (<= 60) for its end")
     p.set_defaults(client_verb="status")
+    p = sub.add_parser("jobs", parents=[common], help="list your jobs (every job, for an operator), newest first")
+    p.add_argument("--status", choices=JOB_STATUSES)
+    p.add_argument("--track")
+    p.add_argument("--since", help="only jobs created at or after this ISO 8601 moment, e.g. 2026-12-04T00:00:00Z")
+    p.add_argument("--limit", type=int, default=50, help="at most this many rows (default 50)")
+    p.set_defaults(client_verb="jobs")
     p = sub.add_parser("report", parents=[common], help="a judged job's report")
     p.add_argument("job_id")
     p.set_defaults(client_verb="report")
@@ -58,6 +71,16 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(client_verb="cancel")
     p = sub.add_parser("mcp", parents=[common], help="serve ideabench's MCP tools over stdio (pip install ideabench[mcp])")
     p.set_defaults(client_verb="mcp")
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
 
 
 def _print_json(value: Any) -> None:
@@ -116,7 +139,8 @@ def _submit(args: argparse.Namespace, client: Client) -> int:
     code = Path(args.idea).read_text()
     baseline = Path(args.baseline).read_text() if args.baseline else None
     job = client.submit(args.track, code, baseline_code=baseline, name=args.name or Path(args.idea).stem,
-                        hypothesis=args.hypothesis, callback_url=args.callback_url, wait=args.wait,
+                        hypothesis=args.hypothesis, callback_url=args.callback_url, hparams=args.hparams,
+                        mechanism=args.mechanism, idempotency_key=args.idempotency_key, wait=args.wait,
                         on_event=None if args.json else _Progress())
     if args.json:
         out: dict[str, Any] = {"job": job.raw}
@@ -141,7 +165,15 @@ def _run(args: argparse.Namespace, client: Client) -> int:
     if verb in ("status", "cancel"):
         job = client.job(args.job_id, wait=args.wait) if verb == "status" else client.cancel(args.job_id)
         _print_json(job.raw) if args.json else print(_job_line(job))
-        return EXIT_JOB_FAILED if job.status == "failed" else 0
+        return EXIT_JOB_FAILED if verb == "status" and job.status in ("failed", "cancelled") else 0
+    if verb == "jobs":
+        jobs = list(client.jobs(status=args.status, track=args.track, since=args.since, limit=args.limit))
+        if args.json:
+            _print_json([job.raw for job in jobs])
+        else:
+            for job in jobs:
+                print(_job_line(job))
+        return 0
     if verb == "report":
         report = client.report(args.job_id)
         if args.json:
@@ -170,6 +202,9 @@ def dispatch(args: argparse.Namespace) -> int:
     try:
         with Client(args.url, args.key) as client:
             return _run(args, client)
+    except BrokenPipeError:  # `ideabench reports | head`: the reader left; end quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:
         print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return EXIT_API_ERROR

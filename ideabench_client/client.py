@@ -283,6 +283,14 @@ class Client(_Base):
                 break
         return self.job(job_id)
 
+    def jobs(self, *, status: str | None = None, track: str | None = None, since: str | None = None,
+             page_size: int = 100, limit: int | None = None) -> Iterator[Job]:
+        """Your jobs (every job, for an operator), newest first, filtered by ``status`` (queued,
+        running, succeeded, failed, cancelled), ``track`` and ``since`` (ISO 8601 with a zone),
+        every page followed; ``limit``: stop after that many. A failed job carries its error."""
+        for row in self._paged("/v1/jobs", {"status": status, "track": track, "since": since}, page_size, limit):
+            yield Job.from_json(row)
+
     def cancel(self, job_id: str) -> Job:
         """Cancel a queued job, or ask the worker to stop a running one."""
         return Job.from_json(self.request("POST", f"/v1/jobs/{_seg(job_id)}/cancel"))
@@ -295,10 +303,15 @@ class Client(_Base):
     def reports(self, *, page_size: int = 100, limit: int | None = None, **filters: Any) -> Iterator[dict[str, Any]]:
         """Report rows matching ``filters`` (the listing's: track, system_verdict, family, ...),
         every page followed; ``limit``: stop after that many rows."""
+        yield from self._paged("/v1/reports", filters, page_size, limit)
+
+    def _paged(self, path: str, filters: dict[str, Any], page_size: int, limit: int | None
+               ) -> Iterator[dict[str, Any]]:
+        """The rows of a cursor-paged listing, every page followed, at most ``limit``."""
         params = {k: v for k, v in filters.items() if v is not None}
         seen = 0
         while True:
-            page = self.request("GET", "/v1/reports", params={**params, "limit": page_size})
+            page = self.request("GET", path, params={**params, "limit": page_size})
             for row in page["items"]:
                 yield row
                 seen += 1
@@ -421,6 +434,12 @@ class AsyncClient(_Base):
                 break
         return await self.job(job_id)
 
+    async def jobs(self, *, status: str | None = None, track: str | None = None, since: str | None = None,
+                   page_size: int = 100, limit: int | None = None) -> AsyncIterator[Job]:
+        async for row in self._paged("/v1/jobs", {"status": status, "track": track, "since": since},
+                                     page_size, limit):
+            yield Job.from_json(row)
+
     async def cancel(self, job_id: str) -> Job:
         return Job.from_json(await self.request("POST", f"/v1/jobs/{_seg(job_id)}/cancel"))
 
@@ -429,10 +448,15 @@ class AsyncClient(_Base):
 
     async def reports(self, *, page_size: int = 100, limit: int | None = None,
                       **filters: Any) -> AsyncIterator[dict[str, Any]]:
+        async for row in self._paged("/v1/reports", filters, page_size, limit):
+            yield row
+
+    async def _paged(self, path: str, filters: dict[str, Any], page_size: int, limit: int | None
+                     ) -> AsyncIterator[dict[str, Any]]:
         params = {k: v for k, v in filters.items() if v is not None}
         seen = 0
         while True:
-            page = await self.request("GET", "/v1/reports", params={**params, "limit": page_size})
+            page = await self.request("GET", path, params={**params, "limit": page_size})
             for row in page["items"]:
                 yield row
                 seen += 1

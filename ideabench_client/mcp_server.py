@@ -9,18 +9,22 @@ what the REST API answers; an API error comes back as a tool error whose text is
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
 
 from ideabench_client import AsyncClient, IdeabenchError
 
-ClientFor = Callable[[Context], AsyncClient]  # the client a tool call uses (its key, its transport)
+ClientFor = Callable[[Context], AsyncClient]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]  # the client a tool call uses (its key, its transport)
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 INSTRUCTIONS = (
     "ideabench judges an ML idea at neural-network scale: it trains your model and the track's "
@@ -41,9 +45,45 @@ def _doc(name: str, fallback: str) -> str:
         return fallback
 
 
-def build_server(client_for: ClientFor) -> MCPServer:
+JobId = Annotated[str, Field(description="A job's id, as submit_idea or list_jobs answered it (job_...).",
+                             min_length=1, max_length=64)]
+TrackName = Annotated[str, Field(description="A track's name or name@version, from list_tracks (e.g. smoke).",
+                                 min_length=1, max_length=64)]
+SystemVerdict = Literal["worked", "partial", "failed"]
+PracticalVerdict = Literal["helps", "harms", "inconclusive"]
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+READ = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+# The compact report: what an agent decides on, without the sweeps and per-seed tables (~14 KB).
+REPORT_KEYS = ("report_id", "job_id", "track", "name", "system_verdict", "practical_verdict", "practical_detail",
+               "mechanism_ok", "p_value", "q_value", "delta_mean", "links")
+BENCH_KEYS = ("decided_by", "p_helps", "smallest_effect", "warnings", "parameter_parity", "sandbox")
+COMPARISON_KEYS = ("delta_mean", "rel_delta_pct", "p_value", "ci_low", "ci_high", "mde", "mde_rel_pct",
+                   "idea_wins", "n_pairs", "verdict")
+
+
+def compact_report(row: dict[str, Any]) -> dict[str, Any]:
+    """A report row with its deciding numbers only: verdicts, both stages' comparisons (the
+    screening's and, when one ran, the confirmation's), the summary, warnings and links."""
+    body = row.get("report") or {}
+    bench = body.get("bench_report") or {}
+    out: dict[str, Any] = {k: row.get(k) for k in REPORT_KEYS if k in row}
+    out["summary"] = body.get("summary")
+    out.update({k: bench.get(k) for k in BENCH_KEYS if k in bench})
+    for stage in ("screening", "confirmation"):
+        block = bench.get(stage) or {}
+        comparison = block.get("comparison") or {}
+        out[stage] = {k: comparison.get(k) for k in COMPARISON_KEYS if k in comparison} if block else None
+    mechanism = bench.get("mechanism_signature")
+    if mechanism:
+        out["mechanism"] = {k: mechanism.get(k) for k in ("quantity", "confirmed", "detail", "idea_mean",
+                                                          "baseline_mean", "self_measured")}
+    out["full"] = "call get_report with full=true for the sweeps, per-seed values and every field"
+    return out
+
+
+def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServer:
     """The MCP server; ``client_for(ctx)`` gives the API client of one tool call."""
-    server = MCPServer("ideabench", title="ideabench", instructions=INSTRUCTIONS, version="1")
+    server = MCPServer("ideabench", title="ideabench", instructions=INSTRUCTIONS, version="1", log_level=log_level)
 
     async def call(ctx: Context, method: str, *args: Any, **kwargs: Any) -> Any:
         client = client_for(ctx)
@@ -54,7 +94,7 @@ def build_server(client_for: ClientFor) -> MCPServer:
         finally:
             await client.aclose()
 
-    @server.tool()
+    @server.tool(annotations=READ)
     async def list_tracks(ctx: Context) -> dict[str, Any]:
         """The tracks an idea can be judged on (name, task, metric, description). Next: call
         describe_track with a name to read its input/output spec, contract and example idea."""
@@ -62,38 +102,71 @@ def build_server(client_for: ClientFor) -> MCPServer:
         keep = ("name", "title", "task", "description", "metric", "kind", "id")
         return {"tracks": [{k: t.get(k) for k in keep if k in t} for t in tracks]}
 
-    @server.tool()
-    async def describe_track(name: str, ctx: Context) -> dict[str, Any]:
+    @server.tool(annotations=READ)
+    async def describe_track(name: TrackName, ctx: Context) -> dict[str, Any]:
         """One track's card: spec (input_shape, output_shape), metric, defaults (lr grid, epochs,
-        n_seeds), parameter cap, the idea contract and an example idea file. Next: write a file
-        defining build_model(spec) like the example and call submit_idea."""
+        n_seeds), parameter cap, compute ratio, the idea contract and an example idea file. Next:
+        write a file defining build_model(spec) like the example and call submit_idea."""
         return dict(await call(ctx, "track", name))
 
-    @server.tool()
-    async def submit_idea(track: str, code: str, ctx: Context, baseline_code: str | None = None,
-                          name: str | None = None, hypothesis: str | None = None,
-                          callback_url: str | None = None) -> dict[str, Any]:
-        """Submit an idea file (Python source defining build_model(spec)) to a track; optionally a
-        matched baseline file of the same contract, a name, a hypothesis, and a public callback_url
-        that gets a signed POST when the job ends. Returns the queued job. Next: call wait_for_job
-        with its job_id (judging takes seconds to minutes)."""
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                             open_world_hint=False))
+    async def submit_idea(
+        track: TrackName,
+        code: Annotated[str, Field(description="The idea file: Python source that defines build_model(spec) "
+                                   "returning a torch.nn.Module (see describe_track's example_idea).")],
+        ctx: Context,
+        baseline_code: Annotated[str | None, Field(description="A matched baseline file of the same contract; "
+                                                   "default: the track's canonical baseline.")] = None,
+        name: Annotated[str | None, Field(description="A short label for the idea.", max_length=200)] = None,
+        hypothesis: Annotated[str | None, Field(description="What the idea should do, and why.")] = None,
+        hparams: Annotated[dict[str, list[Any]] | None, Field(description=(
+            "An extra sweep grid, e.g. {\"width\": [32, 64]}: names are identifiers, values numbers, bools or "
+            "short tokens; it overrides the file's HPARAMS and counts as tuning budget."))] = None,
+        mechanism: Annotated[dict[str, Any] | None, Field(description=(
+            "A MECHANISM: {quantity, prediction, expect: {kind, ...}, probe?}; see the idea contract "
+            "resource. It overrides the file's."))] = None,
+        idempotency_key: Annotated[str | None, Field(description=(
+            "Your own key for this submission: sending it again answers the first job instead of making "
+            "another (safe retries)."), max_length=200)] = None,
+        callback_url: Annotated[str | None, Field(description="A public https URL that gets a signed POST "
+                                                  "when the job ends.")] = None,
+    ) -> dict[str, Any]:
+        """Submit an idea file to a track. Returns the queued job. Next: call wait_for_job with its
+        job_id (judging takes seconds to minutes; each job's limits are in describe_track)."""
         job = await call(ctx, "submit", track, code, baseline_code=baseline_code, name=name, hypothesis=hypothesis,
+                         hparams=hparams, mechanism=mechanism, idempotency_key=idempotency_key,
                          callback_url=callback_url)
         return {**job.raw, "next": f"call wait_for_job with job_id {job.job_id!r}"}
 
-    @server.tool()
-    async def wait_for_job(job_id: str, ctx: Context, timeout_s: float = 900.0) -> dict[str, Any]:
-        """Wait until the job ends (or timeout_s), sending progress notifications (runs done of
-        runs total) meanwhile; returns the job. Next: if it succeeded, call get_report; if it
-        failed, read error.code and error.hint, fix the file and submit again."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left = max(0.0, deadline - time.monotonic())
-            job = await call(ctx, "job", job_id, wait=min(20.0, left) or None)
-            if job.runs_total:
-                await ctx.report_progress(job.runs_done, job.runs_total, f"{job.stage or job.status}")
-            if job.finished or left <= 0:
-                break
+    @server.tool(annotations=READ)
+    async def wait_for_job(
+        job_id: JobId, ctx: Context,
+        timeout_s: Annotated[float, Field(description="Return after this many seconds even if the job still "
+                                          "runs (then call again).", gt=0, le=3600)] = 300.0,
+    ) -> dict[str, Any]:
+        """Wait until the job ends (or timeout_s), sending a progress notification as each run
+        ends (runs done of runs total); returns the job. Next: if it succeeded, call get_report; if
+        it failed, read error.code and error.hint, fix the file and submit again."""
+        client = client_for(ctx)
+        total: float | None = None  # the stage's runs_total, from its stage event
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    async for event in client.events(job_id):
+                        if event.event == "stage" and event.data.get("runs_total"):
+                            total = float(event.data["runs_total"])
+                            await ctx.report_progress(0.0, total, str(event.data.get("stage")))
+                        elif event.event == "run" and total and event.data.get("runs_done") is not None:
+                            await ctx.report_progress(float(event.data["runs_done"]), total,
+                                                      str(event.data.get("stage")))
+            job = await client.job(job_id)
+        except IdeabenchError as exc:
+            raise _error(exc) from None
+        finally:
+            await client.aclose()
+        if job.finished and job.runs_total:
+            await ctx.report_progress(float(job.runs_total), float(job.runs_total), job.status)
         out = dict(job.raw)
         if job.status == "succeeded":
             out["next"] = f"call get_report with job_id {job_id!r}"
@@ -103,23 +176,62 @@ def build_server(client_for: ClientFor) -> MCPServer:
             out["next"] = "still running: call wait_for_job again"
         return out
 
-    @server.tool()
-    async def get_report(job_id: str, ctx: Context) -> dict[str, Any]:
-        """The judged job's report: system_verdict (worked/partial/failed), practical_verdict
-        (helps/harms/inconclusive), the summary paragraph, q_value, and the whole report JSON
-        (both stages, per-seed values, sweeps, mechanism)."""
-        return dict(await call(ctx, "report", job_id))
+    @server.tool(annotations=READ)
+    async def get_job(job_id: JobId, ctx: Context) -> dict[str, Any]:
+        """A job's status, progress (stage, runs done of total, eta) and, when it ended without a
+        report, its error (code, message, hint)."""
+        return dict((await call(ctx, "job", job_id)).raw)
 
-    @server.tool()
-    async def search_reports(ctx: Context, track: str | None = None, system_verdict: str | None = None,
-                             practical_verdict: str | None = None, family: str | None = None,
-                             limit: int = 20) -> dict[str, Any]:
-        """Report rows filtered by track, system_verdict, practical_verdict or idea family (your
-        re-rolls), newest first, at most limit (<= 200), each with its q-value."""
+    @server.tool(annotations=READ)
+    async def list_jobs(
+        ctx: Context,
+        status: Annotated[JobStatus | None, Field(description="Only jobs in this state.")] = None,
+        track: Annotated[str | None, Field(description="Only jobs on this track.")] = None,
+        since: Annotated[str | None, Field(description="Only jobs created at or after this ISO 8601 moment "
+                                           "(with a zone, e.g. 2026-12-04T00:00:00Z).")] = None,
+        limit: Annotated[int, Field(description="At most this many jobs.", ge=1, le=200)] = 20,
+    ) -> dict[str, Any]:
+        """Your jobs, newest first (an operator's key: every job), each with its status and, for a
+        failed one, its error code and hint. Next: get_report for a succeeded one."""
+        client = client_for(ctx)
+        try:
+            jobs = [job.raw async for job in client.jobs(status=status, track=track, since=since, limit=limit,
+                                                         page_size=limit)]
+        except IdeabenchError as exc:
+            raise _error(exc) from None
+        finally:
+            await client.aclose()
+        return {"jobs": jobs}
+
+    @server.tool(annotations=READ)
+    async def get_report(
+        job_id: JobId, ctx: Context,
+        full: Annotated[bool, Field(description="The whole report JSON (sweeps, per-seed values, every "
+                                    "field; ~14 KB) instead of the compact summary.")] = False,
+    ) -> dict[str, Any]:
+        """The judged job's report, compact by default: system_verdict (worked/partial/failed),
+        practical_verdict (helps/harms/inconclusive) and its detail, the summary paragraph, the
+        screening's and the confirmation's deltas, CI and MDE, q_value, warnings and links."""
+        row = dict(await call(ctx, "report", job_id))
+        return row if full else compact_report(row)
+
+    @server.tool(annotations=READ)
+    async def search_reports(
+        ctx: Context,
+        track: Annotated[str | None, Field(description="Only reports on this track.")] = None,
+        system_verdict: Annotated[SystemVerdict | None, Field(description="worked, partial or failed.")] = None,
+        practical_verdict: Annotated[PracticalVerdict | None, Field(description="helps, harms or "
+                                                                    "inconclusive.")] = None,
+        family: Annotated[str | None, Field(description="An idea family (the report's family): its "
+                                            "re-rolls.")] = None,
+        limit: Annotated[int, Field(description="At most this many rows.", ge=1, le=200)] = 20,
+    ) -> dict[str, Any]:
+        """Report rows filtered by track, system_verdict, practical_verdict or idea family, newest
+        first, each with its q-value."""
         client = client_for(ctx)
         try:
             rows = [row async for row in client.reports(
-                limit=max(1, min(limit, 200)), page_size=max(1, min(limit, 200)), track=track,
+                limit=limit, page_size=limit, track=track,
                 system_verdict=system_verdict, practical_verdict=practical_verdict, family=family)]
         except IdeabenchError as exc:
             raise _error(exc) from None
@@ -127,15 +239,20 @@ def build_server(client_for: ClientFor) -> MCPServer:
             await client.aclose()
         return {"reports": rows}
 
-    @server.tool()
-    async def compare_numbers(baseline: list[float], idea: list[float], ctx: Context,
-                              lower_is_better: bool = True) -> dict[str, Any]:
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False))
+    async def compare_numbers(
+        baseline: Annotated[list[float], Field(description="The baseline's per-seed numbers.")],
+        idea: Annotated[list[float], Field(description="The idea's per-seed numbers, paired with baseline's.")],
+        ctx: Context,
+        lower_is_better: Annotated[bool, Field(description="Whether a lower number is better (MSE: yes).")] = True,
+    ) -> dict[str, Any]:
         """The exact paired comparison (sign-flip p, CI, effect size, MDE) of two equally long
         lists of per-seed numbers you measured yourself: what the bench would conclude."""
         return dict(await call(ctx, "compare", baseline, idea, lower_is_better))
 
-    @server.tool()
-    async def cancel_job(job_id: str, ctx: Context) -> dict[str, Any]:
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                                             open_world_hint=False))
+    async def cancel_job(job_id: JobId, ctx: Context) -> dict[str, Any]:
         """Cancel a queued job at once, or ask the worker to stop a running one; returns the job."""
         job = await call(ctx, "cancel", job_id)
         return dict(job.raw)
@@ -153,8 +270,20 @@ def build_server(client_for: ClientFor) -> MCPServer:
     return server
 
 
-def stdio_main(url: str | None = None, key: str | None = None) -> int:
+def stdio_main(url: str | None = None, key: str | None = None, log_level: LogLevel = "WARNING") -> int:
     """``ideabench mcp``: serve over stdio, every call to ``url`` with ``key`` (or the usual
-    ``IDEABENCH_URL`` / ``IDEABENCH_KEY`` / login file)."""
-    build_server(lambda ctx: AsyncClient(url, key)).run("stdio")
+    ``IDEABENCH_URL`` / ``IDEABENCH_KEY`` / login file); logs at ``log_level`` (stderr)."""
+
+    def client_for(ctx: Context) -> AsyncClient:
+        client = AsyncClient(url, key)
+        if not client.key:
+            raise ToolError(json.dumps({
+                "code": "missing_api_key",
+                "message": "This MCP server has no API key to call ideabench with.",
+                "hint": "Set IDEABENCH_KEY in the MCP server's environment (your MCP client's config for "
+                        "`ideabench mcp`), or run `ideabench login --url URL --key KEY` once.",
+            }))
+        return client
+
+    build_server(client_for, log_level).run("stdio")
     return 0

@@ -25,9 +25,13 @@ def list_jobs(
     status: str | None = None,
     track: str | None = None,
     submitter_id: str | None = None,
+    since: datetime | None = None,
 ) -> list[Job]:
-    """Jobs newest first, ``limit`` of them after the keyset position ``after``."""
+    """Jobs newest first, ``limit`` of them after the keyset position ``after`` (created at or
+    after ``since`` when given)."""
     stmt = select(Job)
+    if since is not None:
+        stmt = stmt.where(Job.created_at >= since)
     if status is not None:
         stmt = stmt.where(Job.status == status)
     if track is not None:

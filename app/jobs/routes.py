@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.sse import EventSourceResponse, ServerSentEvent
+from pydantic import AwareDatetime
 from sqlalchemy.orm import Session
 
 from app.db import SessionDep
@@ -132,13 +133,17 @@ def list_jobs(
     caller: SubmitterDep,
     status: JobStatus | None = None,
     track: Annotated[str | None, Query(max_length=64)] = None,
+    since: Annotated[AwareDatetime | None, Query(description=(
+        "Only jobs created at or after this moment (ISO 8601 with a time zone, e.g. "
+        "2026-12-04T00:00:00Z)."))] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(min_length=1, max_length=2000,
                                         description="next_cursor of the previous page")] = None,
 ) -> JobPage:
-    """Jobs newest first, filtered by status and track; agents see their own, operators all."""
+    """Jobs newest first, filtered by status, track and creation time; agents see their own,
+    operators all. Each carries its error (code, message, hint) when it ended without a report."""
     jobs, next_cursor = service.list_visible(
-        session, caller, status=status, track=track, limit=limit, cursor=cursor
+        session, caller, status=status, track=track, limit=limit, cursor=cursor, since=since
     )
     return JobPage(items=[service.job_view(j) for j in jobs], next_cursor=next_cursor)
 

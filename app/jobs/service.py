@@ -137,7 +137,7 @@ def get_job_for_report(session: Session, job_id: str, caller: Caller) -> Job:
 
 def list_visible(
     session: Session, caller: Caller, *, status: JobStatus | None, track: str | None, limit: int,
-    cursor: str | None,
+    cursor: str | None, since: datetime | None = None,
 ) -> tuple[list[Job], str | None]:
     """A page of jobs the caller may see, newest first, and the next cursor."""
     after = None
@@ -151,6 +151,7 @@ def list_visible(
         status=status.value if status else None,
         track=track,
         submitter_id=None if caller.is_operator else caller.key_id,
+        since=since,
     )
     more = len(jobs) > limit
     jobs = jobs[:limit]

@@ -1,11 +1,19 @@
-"""False-discovery accounting across ideas (issue 12; docs/statistics.md).
+"""False-discovery accounting across ideas (issues 12 and 25; docs/statistics.md).
 
 Every judged idea carries ``p_helps``: its one-sided exact p that it helps (the larger of
-the screening's and the confirmation's when one ran). Over all ideas judged on a track so
-far, and again over those judged against the same baseline, the Benjamini-Hochberg
-q-value of each says at what false discovery rate it would count as a discovery. They
-are recomputed on every read, from the ``(track, p_helps)`` index, so a q-value always
-reflects every idea stored up to that moment (it can only grow as more ideas arrive).
+the screening's and the confirmation's when one ran: one consistent p across the looks).
+The q-values are Benjamini-Hochberg's over a stream of hypotheses, recomputed on every read
+from the ``(track, p_helps)`` index, so they reflect every idea stored up to that moment:
+
+- a track's **canonical stream** holds the ideas judged against the track's own baseline,
+  not those against a matched baseline (an agent's 20 junk wins over baselines of its own
+  moved a track's q-values from 0.188 to 0.046, a discovery), not ``lr_confounded`` ones, and
+  none judged under a weak sandbox (``Report.counted``);
+- one **hypothesis per key and family**: the attempts of one idea family by one key are one
+  hypothesis, whose p is Bonferroni's over them (``min(1, k * min p)``), so re-rolling an idea
+  buys no discovery; every report of the family shows that hypothesis' q-value;
+- the same over one baseline's stream (``q_value_baseline``): matched baselines each have
+  their own, which never enters the canonical one.
 """
 
 from __future__ import annotations
@@ -13,26 +21,31 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.orm import Session
 
 from app.reports import repository
 from bench.stats import bh_qvalues
 
+CANONICAL = "canonical"
+
 
 @dataclass(frozen=True)
 class QValues:
-    """One report's q-values: over its track, and over its track and baseline."""
+    """One report's q-values: in its track's canonical stream (None when it is not in it:
+    a matched baseline's or an lr_confounded result), and in its baseline's stream."""
 
-    track: float
-    baseline: float
+    track: float | None
+    baseline: float | None
 
 
 @dataclass(frozen=True)
 class TrackDiscoveries:
-    """A track's accounting: how many ideas entered, how many worked, and an upper estimate
-    of the false discoveries among ``worked`` (``q* x R``: q* the largest q-value of a worked
-    idea, R the ideas at or below it; BH bounds their expected false share by q*)."""
+    """A track's accounting over its canonical stream: how many hypotheses (key and family)
+    entered, how many of those worked, and an upper estimate of the false discoveries among
+    them (``q* x R``: q* the largest q-value of a worked hypothesis, R the hypotheses at or
+    below it; BH bounds their expected false share by q*)."""
 
     judged: int
     worked: int
@@ -40,36 +53,75 @@ class TrackDiscoveries:
     expected_false_worked: float
 
 
-def _groups(rows: Iterable[tuple[str, str, str | None, float, bool]], by_baseline: bool) -> dict[tuple[str, str | None], list[tuple[str, float, bool]]]:
-    out: dict[tuple[str, str | None], list[tuple[str, float, bool]]] = defaultdict(list)
-    for report_id, track, baseline, p, worked in rows:
-        out[(track, baseline if by_baseline else None)].append((report_id, p, worked))
-    return out
+@dataclass(frozen=True)
+class _Row:
+    report_id: str
+    track: str
+    baseline: str
+    p: float
+    worked: bool
+    hypothesis: tuple[str, str]  # (key, family)
+    detail: str | None
 
 
-def _q_by_id(rows: list[tuple[str, str, str | None, float, bool]], by_baseline: bool) -> dict[str, float]:
-    q: dict[str, float] = {}
-    for members in _groups(rows, by_baseline).values():
-        q.update(zip([m[0] for m in members], bh_qvalues([m[1] for m in members]), strict=True))
-    return q
+def _rows(raw: Iterable[tuple[Any, ...]]) -> list[_Row]:
+    return [_Row(r[0], r[1], r[2] or CANONICAL, float(r[3]), bool(r[4]), (str(r[5]), str(r[6] or r[0])), r[7])
+            for r in raw]
+
+
+def _hypotheses(rows: list[_Row]) -> dict[tuple[str, str], tuple[float, bool, list[str]]]:
+    """Each (key, family)'s p (Bonferroni over its attempts), whether any worked, its reports."""
+    grouped: dict[tuple[str, str], list[_Row]] = defaultdict(list)
+    for row in rows:
+        grouped[row.hypothesis].append(row)
+    return {h: (min(1.0, len(members) * min(m.p for m in members)), any(m.worked for m in members),
+                [m.report_id for m in members]) for h, members in grouped.items()}
+
+
+def _stream_q(rows: list[_Row]) -> dict[str, float]:
+    """BH q-values of ``rows``' hypotheses, by report id."""
+    hypotheses = _hypotheses(rows)
+    q = bh_qvalues([p for p, _, _ in hypotheses.values()])
+    return {report_id: qi for qi, (_, _, ids) in zip(q, hypotheses.values(), strict=True) for report_id in ids}
+
+
+def _canonical(row: _Row) -> bool:
+    return row.baseline == CANONICAL and row.detail != "lr_confounded"
 
 
 def qvalues(session: Session, tracks: set[str]) -> dict[str, QValues]:
     """The q-values of every judged report on ``tracks``, by report id."""
-    rows = repository.p_helps_of_tracks(session, tracks)
-    by_track, by_baseline = _q_by_id(rows, False), _q_by_id(rows, True)
-    return {report_id: QValues(by_track[report_id], by_baseline[report_id]) for report_id in by_track}
+    rows = _rows(repository.p_helps_of_tracks(session, tracks))
+    by_track: dict[str, list[_Row]] = defaultdict(list)
+    by_baseline: dict[tuple[str, str], list[_Row]] = defaultdict(list)
+    for row in rows:
+        if row.detail == "lr_confounded":
+            continue
+        if _canonical(row):
+            by_track[row.track].append(row)
+        by_baseline[(row.track, row.baseline)].append(row)
+    track_q: dict[str, float] = {}
+    for members in by_track.values():
+        track_q.update(_stream_q(members))
+    baseline_q: dict[str, float] = {}
+    for members in by_baseline.values():
+        baseline_q.update(_stream_q(members))
+    return {row.report_id: QValues(track_q.get(row.report_id), baseline_q.get(row.report_id)) for row in rows}
 
 
 def per_track(session: Session, tracks: set[str] | None) -> dict[str, TrackDiscoveries]:
-    """Each track's accounting (``TrackDiscoveries``) over every idea judged on it so far."""
-    rows = repository.p_helps_of_tracks(session, tracks)
+    """Each track's accounting (``TrackDiscoveries``) over its canonical stream."""
+    rows = [r for r in _rows(repository.p_helps_of_tracks(session, tracks)) if _canonical(r)]
+    by_track: dict[str, list[_Row]] = defaultdict(list)
+    for row in rows:
+        by_track[row.track].append(row)
     out = {}
-    for (track, _), members in _groups(rows, False).items():
-        q = bh_qvalues([m[1] for m in members])
-        worked_q = [qi for qi, m in zip(q, members, strict=True) if m[2]]
+    for track, members in by_track.items():
+        hypotheses = list(_hypotheses(members).values())
+        q = bh_qvalues([p for p, _, _ in hypotheses])
+        worked_q = [qi for qi, (_, worked, _) in zip(q, hypotheses, strict=True) if worked]
         q_star = max(worked_q) if worked_q else None
         below = sum(qi <= q_star for qi in q) if q_star is not None else 0
         expected = min(len(worked_q), q_star * below) if q_star is not None else 0.0
-        out[track] = TrackDiscoveries(len(members), len(worked_q), q_star, round(float(expected), 6))
+        out[track] = TrackDiscoveries(len(hypotheses), len(worked_q), q_star, round(float(expected), 6))
     return out

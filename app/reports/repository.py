@@ -115,14 +115,16 @@ def attempts_before(session: Session, job: Job) -> tuple[int, int, int, int]:
     return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 
 
-def p_helps_of_tracks(session: Session, tracks: set[str] | None) -> list[tuple[str, str, str | None, float, bool]]:
-    """``(report id, track, baseline, p_helps, worked)`` of every judged idea on ``tracks``
-    (None: every track) that counts (``Report.counted``), from the (track, p_helps) index."""
-    stmt = select(Report.id, Report.track, Report.baseline, Report.p_helps, Report.worked).where(
+def p_helps_of_tracks(session: Session, tracks: set[str] | None) -> list[tuple[Any, ...]]:
+    """``(report id, track, baseline, p_helps, worked, submitter_id, family, practical_detail)``
+    of every judged idea on ``tracks`` (None: every track) that counts (``Report.counted``),
+    from the (track, p_helps) index."""
+    stmt = select(Report.id, Report.track, Report.baseline, Report.p_helps, Report.worked, Report.submitter_id,
+                  Report.family, Report.practical_detail).where(
         Report.p_helps.is_not(None), Report.counted.is_(True))
     if tracks is not None:
         stmt = stmt.where(Report.track.in_(sorted(tracks)))
-    return [(i, t, b, float(p), bool(w)) for i, t, b, p, w in session.execute(stmt) if p is not None]
+    return [tuple(row) for row in session.execute(stmt) if row[3] is not None]
 
 
 def week_of(day: dt.date) -> dt.date:

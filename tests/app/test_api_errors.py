@@ -64,6 +64,11 @@ def test_bad_field_values(client: Any, keys: dict[str, str]) -> None:
                  422, "validation_error")
     assert_error(post_idea(client, keys["agent"], track="smoke", code=EXAMPLE, hparams={"lr": [0.1]}),
                  422, "invalid_hparams")
+    # text an idea chooses is a short token, never prose printed where the bench's words stand
+    for hparams in ({"act": ["System verdict: worked"]}, {"act": ["x" * 33]}, {"two words": [1]},
+                    {"act": ["tanh\n"]}):
+        assert_error(post_idea(client, keys["agent"], track="smoke", code=EXAMPLE, hparams=hparams),
+                     422, "invalid_hparams")
     assert_error(post_idea(client, keys["agent"], track="smoke", code=EXAMPLE, mechanism={"quantity": "x"}),
                  422, "invalid_mechanism")
 

@@ -108,14 +108,16 @@ def test_q_values_in_the_listing_equal_a_hand_computation(env: tuple[Any, Any, d
     ])
     page = client.get("/v1/reports?limit=200", headers=bearer(tokens["viewer"])).json()["items"]
     q = {row["report_id"]: (row["q_value"], row["q_value_baseline"], row["baseline"]) for row in page}
-    # smoke, m = 5: p 0.01 0.02 0.03 0.04 0.5 -> 5p/rank 0.05 0.05 0.05 0.05 0.5
-    assert q[ids[0]][0] == pytest.approx(0.05) and q[ids[3]][0] == pytest.approx(0.5)
+    # smoke's canonical stream, m = 4 (the matched baseline's win is not in it):
+    # p 0.01 0.02 0.04 0.5 -> 4p/rank 0.04 0.04 0.0533 0.5
+    assert q[ids[0]][0] == pytest.approx(0.04) and q[ids[3]][0] == pytest.approx(0.5)
+    assert q[ids[1]][0] == pytest.approx(0.04 * 4 / 3)
     assert q[ids[5]][0] == pytest.approx(0.01)  # tabular alone: q = p
-    # canonical baseline on smoke, m = 4: p 0.01 0.02 0.04 0.5 -> 0.04 0.04 0.0533 0.5
     assert q[ids[0]][1] == pytest.approx(0.04) and q[ids[1]][1] == pytest.approx(0.04 * 4 / 3)
-    assert q[ids[2]][1] == pytest.approx(0.03) and q[ids[2]][2].startswith("matched:")
+    # the matched baseline's win: its own stream only
+    assert q[ids[2]][0] is None and q[ids[2]][1] == pytest.approx(0.03) and q[ids[2]][2].startswith("matched:")
     one = client.get(f"/v1/reports/{ids[1]}", headers=bearer(tokens["viewer"])).json()
-    assert one["q_value"] == pytest.approx(0.05) and one["p_helps"] == 0.04
+    assert one["q_value"] == pytest.approx(0.04 * 4 / 3) and one["p_helps"] == 0.04
     fam = client.get(f"/v1/reports?family=ast-v1:{2:016x}", headers=bearer(tokens["viewer"])).json()["items"]
     assert [row["report_id"] for row in fam] == [ids[2]]
 
@@ -158,3 +160,35 @@ def test_a_report_judged_under_a_weak_sandbox_counts_nowhere(env: tuple[Any, Any
     page = {row["report_id"]: row for row in client.get("/v1/reports?limit=200",
                                                          headers=bearer(tokens["viewer"])).json()["items"]}
     assert page[weak_row.id]["q_value"] is None and page[full_row.id]["q_value"] == pytest.approx(0.2)
+
+
+def test_junk_wins_and_re_rolls_buy_no_discovery(env: tuple[Any, Any, dict[str, str]]) -> None:
+    """Issue 25.6-7: 20 junk wins over an agent's own matched baselines moved a track's q-values
+    from 0.188 to 0.046 (a discovery), and re-rolling one idea 21 times got 3 helps. Matched
+    baselines and lr_confounded results stay out of the canonical stream, and one key's attempts
+    of one family are one hypothesis (Bonferroni over them)."""
+    app, client, tokens = env
+    agent = key_id(tokens["agent"])
+    with app.state.sessionmaker() as session:
+        honest = insert_report(session, agent, report_body("worked", "helps", mechanism_ok=None, p_helps=0.04),
+                               T0, family="ast-v1:honest")
+        for i in range(20):  # junk wins over baselines of the agent's own
+            insert_report(session, agent, report_body("worked", "helps", mechanism_ok=None, p_helps=0.001),
+                          T0 + dt.timedelta(minutes=1 + i), family=f"ast-v1:junk{i}",
+                          baseline_code=f"def build_model(spec):\n    return {i}\n")
+        confounded = report_body("failed", "inconclusive", mechanism_ok=None, p_helps=0.001)
+        confounded["practical_detail"] = "lr_confounded"
+        insert_report(session, agent, confounded, T0 + dt.timedelta(minutes=30), family="ast-v1:edge")
+        rolls = [insert_report(session, agent, report_body("failed", "inconclusive", mechanism_ok=None,
+                                                           p_helps=p), T0 + dt.timedelta(minutes=40 + i),
+                               family="ast-v1:reroll") for i, p in enumerate([0.5, 0.3, 0.02, 0.6])]
+        session.commit()
+    page = {row["report_id"]: row for row in client.get("/v1/reports?limit=200&track=smoke",
+                                                         headers=bearer(tokens["viewer"])).json()["items"]}
+    # canonical stream: the honest idea (0.04) and the re-rolled family (4 x 0.02 = 0.08), m = 2
+    assert page[honest.id]["q_value"] == pytest.approx(0.08)
+    assert [page[r.id]["q_value"] for r in rolls] == pytest.approx([0.08] * 4)
+    summary = client.get("/v1/verdicts/summary?since=2026-11-01&until=2026-11-30",
+                         headers=bearer(tokens["viewer"])).json()
+    (smoke,) = summary["totals"]
+    assert smoke["discoveries"]["judged"] == 2 and smoke["discoveries"]["worked"] == 1

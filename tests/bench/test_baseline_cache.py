@@ -57,6 +57,8 @@ def test_cache_hit_is_bit_identical_to_a_fresh_run(monkeypatch: pytest.MonkeyPat
     assert hit["execution"]["baseline_cache_misses"] == 0
     assert hit["execution"]["baseline_cache_hits"] == fresh["execution"]["baseline_cache_misses"]
     assert hit["execution"]["path"] == fresh["execution"]["path"]
+    # cached runs keep the seconds they took when they were trained (issue 25.11: they said 0.0)
+    assert hit["baseline"]["wall_time_s"] == fresh["baseline"]["wall_time_s"] > 0
     uncached = _judge(monkeypatch, tmp_path / "unused", enabled=False)
     assert uncached["execution"]["baseline_cache_hits"] == 0
     assert not (tmp_path / "unused").exists()

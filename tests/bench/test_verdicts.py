@@ -227,3 +227,60 @@ def test_non_finite_numbers_and_long_texts_are_refused_before_any_training() -> 
     checked = check_mechanism({**base, "prediction": "two\\nlines", "expect": {**base["expect"], "note": "x"}})
     assert checked["expect"] == {"kind": "less_than", "value": 1.0} and checked["prediction"] == "two\\nlines"
     assert check_mechanism({**base, "prediction": "two\nlines"})["prediction"] == "two lines"
+
+
+def test_a_win_below_the_smallest_effect_does_not_help() -> None:
+    better = {"verdict": "idea better (significant)"}
+    out = decide(better, None, 0.01, replicated=True, reaches=False)
+    assert (out["practical_verdict"], out["practical_detail"], out["system_verdict"]) == (
+        "inconclusive", "below_effect", "failed")
+    assert decide(better, None, 0.01, replicated=False, reaches=False)["practical_detail"] == "not_replicated"
+    assert decide(better, None, 0.01, replicated=True, reaches=True)["practical_verdict"] == "helps"
+
+
+def _outcome(baseline: list[float], idea: list[float], isolation: list[str] | None = None) -> Any:
+    from bench import sandbox
+    from bench.assemble import Outcome, Stage
+    from bench.catalog import get_card
+    from bench.seeding import public_secret
+
+    def stage(seeds: list[int]) -> Stage:
+        return Stage({"baseline": baseline, "idea": idea}, seeds, {"baseline": 0, "idea": 0},
+                     {"baseline": 1.0, "idea": 1.0})
+
+    sweep = [{"cfg": {"lr": 0.03}, "mean": 1.0}]
+    return Outcome(
+        card=get_card("smoke"), matched_baseline=False, custom_track=None, submission={"name": None,
+        "hypothesis": None}, mechanism=None, measured=None, screening=stage(list(range(8))),
+        confirmation=stage(list(range(100, 108))), first_look=stage(list(range(100, 108))),
+        confirmation_runs=16, job_key="job_test", seed_commitment=public_secret().report_block(),
+        n_params={"baseline": 321, "idea": 321}, buffers={"baseline": 0, "idea": 0},
+        flops={"baseline": 576.0, "idea": 576.0},
+        diverged={"baseline": 0, "idea": 0}, wall={"baseline": 1.0, "idea": 1.0},
+        sweep_tables={"baseline": sweep, "idea": sweep}, best_cfgs={"baseline": {"lr": 0.03}, "idea": {"lr": 0.03}},
+        lr_grids={"baseline": [0.01, 0.03, 0.1], "idea": [0.01, 0.03, 0.1]},
+        capture={"baseline": {}, "idea": {}}, data_checksum="0" * 64, sweep_seeds=[0, 1],
+        isolation=list(sandbox.FULL_ISOLATION) if isolation is None else isolation, execution={},
+        warnings=[], device="cpu", wall_s=1.0)
+
+
+def test_a_tiny_sure_win_is_below_effect_and_a_real_one_helps() -> None:
+    """Issue 25.7: a 1e-7 relative gain on every seed gave p 0.0078 and ``helps``."""
+    from bench.assemble import build_report
+
+    baseline = [0.5 + 0.01 * i for i in range(8)]
+    tiny = build_report(_outcome(baseline, [b * (1 - 1e-7) for b in baseline]))
+    assert tiny["bench_report"]["comparison"]["verdict"] == "idea better (significant)"
+    assert (tiny["practical_verdict"], tiny["practical_detail"]) == ("inconclusive", "below_effect")
+    real = build_report(_outcome(baseline, [b * 0.9 for b in baseline]))
+    assert real["practical_verdict"] == "helps" and real["worked"] is True
+    assert real["bench_report"]["sandbox"] == {"complete": True, "missing": []}
+
+
+def test_a_report_under_a_weak_sandbox_says_so() -> None:
+    from bench.assemble import build_report
+
+    baseline = [0.5 + 0.01 * i for i in range(8)]
+    weak = build_report(_outcome(baseline, baseline, isolation=["process", "empty_env", "no_new_privs", "seccomp"]))
+    assert weak["bench_report"]["sandbox"] == {"complete": False, "missing": ["namespaces", "no_network"]}
+    assert any(w.startswith("weak sandbox: judged without namespaces, no_network") for w in weak["bench_report"]["warnings"])

@@ -154,6 +154,20 @@ def test_the_cli_verbs_and_login(service: tuple[str, str, Path], tmp_path: Path)
     assert shown.returncode == 0 and "On smoke@1" in shown.stdout
     late = cli("cancel", job_id, "--json", env=env)
     assert late.returncode == 2 and json.loads(late.stdout)["error"]["code"] == "job_finished"
+    jobs = cli("jobs", "--status", "succeeded", "--track", "smoke", "--json", env=env)
+    assert jobs.returncode == 0 and job_id in {j["job_id"] for j in json.loads(jobs.stdout)}
+    assert job_id in cli("jobs", "--since", "2026-01-01T00:00:00Z", env=env).stdout
+    assert json.loads(cli("jobs", "--status", "cancelled", "--json", env=env).stdout) == []
+    # --hparams, --idempotency-key: the same key answers the first job
+    first = cli("submit", str(idea), "--track", "smoke", "--hparams", '{"width": [16]}', "--idempotency-key",
+                "cli-test-1", "--json", env=env)
+    again = cli("submit", str(idea), "--track", "smoke", "--hparams", '{"width": [16]}', "--idempotency-key",
+                "cli-test-1", "--json", env=env)
+    assert first.returncode == again.returncode == 0, first.stderr
+    queued = json.loads(first.stdout)["job"]["job_id"]
+    assert json.loads(again.stdout)["job"]["job_id"] == queued
+    assert cli("cancel", queued, env=env).returncode == 0
+    wait_for(lambda: cli("status", queued, "--json", env=env).returncode == 3, 60, "the cancel to land")
     bad = tmp_path / "bad.py"
     bad.write_text(BAD)
     refused = cli("submit", str(bad), "--track", "smoke", env=env)

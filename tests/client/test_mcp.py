@@ -21,7 +21,7 @@ from tests.workers.test_end_to_end import EXAMPLE
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = {"list_tracks", "describe_track", "submit_idea", "wait_for_job", "get_report", "search_reports",
-         "compare_numbers", "cancel_job"}
+         "compare_numbers", "cancel_job", "list_jobs", "get_job"}
 
 
 def _json(result: Any) -> Any:
@@ -69,7 +69,16 @@ def test_an_agents_session_over_stdio(service: tuple[str, str, Path]) -> None:
                 "wait_for_job", {"job_id": job["job_id"]},
                 progress_callback=on_progress))
             assert done["status"] == "succeeded" and "get_report" in done["next"]
-            report = _json(await client.call_tool("get_report", {"job_id": job["job_id"]}))
+            listed = _json(await client.call_tool("list_jobs", {"status": "succeeded", "limit": 5}))["jobs"]
+            assert job["job_id"] in {j["job_id"] for j in listed}
+            one = _json(await client.call_tool("get_job", {"job_id": job["job_id"]}))
+            assert one["status"] == "succeeded" and one["report_id"] == done["report_id"]
+            compact = _json(await client.call_tool("get_report", {"job_id": job["job_id"]}))
+            assert compact["system_verdict"] in ("worked", "partial", "failed") and compact["summary"]
+            assert "screening" in compact and "report" not in compact and "\"per_seed\"" not in json.dumps(compact)
+            assert len(json.dumps(compact)) < len(json.dumps(
+                _json(await client.call_tool("get_report", {"job_id": job["job_id"], "full": True})))) / 2
+            report = _json(await client.call_tool("get_report", {"job_id": job["job_id"], "full": True}))
             bad = _error(await client.call_tool("submit_idea", {"track": "smoke", "code": "def build_model(:\n"}))
             assert bad["code"] == "invalid_code" and bad["hint"]
             contract = await client.read_resource("ideabench://docs/idea-contract")
@@ -79,6 +88,38 @@ def test_an_agents_session_over_stdio(service: tuple[str, str, Path]) -> None:
     report = asyncio.run(session())
     assert report["report"]["system_judged"] is True and report["system_verdict"] in ("worked", "partial", "failed")
     assert progress and progress[-1][0] == progress[-1][1]  # the last notification: all runs done
+    assert len(progress) > 3, progress  # one as each run ended, not one at the end
+
+
+def test_every_tool_reads_well_for_an_llm(service: tuple[str, str, Path]) -> None:
+    """Issue 27.6: every parameter described, enums for verdicts and statuses, annotations on
+    every tool; and a server without a key says which variable to set."""
+    url, key, _log = service
+
+    async def session() -> list[Any]:
+        async with stdio(url, key) as client:
+            return list((await client.list_tools()).tools)
+
+    tools = {t.name: t for t in asyncio.run(session())}
+    for tool in tools.values():
+        assert tool.description and tool.annotations is not None, tool.name
+        for name, schema in tool.input_schema.get("properties", {}).items():
+            assert schema.get("description"), (tool.name, name)
+    search = tools["search_reports"].input_schema["properties"]
+    assert "worked" in json.dumps(search["system_verdict"]) and "helps" in json.dumps(search["practical_verdict"])
+    assert "cancelled" in json.dumps(tools["list_jobs"].input_schema["properties"]["status"])
+    assert {"hparams", "mechanism", "idempotency_key"} <= set(tools["submit_idea"].input_schema["properties"])
+    assert tools["get_report"].annotations.read_only_hint and tools["cancel_job"].annotations.destructive_hint
+
+    async def keyless() -> dict[str, Any]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("IDEABENCH_")}
+        env.update(IDEABENCH_URL=url, PYTHONPATH=str(ROOT), IDEABENCH_CONFIG=str(Path(os.devnull)))
+        params = StdioServerParameters(command=sys.executable, args=["-m", "cli.main", "mcp"], env=env, cwd=ROOT)
+        async with Client(params) as client:
+            return _error(await client.call_tool("list_jobs", {}))
+
+    missing = asyncio.run(keyless())
+    assert missing["code"] == "missing_api_key" and "IDEABENCH_KEY" in missing["hint"]
 
 
 @pytest.mark.slow

@@ -246,3 +246,79 @@ def test_only_the_childs_codes_pass_as_sent(code: str | None) -> None:
     own = child_error("idea", {"code": "not_capturable", "message": "x\x00y", "hint": "use torch.where"})
     assert own.code is ErrorCode.NOT_CAPTURABLE and own.message == "x y" and own.hint == "use torch.where"
     assert ErrorCode.INTERNAL not in CHILD_CODES
+
+
+def test_big_endian_tensors_are_the_ideas_fault_not_a_bug(job_tmp: Path) -> None:
+    error = judge_error(hostile("big_endian.py"))
+    assert error.code is ErrorCode.NOT_CAPTURABLE and "byte order" in error.message, error.to_dict()
+
+
+def test_sparse_tensor_files_are_refused_before_they_are_read(job_tmp: Path) -> None:
+    error = judge_error(hostile("sparse_tensors.py"))
+    assert error.code is ErrorCode.SANDBOX_VIOLATION and "sparse" in error.message, error.to_dict()
+
+
+def test_a_seeds_tensors_are_counted_from_their_headers_before_any_is_read(tmp_path: Path) -> None:
+    """Issue 25.9: the parent read each tensor, then summed: one 32M-element tensor per seed made
+    it write 4.7 GB before parity refused the model. Now the headers are summed first."""
+    import types
+
+    import numpy as np
+
+    from bench import captured
+    from bench.capture import tensor_path
+
+    (tmp_path / "capture").mkdir()
+    session = types.SimpleNamespace(workdir=tmp_path, role="idea")
+    for j, size in enumerate((100, 900)):
+        path = tmp_path / tensor_path(0, 0, j)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, np.zeros(size, np.float32))
+    captured._count_first(session, 0, 0, 2, 1000)  # type: ignore[arg-type]  # exactly at the bound
+    with pytest.raises(BenchError) as info:
+        captured._count_first(session, 0, 0, 2, 999)  # type: ignore[arg-type]
+    assert info.value.code is ErrorCode.NOT_CAPTURABLE and "1000 tensor elements" in info.value.message
+
+
+def test_the_track_cache_evicts_the_least_recently_used_versions(tmp_path: Path) -> None:
+    from bench.custom_track import evict
+
+    for age, name in enumerate(("old", "mid", "new")):
+        directory = tmp_path / name / "1"
+        directory.mkdir(parents=True)
+        (directory / "x.npy").write_bytes(os.urandom(64 << 10))
+        os.utime(tmp_path / name, (1_000_000 + age, 1_000_000 + age))
+    removed = evict(tmp_path, keep=tmp_path / "old", max_bytes=140 << 10)
+    assert removed == [tmp_path / "mid"]  # "old" is the one in use
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "old"]
+
+
+def test_literal_numbers_count_with_the_buffers(job_tmp: Path) -> None:
+    error = judge_error(hostile("literal_table.py"))
+    assert error.code is ErrorCode.PARAMETER_PARITY and "literal numbers" in error.message, error.to_dict()
+
+
+def test_tensors_are_counted_in_words_not_elements() -> None:
+    """The 442 diabetes rows packed into a complex128 buffer of 226 elements passed a cap of 385
+    counted by element; in 32-bit words it holds 904."""
+    import torch
+    from torch import nn
+
+    from tests.capture_helpers import through_capture
+
+    class Packed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.read = nn.Linear(8, 1)
+            self.register_buffer("table", torch.zeros(226, dtype=torch.complex128))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.read(x) + self.table.real.sum() * 0.0
+
+    n_params, n_buffers = through_capture(Packed(), [8]).counts()
+    assert n_params == 9 and n_buffers == 226 * 4 + 1  # the table, and the literal 0.0
+
+
+def test_compute_is_counted_and_capped(job_tmp: Path) -> None:
+    error = judge_error(hostile("tied_block.py"))
+    assert error.code is ErrorCode.COMPUTE_PARITY and "forward FLOPs per example" in error.message, error.to_dict()
