@@ -365,6 +365,24 @@ def _impure(op: Any) -> str:
 # Integer arguments that name a mode: a value off the kernel's list left grid_sampler_2d's
 # output unwritten (uninitialised memory, earlier tensors' values among it; red team).
 INT_ENUMS = {"interpolation_mode": 3, "padding_mode": 3, "reduction": 3}
+# Integer division of INT_MIN by -1 kills the process with SIGFPE (red team): these ops run only
+# when a floating tensor takes part.
+INTEGER_DIVISIONS = frozenset({
+    "aten.div.Tensor_mode", "aten.div.Scalar_mode", "aten.fmod.Tensor", "aten.fmod.Scalar",
+    "aten.remainder.Tensor", "aten.remainder.Scalar", "aten.remainder.Scalar_Tensor",
+    "aten.floor_divide.default", "aten.floor_divide.Scalar",
+})
+
+
+def _no_integer_division(op: Any) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if tensors and not any(t.is_floating_point() or t.is_complex() for t in tensors):
+            raise RuntimeError(f"{op} of integer tensors is refused (INT_MIN / -1 kills the process)")
+        return op(*args, **kwargs)
+    return call
+
+
 MAX_STRING_ARG = 64  # the strings ATen ops take: einsum equations, modes ("tanh", "reflect", "floor")
 
 
@@ -546,6 +564,8 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
             if len(decoded) != len(kwargs):
                 raise not_capturable("the captured graph is malformed (arguments)")
             literals += check_call(str(node.get("target")), target, args, decoded)
+            if str(node.get("target")) in INTEGER_DIVISIONS:
+                target = _no_integer_division(target)
             env[name] = graph.call_function(target, tuple(args), decoded)
             module = node.get("module", "")
             if not isinstance(module, str) or not (module == "" or MODULE_PATH.fullmatch(module)):

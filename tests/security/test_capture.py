@@ -477,3 +477,19 @@ def test_size_arithmetic_is_bounded() -> None:
     calls[1] = {"name": "p", "target": "operator.pow", "args": [_node("s"), 2]}
     program, _ = build_graph(_hand_written(calls, "o"), torch.device("cpu"))
     assert program(torch.ones(3, 2))[0].tolist() == [[10.0, 10.0]] * 3
+
+
+def test_integer_division_cannot_kill_the_trainer() -> None:
+    """Red team: INT_MIN // -1 on int64 tensors killed the process with SIGFPE."""
+    calls = [{"name": "a", "target": "aten.scalar_tensor.default", "args": [-(2**63)],
+              "kwargs": {"dtype": {"$dtype": "int64"}}},
+             {"name": "b", "target": "aten.scalar_tensor.default", "args": [-1], "kwargs": {"dtype": {"$dtype": "int64"}}},
+             {"name": "c", "target": "aten.div.Tensor_mode", "args": [_node("a"), _node("b")],
+              "kwargs": {"rounding_mode": "trunc"}},
+             {"name": "o", "target": "aten.add.Tensor", "args": [_node("x"), _node("c")]}]
+    program, _ = build_graph(_hand_written(calls, "o"), torch.device("cpu"))
+    with pytest.raises(RuntimeError, match="integer tensors is refused"):
+        program(torch.ones(2, 2))
+    calls[0]["kwargs"] = {"dtype": {"$dtype": "float32"}}  # with a float it is ordinary division
+    program, _ = build_graph(_hand_written(calls, "o"), torch.device("cpu"))
+    assert program(torch.ones(2, 2))[0].shape == (2, 2)
