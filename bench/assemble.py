@@ -68,6 +68,8 @@ class Outcome:
     warnings: list[str]
     device: str
     wall_s: float
+    # A matched baseline's check against the track's canonical baseline (bench.protocol).
+    matched_check: dict[str, Any] | None = None
 
     @property
     def lower_is_better(self) -> bool:
@@ -341,6 +343,7 @@ def build_report(outcome: Outcome) -> dict[str, Any]:
                              "max_compute_ratio": float(card.get("compute_ratio", COMPUTE_RATIO))},
         "capture": outcome.capture,
         "custom_track": outcome.custom_track,
+        "matched_baseline_check": outcome.matched_check or None,
         "track_justification": card.get("justification") if outcome.custom_track else None,
         "data_checksum": outcome.data_checksum,
         "seeds": {"sweep": outcome.sweep_seeds, "final": screening["seeds"],

@@ -15,6 +15,7 @@ class ErrorCode(StrEnum):
     NOT_CAPTURABLE = "not_capturable"
     PARAMETER_PARITY = "parameter_parity"
     COMPUTE_PARITY = "compute_parity"
+    BASELINE_INFERIOR = "baseline_inferior"
     TOO_MANY_PARAMETERS = "too_many_parameters"
     INVALID_HPARAMS = "invalid_hparams"
     INVALID_MECHANISM = "invalid_mechanism"
@@ -60,6 +61,9 @@ DEFAULT_HINTS: dict[ErrorCode, str] = {
     ErrorCode.COMPUTE_PARITY: "Spend at most the track's compute_ratio times the baseline's forward "
     "FLOPs per example (GET /v1/tracks/{name}: compute_ratio): fewer repeated applications of a "
     "block, narrower layers, or a matched baseline of the same cost.",
+    ErrorCode.BASELINE_INFERIOR: "A matched baseline must be as good as the track's canonical baseline "
+    "(within its smallest effect) on the same seeds: fix the matched baseline (train every input, keep "
+    "its weights as the canonical one does), or submit without one to be judged against the track's.",
     ErrorCode.TOO_MANY_PARAMETERS: "Shrink the model below the track's param_cap (trainable "
     "parameters), e.g. fewer hidden units.",
     ErrorCode.INVALID_HPARAMS: "HPARAMS must be a dict mapping a name to a non-empty list of "

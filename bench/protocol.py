@@ -8,6 +8,7 @@ training; both children train at the same time, one per core.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import itertools
@@ -89,6 +90,11 @@ class JudgeRequest:
     job_key: str | None = None
     # How the engine runs on this host; None: read from the environment (``EngineOptions.from_env``).
     options: EngineOptions | None = None
+    # Set by ``judge`` for a matched baseline's job: what its check against the track's canonical
+    # baseline found (``matched_check``), whose counts parity and compute parity use.
+    canonical: dict[str, Any] | None = None
+    # False for that check itself: a screening only, no confirmation.
+    confirm: bool = True
 
 
 @dataclass(frozen=True)
@@ -338,8 +344,11 @@ class _Job:
         holds, as seed 000's exact derivative maps match its baseline's finite-difference
         ones), room for normalisation statistics and fixed maps, none for a table of the data."""
         base = max(int(n) for n in checked["baseline"]["n_params"])
+        base_buffers = max(int(n) for n in checked["baseline"]["n_buffers"])
+        if self.request.canonical is not None:  # a matched baseline: parity against the track's own
+            base, base_buffers = int(self.request.canonical["n_params"]), int(self.request.canonical["n_buffers"])
         ratio = float(self.card.get("param_parity_ratio", 1.10))
-        cap = int(self.card.get("buffer_cap") or base + max(int(n) for n in checked["baseline"]["n_buffers"]))
+        cap = int(self.card.get("buffer_cap") or base + base_buffers)
         for hparams, n_params, n_buffers in zip(
             self.grids["idea"], checked["idea"]["n_params"], checked["idea"]["n_buffers"], strict=True
         ):
@@ -368,7 +377,8 @@ class _Job:
         flops = {arm: [float(f) for f in checked[arm]["flops"]] for arm in ARMS}
         if not all(math.isfinite(f) and f >= 0 for arm in ARMS for f in flops[arm]):
             raise BenchError(ErrorCode.INTERNAL, "a trainer counted FLOPs that are not finite")
-        base = max(max(flops["baseline"]), 2.0 * base_params)
+        reference = max(flops["baseline"]) if self.request.canonical is None else float(self.request.canonical["flops"])
+        base = max(reference, 2.0 * base_params)
         ratio = float(self.card.get("compute_ratio", COMPUTE_RATIO))
         for hparams, cost in zip(self.grids["idea"], flops["idea"], strict=True):
             if cost > ratio * base:
@@ -866,6 +876,7 @@ class _Job:
         custom = self.request.custom_track
         return Outcome(
             card=self.card, matched_baseline=self.request.baseline_code is not None,
+            matched_check=self.request.canonical,
             custom_track=custom.report_block() if custom is not None else None,
             submission={"name": self.request.name, "hypothesis": self.request.hypothesis},
             mechanism=self.mechanism, measured=measured,
@@ -949,6 +960,8 @@ def judge(
     track = custom_mod.as_track(custom, options.tracks_dir) if custom is not None else load_track(request.track)
     n_seeds = _check_request(request, track)
     _check_space()
+    if request.baseline_code is not None and request.canonical is None:
+        request = check_matched_baseline(request, on_progress, cancel, started)
     limits = Limits(memory_mb=request.memory_mb)
     slot = warm.take(limits) if keep_warm else None
     try:
@@ -966,6 +979,53 @@ def judge(
     finally:
         if keep_warm:
             warm.prepare(limits)
+
+
+def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback | None,
+                           cancel: threading.Event | None, started: float) -> JudgeRequest:
+    """A matched baseline is judged first, as an idea against the track's canonical baseline, on
+    the same seeds, screening only (PROTOCOL.md 1): a job whose matched baseline is worse than the
+    canonical one by more than the track's smallest effect ends ``baseline_inferior`` (a baseline
+    that ignores an input, or stores its weights halved, made a copy of the canonical baseline
+    "help"; issue 25.5). Returns ``request`` with what the check found (``canonical``), which
+    the job's parity and compute parity measure against and its report shows."""
+    def forward(progress: Progress) -> None:
+        if on_progress is not None:
+            on_progress(dataclasses.replace(progress, stage=f"baseline_check:{progress.stage}"[:32],
+                                            message=f"checking the matched baseline: {progress.message}"[:500]))
+
+    assert request.baseline_code is not None
+    check = dataclasses.replace(request, idea_code=request.baseline_code, baseline_code=None, hparams=None,
+                                mechanism=None, confirm=False)
+    try:
+        report = judge(check, forward, cancel)["bench_report"]
+    except BenchError as exc:
+        if exc.code in (ErrorCode.CANCELLED, ErrorCode.TIMEOUT, ErrorCode.NO_SPACE, ErrorCode.SANDBOX_UNAVAILABLE,
+                        ErrorCode.INTERNAL):
+            raise
+        raise BenchError(exc.code, f"The matched baseline, judged against the track's canonical baseline, "
+                         f"failed: {exc.message}", exc.hint) from None
+    comparison = report["comparison"]
+    lower = report["metric_direction"] == "lower is better"
+    worse_by = float(comparison["delta_mean"]) * (1.0 if lower else -1.0)
+    m = float(report["smallest_effect"])
+    found = {
+        "canonical_mean": float(comparison["baseline_mean"]), "matched_mean": float(comparison["idea_mean"]),
+        "worse_by": worse_by, "smallest_effect": m, "non_inferior": bool(worse_by <= m),
+        "p_value": float(comparison["p_value"]), "seeds": report["seeds"]["final"],
+        "n_params": int(report["parameter_parity"]["baseline"]), "n_buffers": int(report["parameter_parity"]["buffers"]["baseline"]),
+        "flops": float(report["parameter_parity"]["flops_per_example"]["baseline"]),
+        "matched_n_params": int(report["parameter_parity"]["idea"]),
+    }
+    if not found["non_inferior"]:
+        raise BenchError(
+            ErrorCode.BASELINE_INFERIOR,
+            f"The matched baseline is worse than the track's canonical baseline by {worse_by:.4g} on the same "
+            f"seeds (canonical {found['canonical_mean']:.4g}, matched {found['matched_mean']:.4g}); the track "
+            f"allows {m:.4g} (its smallest effect): a win over it would not be a win.",
+        )
+    remaining = request.timeout_s - (time.monotonic() - started)
+    return dataclasses.replace(request, canonical=found, timeout_s=max(1.0, remaining))
 
 
 MIN_FREE_BYTES = 64 * 2**20  # below this on the temporary directory's disk, no job starts
@@ -1063,7 +1123,7 @@ def _judge(
             job.tracker.add_total(sum(per_arm_sweep.values()) + 2 * n_seeds)
             job.run_sweep_with_edges()
             finals = job.final(final_seeds(n_seeds), "screening")
-            confirmation = job.confirm(n_seeds) if job.screened_better(finals) else None
+            confirmation = job.confirm(n_seeds) if request.confirm and job.screened_better(finals) else None
             measured = job.measure(finals) if job.mechanism is not None else None
         finally:
             job.close()

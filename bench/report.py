@@ -241,7 +241,8 @@ class BenchReport(_Model):
     device: str | None = None
     warnings: list[str] | None = None
     isolation: list[str] | None = None
-    sandbox: dict[str, Any] | None = None  # {"complete": bool, "missing": [judging layers it ran without]}
+    sandbox: dict[str, Any] | None = None
+    matched_baseline_check: dict[str, Any] | None = None  # a matched baseline against the canonical one  # {"complete": bool, "missing": [judging layers it ran without]}
     execution: dict[str, Any] | None = None
     diverged: dict[str, int] | None = None
     submission: dict[str, Any] | None = None

@@ -14,6 +14,10 @@ on warm children, with a fresh baseline cache. Ideas:
   and the cached baseline, as an agent's re-rolls do.
 - **gain** (``--gains``): the baseline's architecture (another init stream) against a
   matched baseline that sees only 7 of the 8 input features: a real gain by construction.
+  Since a matched baseline is judged first against the track's own (issue 25.5), this one is
+  a sandbagged baseline and its jobs end ``baseline_inferior``: the gains arm now counts those
+  refusals (``gains_refused``); a gain by construction against the canonical baseline that
+  reaches the smallest effect is still to be built.
 
 Jobs are spread over ``--epochs`` seed epochs (another deployment secret each), so that
 one epoch's lucky screening seeds do not decide the figures. "Without confirmation" reads
@@ -97,6 +101,7 @@ def runs_trained(report: dict[str, Any]) -> tuple[int, int]:
 
 
 def run_one(kind: str, index: int, epoch: int) -> dict[str, Any]:
+    from bench.errors import BenchError
     from bench.protocol import JudgeRequest, judge
     from bench.seeding import SeedSecret
 
@@ -114,7 +119,12 @@ def run_one(kind: str, index: int, epoch: int) -> dict[str, Any]:
             confirm_started.append(time.monotonic())
 
     started = time.monotonic()
-    report = judge(request, on_progress, keep_warm=True)
+    try:
+        report = judge(request, on_progress, keep_warm=True)
+    except BenchError as exc:  # a gain's sandbagged matched baseline: refused (baseline_inferior)
+        return {"kind": kind, "epoch": epoch, "refused": exc.code.value, "screened": False,
+                "screened_guarded": False, "helps": False, "worked": False, "runs": 0, "confirmation_runs": 0,
+                "looks": 0, "seconds": time.monotonic() - started, "confirmation_seconds": 0.0}
     ended = time.monotonic()
     trained, confirmation_runs = runs_trained(report)
     br = report["bench_report"]
@@ -157,6 +167,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "null_screened_unguarded": unguarded_nulls,
         "null_false_worked_unguarded_ci95": clopper_pearson(unguarded_nulls, len(nulls)),
         "gains_screened": len(screened_gains), "gains_kept": kept,
+        "gains_refused": sum(1 for r in gains if r.get("refused")),
         "second_looks": {"nulls": sum(r.get("looks", 0) == 2 for r in nulls),
                          "gains": sum(r.get("looks", 0) == 2 for r in gains)},
         "gains_kept_share": kept / len(screened_gains) if screened_gains else None,

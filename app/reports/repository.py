@@ -134,8 +134,9 @@ def week_of(day: dt.date) -> dt.date:
 
 def count_verdict(session: Session, report: Report) -> None:
     """Add ``report`` to the day's verdict counts (an upsert; Postgres and SQLite), unless it
-    counts nowhere (``Report.counted``)."""
-    if report.counted is False:
+    counts nowhere (``Report.counted``) or was judged against a matched baseline (the track's
+    totals are its canonical stream's: issue 25.5)."""
+    if report.counted is False or (report.baseline or "canonical") != "canonical":
         return
     day = report.created_at.astimezone(dt.UTC).date()
     values = {

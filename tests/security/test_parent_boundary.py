@@ -322,3 +322,31 @@ def test_tensors_are_counted_in_words_not_elements() -> None:
 def test_compute_is_counted_and_capped(job_tmp: Path) -> None:
     error = judge_error(hostile("tied_block.py"))
     assert error.code is ErrorCode.COMPUTE_PARITY and "forward FLOPs per example" in error.message, error.to_dict()
+
+
+CANONICAL_COPY = (
+    "from torch import nn\n"
+    "def build_model(spec):\n"
+    "    return nn.Sequential(nn.Linear(spec['n_features'], 32), nn.ReLU(), nn.Linear(32, 1))\n"
+)
+
+
+def test_a_sandbagged_matched_baseline_makes_no_win(job_tmp: Path) -> None:
+    """Issue 25.5: the matched baseline is judged against the canonical one on the same seeds
+    first; worse than it by more than the smallest effect, the job ends baseline_inferior."""
+    error = judge_error(CANONICAL_COPY, baseline_code=hostile("sandbagged_baseline.py"), n_seeds=4)
+    assert error.code is ErrorCode.BASELINE_INFERIOR, error.to_dict()
+    assert "worse than the track's canonical baseline" in error.message
+
+
+def test_an_honest_matched_baseline_is_checked_and_parity_is_the_canonical_ones(job_tmp: Path) -> None:
+    """A matched baseline padded with dead parameters admitted an idea as large (issue 25.5):
+    parity is measured against the canonical baseline (321 parameters on smoke)."""
+    report = judge(JudgeRequest(track="smoke", idea_code=CANONICAL_COPY, baseline_code=CANONICAL_COPY,
+                                n_seeds=2, timeout_s=300.0))["bench_report"]
+    check = report["matched_baseline_check"]
+    assert check["non_inferior"] is True and check["n_params"] == 321 and check["seeds"]
+    wide = CANONICAL_COPY.replace("32), nn.ReLU(), nn.Linear(32, 1)", "36), nn.ReLU(), nn.Linear(36, 1)")
+    big_baseline = CANONICAL_COPY.replace("32), nn.ReLU(), nn.Linear(32, 1)", "40), nn.ReLU(), nn.Linear(40, 1)")
+    error = judge_error(wide, baseline_code=big_baseline)  # 361 > 1.1 x 321, though < 1.1 x 401
+    assert error.code is ErrorCode.PARAMETER_PARITY and "321" in error.message, error.to_dict()
