@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     device: str = Field(default="cpu", description="The worker's device: cpu, cuda or cuda:N.")
     job_timeout_s: float = 1800.0
     job_memory_mb: int = 6144
+    capture_timeout_s: float = Field(default=120.0, gt=0, description=(
+        "How long building one arm's models (every config and init seed) may take; a build_model "
+        "that takes longer ends the job capture_timeout."))
     warm_children: bool = Field(
         default=True, description="Start the next job's sandboxed children (torch imported) ahead of it."
     )

@@ -24,6 +24,7 @@ class ErrorCode(StrEnum):
     TRAINING_ERROR = "training_error"
     DIVERGED = "diverged"
     TIMEOUT = "timeout"
+    CAPTURE_TIMEOUT = "capture_timeout"
     OUT_OF_MEMORY = "out_of_memory"
     CRASHED = "crashed"
     OUTPUT_LIMIT = "output_limit"
@@ -80,6 +81,9 @@ DEFAULT_HINTS: dict[ErrorCode, str] = {
     "smaller init, bounded activations).",
     ErrorCode.TIMEOUT: "Make the model smaller or faster; the whole protocol must finish within the "
     "time limit.",
+    ErrorCode.CAPTURE_TIMEOUT: "build_model must return quickly: it builds a model, it does not train "
+    "or wait (no sleeps, downloads or loops over data); every config and init seed is built in the "
+    "track's capture limit (capture_timeout_s in GET /v1/tracks/{name}).",
     ErrorCode.OUT_OF_MEMORY: "Use fewer parameters or smaller activations; the run exceeded its "
     "memory limit.",
     ErrorCode.CRASHED: "The process running the idea died without an answer (segfault or os._exit); "

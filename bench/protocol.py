@@ -63,6 +63,14 @@ from bench.track import Track
 ARMS = ("baseline", "idea")
 MAX_GROUP = 16  # runs trained as one batched model at most (the child stacks their data)
 MIN_SEEDS, MAX_SEEDS = 2, 32
+CAPTURE_TIMEOUT_S = 120.0  # building one arm's models (every config and init seed), by default
+
+
+def capture_limit(request: JudgeRequest, builds: int) -> tuple[float, str]:
+    """The capture command's own deadline (``ArmSession.request``'s ``within``)."""
+    return request.capture_timeout_s, (
+        f"Building the models ({builds} builds: every config and init seed) took longer than "
+        f"{request.capture_timeout_s:.0f} s; build_model must build a model and return.")
 
 
 @dataclass
@@ -95,6 +103,9 @@ class JudgeRequest:
     canonical: dict[str, Any] | None = None
     # False for that check itself: a screening only, no confirmation.
     confirm: bool = True
+    # How long building every config and init seed of one arm may take (a build_model that
+    # sleeps held the only worker for the whole job timeout).
+    capture_timeout_s: float = CAPTURE_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -773,7 +784,8 @@ class _Job:
 
         def extend(arm: str) -> None:
             config = self._config_index(RunRecord(arm, self.best(arm)["_cfg"], seeds[0], "test", "confirmation"))
-            self.captures[arm].request({"op": "capture_more", "config": config, "init_seeds": inits})
+            self.captures[arm].request({"op": "capture_more", "config": config, "init_seeds": inits},
+                                       within=capture_limit(self.request, len(inits)))
             import_more(self.captures[arm], self.capture_info[arm], config, first, len(seeds),
                         self.max_elements(arm))
             self.sessions[arm].request({"op": "more_inits", "init_seeds": inits})
@@ -1094,7 +1106,7 @@ def _judge(
             job.tracker.emit("capturing both arms' models as graphs")
             job.both(lambda arm: job.captures[arm].request({
                 "op": "capture", "configs": job.grids[arm], "init_seeds": init_seeds,
-            }))
+            }, within=capture_limit(request, len(job.grids[arm]) * len(init_seeds))))
             job.capture_info = job.both(lambda arm: import_capture(
                 job.captures[arm], job.grids[arm], len(init_seeds), job.workdir / "data" / f"capture_{arm}",
                 job.max_elements(arm),

@@ -219,6 +219,7 @@ class ArmSession:
         workdir.mkdir(parents=True, exist_ok=True)
         self.limits = limits
         self.deadline = deadline
+        self._step: tuple[float, str] | None = None  # a command's own deadline and its message (request)
         self.cancel = cancel
         self.timeout_s = timeout_s
         self._buffer = b""
@@ -297,6 +298,9 @@ class ArmSession:
         if self.cancel.is_set():
             self._kill(ErrorCode.CANCELLED)
             raise BenchError(ErrorCode.CANCELLED, "The job was cancelled; its child was killed.")
+        if self._step is not None and time.monotonic() > self._step[0]:
+            self._kill(ErrorCode.CAPTURE_TIMEOUT)
+            raise BenchError(ErrorCode.CAPTURE_TIMEOUT, self._step[1])
         if time.monotonic() > self.deadline:
             self._kill(ErrorCode.TIMEOUT)
             raise BenchError(
@@ -324,9 +328,21 @@ class ArmSession:
                 raise self._death_error() from None
 
     def request(
-        self, command: dict[str, Any], on_event: Callable[[dict[str, Any]], None] | None = None
+        self, command: dict[str, Any], on_event: Callable[[dict[str, Any]], None] | None = None,
+        *, within: tuple[float, str] | None = None,
     ) -> dict[str, Any]:
-        """Send ``command``; pass streamed events to ``on_event``; return the final answer."""
+        """Send ``command``; pass streamed events to ``on_event``; return the final answer.
+        ``within``: (seconds, message): a command that takes longer kills the child with
+        ``capture_timeout`` and that message (a ``build_model`` that sleeps)."""
+        self._step = None if within is None else (time.monotonic() + within[0], within[1])
+        try:
+            return self._request(command, on_event)
+        finally:
+            self._step = None
+
+    def _request(
+        self, command: dict[str, Any], on_event: Callable[[dict[str, Any]], None] | None
+    ) -> dict[str, Any]:
         assert self.proc.stdin is not None
         self.wait_ready()
         while self._pending:  # answers of commands sent before this session (a warm-up): unused

@@ -74,6 +74,7 @@ def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
         name=job.name,
         hypothesis=job.hypothesis,
         timeout_s=ctx.settings.job_timeout_s,
+        capture_timeout_s=ctx.settings.capture_timeout_s,
         memory_mb=ctx.settings.job_memory_mb,
         device=ctx.settings.device,
         custom_track=custom,

@@ -23,6 +23,7 @@ router = APIRouter(prefix="/v1/tracks", tags=["tracks"], responses=error_respons
 def list_tracks(
     session: SessionDep,
     _caller: ReaderDep,
+    settings: SettingsDep,
     kind: Literal["builtin", "custom"] | None = None,
     status: Annotated[TrackStatus | None, Query(description="only tracks of this status (built-in ones are active)")] = None,
 ) -> TrackList:
@@ -33,7 +34,7 @@ def list_tracks(
         items += [service.builtin_view(card, counts) for card in list_cards()]
     if kind in (None, "custom"):
         items += [service.custom_view(row, counts.get(row.id, 0)) for row in service.list_custom(session, status)]
-    return TrackList(items=items)
+    return TrackList(items=[service.with_limits(item, settings) for item in items])
 
 
 @router.post("", status_code=202, response_model=TrackCard, responses={
@@ -67,9 +68,10 @@ def register_track(
 
 
 @router.get("/{ident}", response_model=TrackCard, responses=error_responses(404))
-def get_track(ident: str, session: SessionDep, _caller: ReaderDep) -> TrackCard:
-    """One track: a built-in card with its example idea, or a custom version with its source."""
-    return service.card(session, ident)
+def get_track(ident: str, session: SessionDep, _caller: ReaderDep, settings: SettingsDep) -> TrackCard:
+    """One track: a built-in card with its example idea, or a custom version with its source,
+    and the limits of every job here."""
+    return service.with_limits(service.card(session, ident), settings)
 
 
 @router.post("/{ident}/deprecate", response_model=TrackCard, responses=error_responses(404))

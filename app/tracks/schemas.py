@@ -40,6 +40,17 @@ def build_baseline(spec):
 '''
 
 
+class JobLimits(BaseModel):
+    """A job's limits on this deployment (the same on every track)."""
+
+    capture_timeout_s: float = Field(description="Building one arm's models (every config and init seed); "
+                                     "longer: capture_timeout.")
+    job_timeout_s: float = Field(description="The whole protocol; longer: timeout.")
+    memory_mb: int = Field(description="Memory of each sandboxed process; more: out_of_memory.")
+    compute_ratio: float | None = Field(default=None, description="This track's cap on the idea's forward FLOPs "
+                                        "per example, as a multiple of the baseline's; more: compute_parity.")
+
+
 class TrackCard(BaseModel):
     """A track's spec, metric, defaults and limits, built-in or custom (all card fields kept).
 
@@ -66,6 +77,7 @@ class TrackCard(BaseModel):
     n_reports: int = Field(default=0, description="Reports judged on this track (this version, if custom).")
     status: TrackStatus | None = Field(default=None, description="validating, active or rejected (built-in: active).")
     deprecated: bool | None = None
+    limits: JobLimits | None = Field(default=None, description="What every job on this deployment may spend.")
     author: str | None = Field(default=None, description="ideabench, or the key id (or CLI author) that registered it.")
     # Custom tracks only.
     domain: str | None = None

@@ -22,8 +22,9 @@ from app.errors import ApiCode, ApiError
 from app.keys.deps import Caller
 from app.keys.models import ApiKey
 from app.reports.models import VerdictCount
+from app.settings import Settings
 from app.tracks.models import CustomTrackRow, TrackStatus
-from app.tracks.schemas import TrackCard
+from app.tracks.schemas import JobLimits, TrackCard
 from bench.catalog import get_card, is_builtin, track_names
 from bench.errors import BenchError, ErrorCode
 from bench.track_source import parse_track_source, source_sha256
@@ -255,6 +256,15 @@ def builtin_view(card: dict[str, Any], counts: dict[str, int]) -> TrackCard:
         **card, "kind": "builtin", "status": TrackStatus.ACTIVE, "deprecated": False, "author": "ideabench",
         "n_reports": counts.get(card["name"], 0),
     })
+
+
+def with_limits(view: TrackCard, settings: Settings) -> TrackCard:
+    """``view`` with the job limits of this deployment (``limits``)."""
+    ratio = (view.model_extra or {}).get("compute_ratio")
+    view.limits = JobLimits(capture_timeout_s=settings.capture_timeout_s, job_timeout_s=settings.job_timeout_s,
+                            memory_mb=settings.job_memory_mb,
+                            compute_ratio=float(ratio) if isinstance(ratio, int | float) else None)
+    return view
 
 
 def card(session: Session, ident: str) -> TrackCard:

@@ -206,3 +206,14 @@ def test_simultaneous_uploads_of_one_key_cannot_both_pass_the_quota(pg_app: Any)
         with pg_app.state.sessionmaker() as session:
             tracks_service.register(session, TINY.replace("0.05 noise", "0.05 noise (v3)"), author,
                                     "tiny.py", max_validating=1)
+
+
+def test_every_card_says_what_a_job_may_spend(client: Any, keys: dict[str, str]) -> None:
+    """Issue 27.2: no agent-facing document or card stated the limits (a sleeping build_model
+    held the only worker for the job timeout)."""
+    card = client.get("/v1/tracks/smoke", headers=bearer(keys["viewer"])).json()
+    assert card["limits"] == {"capture_timeout_s": 120.0, "job_timeout_s": 1800.0, "memory_mb": 6144,
+                              "compute_ratio": 4.0}
+    listed = client.get("/v1/tracks", headers=bearer(keys["viewer"])).json()["items"]
+    tokens = next(item for item in listed if item["name"] == "correlated_tokens")
+    assert tokens["limits"]["compute_ratio"] == 20.0 and tokens["compute_ratio"] == 20.0

@@ -350,3 +350,13 @@ def test_an_honest_matched_baseline_is_checked_and_parity_is_the_canonical_ones(
     big_baseline = CANONICAL_COPY.replace("32), nn.ReLU(), nn.Linear(32, 1)", "40), nn.ReLU(), nn.Linear(40, 1)")
     error = judge_error(wide, baseline_code=big_baseline)  # 361 > 1.1 x 321, though < 1.1 x 401
     assert error.code is ErrorCode.PARAMETER_PARITY and "321" in error.message, error.to_dict()
+
+
+def test_a_build_model_that_sleeps_ends_its_job_at_the_capture_limit(job_tmp: Path) -> None:
+    """Issue 27.2: a build_model that sleeps held the only worker for the whole job timeout
+    (1,800 s), stuck at capturing."""
+    sleepy = CANONICAL_COPY.replace("def build_model(spec):\n", "def build_model(spec):\n    import time; time.sleep(60)\n")
+    started = time.monotonic()
+    error = judge_error(sleepy, capture_timeout_s=4.0)
+    assert error.code is ErrorCode.CAPTURE_TIMEOUT and "build_model must build a model" in error.message
+    assert time.monotonic() - started < 40
