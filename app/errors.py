@@ -105,6 +105,7 @@ HINTS: dict[str, str] = {
 BENCH_STATUS = {
     ErrorCode.TRACK_NOT_READY: 409,
     ErrorCode.TRACK_DEPRECATED: 409,
+    ErrorCode.TRACK_UNAVAILABLE: 409,
     ErrorCode.TRACK_NAME_TAKEN: 409,
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+from collections.abc import Mapping
 from functools import lru_cache
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -55,6 +56,23 @@ def _track_dir(name: str) -> Path:
             ErrorCode.UNKNOWN_TRACK,
             f"No track named {name!r}; known tracks: {', '.join(track_names())}.",
         ) from None
+
+
+def unavailable_reason(card: dict[str, Any], environ: Mapping[str, str]) -> str | None:
+    """Why a track cannot run on a host whose environment is ``environ`` (None: it can). A card's
+    ``requires.directory_env`` names a variable that must point at a directory holding every file
+    of ``requires.files`` (cifar10's local python batches: nothing is downloaded)."""
+    needs = card.get("requires") or {}
+    variable = needs.get("directory_env")
+    if not variable:
+        return None
+    value = environ.get(variable)
+    if not value:
+        return f"{variable} is not set on this deployment (the track's data is local and never downloaded)"
+    missing = [f for f in needs.get("files", []) if not (Path(value) / f).is_file()]
+    if missing:
+        return f"{variable} names {value}, which lacks {', '.join(missing)}"
+    return None
 
 
 def get_card(name: str) -> dict[str, Any]:

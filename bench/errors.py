@@ -33,6 +33,7 @@ class ErrorCode(StrEnum):
     INVALID_TRACK = "invalid_track"
     TRACK_NOT_READY = "track_not_ready"
     TRACK_DEPRECATED = "track_deprecated"
+    TRACK_UNAVAILABLE = "track_unavailable"
     TRACK_NAME_TAKEN = "track_name_taken"
     CANCELLED = "cancelled"
     NO_SPACE = "no_space"
@@ -97,6 +98,8 @@ DEFAULT_HINTS: dict[ErrorCode, str] = {
     "examples/tracks/so3_spectral.py.",
     ErrorCode.TRACK_NOT_READY: "The track is still being validated (or was rejected); poll "
     "GET /v1/tracks/{name@version} until its status is active.",
+    ErrorCode.TRACK_UNAVAILABLE: "This deployment cannot run the track (its card's unavailable_reason "
+    "says why): choose another from GET /v1/tracks (those with available: true), or ask an operator.",
     ErrorCode.TRACK_DEPRECATED: "Submit to the track's newest version; GET /v1/tracks lists it.",
     ErrorCode.TRACK_NAME_TAKEN: "Choose another name: built-in track names and names registered by "
     "another author are taken.",

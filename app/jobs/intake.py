@@ -54,7 +54,7 @@ from app.keys.models import ApiKey
 from app.settings import Settings
 from app.tracks import service as tracks_service
 from app.webhooks import service as webhooks
-from bench.catalog import get_card, is_builtin, planned_runs
+from bench.catalog import is_builtin, planned_runs
 from bench.errors import BenchError
 
 log = logging.getLogger(__name__)
@@ -306,7 +306,7 @@ def check(
     pending = Pending(caller.key_id, idempotency_key, service.request_digest(body), None, cap=cap, quota=quota)
     try:
         if is_builtin(body.track):  # no database to ask
-            track, card = body.track, get_card(body.track)
+            track, card = body.track, tracks_service.runnable_builtin(body.track)
         else:
             with sessions() as session:
                 track, card = tracks_service.resolve_for_job(session, body.track)

@@ -77,6 +77,9 @@ class TrackCard(BaseModel):
     n_reports: int = Field(default=0, description="Reports judged on this track (this version, if custom).")
     status: TrackStatus | None = Field(default=None, description="validating, active or rejected (built-in: active).")
     deprecated: bool | None = None
+    available: bool = Field(default=True, description="Whether this deployment can run the track now; a "
+                            "submission to one that cannot is refused at once (track_unavailable).")
+    unavailable_reason: str | None = Field(default=None, description="Why not, when available is false.")
     limits: JobLimits | None = Field(default=None, description="What every job on this deployment may spend.")
     author: str | None = Field(default=None, description="ideabench, or the key id (or CLI author) that registered it.")
     # Custom tracks only.

@@ -9,6 +9,7 @@ deprecated (no new jobs; its reports and source stay).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,7 +26,7 @@ from app.reports.models import VerdictCount
 from app.settings import Settings
 from app.tracks.models import CustomTrackRow, TrackStatus
 from app.tracks.schemas import JobLimits, TrackCard
-from bench.catalog import get_card, is_builtin, track_names
+from bench.catalog import get_card, is_builtin, track_names, unavailable_reason
 from bench.errors import BenchError, ErrorCode
 from bench.track_source import parse_track_source, source_sha256
 
@@ -129,6 +130,16 @@ def engine_card(row: CustomTrackRow) -> dict[str, Any]:
     return card
 
 
+def runnable_builtin(ident: str) -> dict[str, Any]:
+    """A built-in track's card for a submission; ``track_unavailable`` when this deployment
+    cannot run it (its data is missing: cifar10 without IDEABENCH_CIFAR10_DIR)."""
+    card = get_card(ident)
+    why = unavailable_reason(card, os.environ)
+    if why is not None:
+        raise BenchError(ErrorCode.TRACK_UNAVAILABLE, f"Track {card['id']} cannot run here: {why}.")
+    return card
+
+
 def resolve_for_job(session: Session, ident: str) -> tuple[str, dict[str, Any]]:
     """``(track id to store on the job, card)`` for a submission; raises ``BenchError``.
 
@@ -136,7 +147,7 @@ def resolve_for_job(session: Session, ident: str) -> tuple[str, dict[str, Any]]:
     exact ``name@version`` so the job runs the version the agent was shown.
     """
     if is_builtin(ident):
-        return ident, get_card(ident)
+        return ident, runnable_builtin(ident)
     row = get(session, ident)
     if row is None:
         known = ", ".join(track_names())
@@ -252,9 +263,10 @@ def record_validation(
 
 def builtin_view(card: dict[str, Any], counts: dict[str, int]) -> TrackCard:
     """The API's card of a built-in track (``counts``: reports per track)."""
+    why = unavailable_reason(card, os.environ)
     return TrackCard.model_validate({
         **card, "kind": "builtin", "status": TrackStatus.ACTIVE, "deprecated": False, "author": "ideabench",
-        "n_reports": counts.get(card["name"], 0),
+        "n_reports": counts.get(card["name"], 0), "available": why is None, "unavailable_reason": why,
     })
 
 

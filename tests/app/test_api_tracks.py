@@ -217,3 +217,21 @@ def test_every_card_says_what_a_job_may_spend(client: Any, keys: dict[str, str])
     listed = client.get("/v1/tracks", headers=bearer(keys["viewer"])).json()["items"]
     tokens = next(item for item in listed if item["name"] == "correlated_tokens")
     assert tokens["limits"]["compute_ratio"] == 20.0 and tokens["compute_ratio"] == 20.0
+
+
+def test_a_track_that_cannot_run_is_listed_so_and_refused_at_once(client: Any, keys: dict[str, str],
+                                                                  monkeypatch: Any, tmp_path: Any) -> None:
+    """Issue 27.3: cifar10 without its data was listed active, took the job, then failed it
+    internal ("a bug in ideabench")."""
+    monkeypatch.delenv("IDEABENCH_CIFAR10_DIR", raising=False)
+    listed = client.get("/v1/tracks", headers=bearer(keys["viewer"])).json()["items"]
+    cifar = next(item for item in listed if item["name"] == "cifar10")
+    assert cifar["available"] is False and "IDEABENCH_CIFAR10_DIR" in cifar["unavailable_reason"]
+    assert next(item for item in listed if item["name"] == "smoke")["available"] is True
+    code = client.get("/v1/tracks/cifar10", headers=bearer(keys["viewer"])).json()["example_idea"]
+    refused = client.post("/v1/ideas", json={"track": "cifar10", "code": code}, headers=bearer(keys["agent"]))
+    assert refused.status_code == 409 and refused.json()["code"] == "track_unavailable", refused.text
+    assert "IDEABENCH_CIFAR10_DIR" in refused.json()["message"] and refused.json()["hint"]
+    monkeypatch.setenv("IDEABENCH_CIFAR10_DIR", str(tmp_path))  # set, but empty
+    cifar = client.get("/v1/tracks/cifar10", headers=bearer(keys["viewer"])).json()
+    assert cifar["available"] is False and "lacks data_batch_1" in cifar["unavailable_reason"]
