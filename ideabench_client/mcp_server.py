@@ -96,10 +96,11 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
 
     @server.tool(annotations=READ)
     async def list_tracks(ctx: Context) -> dict[str, Any]:
-        """The tracks an idea can be judged on (name, task, metric, description). Next: call
+        """The tracks an idea can be judged on (name, task, metric, description, available: whether
+        this deployment can run it now). Next: call
         describe_track with a name to read its input/output spec, contract and example idea."""
         tracks = await call(ctx, "tracks")
-        keep = ("name", "title", "task", "description", "metric", "kind", "id")
+        keep = ("name", "title", "task", "description", "metric", "kind", "id", "available", "unavailable_reason")
         return {"tracks": [{k: t.get(k) for k in keep if k in t} for t in tracks]}
 
     @server.tool(annotations=READ)
