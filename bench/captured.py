@@ -39,13 +39,16 @@ class ArmCapture:
     shapes: tuple[tuple[tuple[tuple[int, ...], str], ...], ...]  # per config, per tensor
     graph_sha256: tuple[str, ...]
     directory: Path
+    # per config: every init seed's tensors (dtype, shape, bytes), in order: what the arm built
+    tensors_sha256: tuple[str, ...] = ()
 
     def config_index(self, hparams: dict[str, Any]) -> int:
         return self.configs.index(json.dumps(hparams, sort_keys=True))
 
     def report_block(self) -> dict[str, Any]:
         """What the report says of the capture: each config's graph hash and tensor count."""
-        return {"graph_sha256": list(self.graph_sha256), "n_tensors": [len(s) for s in self.shapes]}
+        return {"graph_sha256": list(self.graph_sha256), "tensors_sha256": list(self.tensors_sha256),
+                "n_tensors": [len(s) for s in self.shapes]}
 
 
 def _read(session: ArmSession, relative: str, limit: int) -> bytes:
@@ -143,7 +146,7 @@ def import_capture(
     import torch
 
     dest.mkdir(parents=True, exist_ok=True)
-    shapes, hashes = [], []
+    shapes, hashes, tensor_hashes = [], [], []
     for config in range(len(configs)):
         (dest / graph_path(config, "train")).parent.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256()
@@ -168,6 +171,7 @@ def import_capture(
         assert n_tensors is not None
         first: list[tuple[tuple[int, ...], str]] = []
         first_values: list[np.ndarray] = []
+        built = hashlib.sha256()
         for seed in range(n_seeds):
             _count_first(session, config, seed, n_tensors, max_elements)
             total = 0
@@ -181,15 +185,18 @@ def import_capture(
                     raise not_capturable(f"the {session.role}'s tensors change shape or dtype with the seed")
                 else:
                     check_drawn_alike(first_values[j], array, session.role, j)
+                built.update(f"{array.dtype.str}{array.shape}".encode())
+                built.update(array.tobytes())
                 np.save(dest / tensor_path(config, seed, j), array, allow_pickle=False)
             if total > max_elements:  # the files changed under us: the headers' count no longer holds
                 raise not_capturable(f"the {session.role} holds {total} tensor elements; the limit is "
                                      f"{max_elements}")
         shapes.append(tuple(first))
         hashes.append(digest.hexdigest())
+        tensor_hashes.append(built.hexdigest())
     return ArmCapture(
         arm=session.role, configs=tuple(json.dumps(c, sort_keys=True) for c in configs),
-        shapes=tuple(shapes), graph_sha256=tuple(hashes), directory=dest,
+        shapes=tuple(shapes), graph_sha256=tuple(hashes), directory=dest, tensors_sha256=tuple(tensor_hashes),
     )
 
 

@@ -16,6 +16,7 @@ class ErrorCode(StrEnum):
     PARAMETER_PARITY = "parameter_parity"
     COMPUTE_PARITY = "compute_parity"
     BASELINE_INFERIOR = "baseline_inferior"
+    INCONSISTENT_BUILD = "inconsistent_build"
     TOO_MANY_PARAMETERS = "too_many_parameters"
     INVALID_HPARAMS = "invalid_hparams"
     INVALID_MECHANISM = "invalid_mechanism"
@@ -66,6 +67,9 @@ DEFAULT_HINTS: dict[ErrorCode, str] = {
     ErrorCode.BASELINE_INFERIOR: "A matched baseline must be as good as the track's canonical baseline "
     "(within its smallest effect) on the same seeds: fix the matched baseline (train every input, keep "
     "its weights as the canonical one does), or submit without one to be judged against the track's.",
+    ErrorCode.INCONSISTENT_BUILD: "build_model must depend only on spec and the seed the bench sets: not "
+    "on its file name, its directory, the call stack, a call counter or anything else of the process "
+    "it runs in.",
     ErrorCode.TOO_MANY_PARAMETERS: "Shrink the model below the track's param_cap (trainable "
     "parameters), e.g. fewer hidden units.",
     ErrorCode.INVALID_HPARAMS: "HPARAMS must be a dict mapping a name to a non-empty list of "

@@ -421,24 +421,26 @@ def _fits(value: Any, jit_type: Any) -> bool:
     return False  # generators, streams, storages, anything else: never from a capture
 
 
-def _data_literals(value: Any, jit_type: Any) -> int:
-    """How many numbers ``value`` puts into the model's computation as data: numbers bound to a
-    tensor, scalar or float argument (``mul.Tensor(x, 0.5)``, ``full(size, 3.0)``), not sizes,
-    dims or flags. A table of public data written as literals is counted with the buffers."""
-    while jit_type.kind() in ("OptionalType", "ListType"):
-        jit_type = jit_type.getElementType()
-    if jit_type.kind() not in ("TensorType", "NumberType", "FloatType", "SymFloatType"):
-        return 0
-    values = value if isinstance(value, list | tuple) else [value]
-    return sum(1 for v in values if isinstance(v, int | float) and not isinstance(v, fx.Node))
+def _literal_words(value: Any) -> int:
+    """How many 32-bit words of the graph's own data ``value`` holds: every number (1), every
+    string (its length / 4), in any argument. Sizes, dims and indices count too: a table of
+    2,000 values written as ``select(arange(4096), 0, k)`` indices passed as "4 words" when only
+    data-typed arguments counted (red team); honest models hold 0 to 67 such numbers."""
+    if isinstance(value, list | tuple):
+        return sum(_literal_words(v) for v in value)
+    if isinstance(value, bool | int | float):
+        return 1
+    if isinstance(value, str):
+        return -(-len(value) // 4)
+    return 0
 
 
 def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -> int:
     """Deny by default: a node's arguments must bind to its op's schema (positional arguments
     at most as many as it has, keyword names among its own, each once, every argument without
     a default given) with values of the argument's type; a size-arithmetic op takes one or
-    two numbers or nodes and no keywords. ``not_capturable`` otherwise. Returns how many data
-    literals the node holds (``_data_literals``)."""
+    two numbers or nodes and no keywords. ``not_capturable`` otherwise. Returns how many words
+    of literal data the node holds (``_literal_words``)."""
     def refused(why: str) -> BenchError:
         return not_capturable(f"the graph calls {name[:80]!r} with arguments ideabench refuses: {why}")
 
@@ -452,7 +454,7 @@ def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) 
         elif not all(isinstance(a, fx.Node) or (isinstance(a, int | float) and not isinstance(a, bool))
                      for a in args):
             raise refused("size arithmetic takes nodes and numbers")
-        return 0
+        return _literal_words(args)
     arguments = target._schema.arguments
     positional = [a for a in arguments if not a.kwarg_only]
     if len(args) > len(positional):
@@ -474,7 +476,7 @@ def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) 
             raise refused(f"argument {argument.name!r} is not a {argument.real_type}")
         elif argument.name in INT_ENUMS and given[argument.name] not in range(INT_ENUMS[argument.name]):
             raise refused(f"argument {argument.name!r} is none of its modes")
-    return sum(_data_literals(given[a.name], a.real_type) for a in arguments if a.name in given)
+    return sum(_literal_words(given[a.name]) for a in arguments if a.name in given)
 
 
 def _decode(value: Any, env: dict[str, fx.Node], device: torch.device) -> Any:
@@ -507,7 +509,7 @@ class Signature:
 
     inputs: tuple[tuple[str, str], ...]  # (kind, target); "user" has target ""
     mutations: tuple[str, ...]  # buffer targets the graph returns new values for, in order
-    literals: int = 0  # numbers the graph holds as data (check_call), counted with the buffers
+    literals: int = 0  # words of literal data the graph holds (check_call), counted with the buffers
 
 
 def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:

@@ -337,6 +337,23 @@ class _Job:
             if session.proc.poll() is None:
                 session._kill(ErrorCode.CANCELLED)
 
+    def check_same_build(self) -> None:
+        """A matched baseline must build in its job exactly what it built in its check against the
+        canonical baseline (graphs and every init seed's tensors): a file that reads its role
+        (its file name, its directory, its caller's frames) built a weak model in the job and a
+        sound one in the check, and a copy of the canonical baseline then "helped" 12 of 12 times
+        (red team). A model is its graphs and tensors, so the same build is the same model."""
+        found = (self.request.canonical or {}).get("built")
+        if found is None:
+            return
+        built = self.capture_info["baseline"]
+        if list(built.graph_sha256) != found["graph_sha256"] or list(built.tensors_sha256) != found["tensors_sha256"]:
+            raise BenchError(
+                ErrorCode.INCONSISTENT_BUILD,
+                "The matched baseline built other models in this job than in its check against the track's "
+                "canonical baseline (the same configs and init seeds).",
+            )
+
     def max_elements(self, arm: str) -> int:
         """What one init seed of ``arm``'s submitted model may hold, counted by the parent from
         the capture's file headers before it reads any: four times the track's ``param_cap``
@@ -1007,6 +1024,8 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
                                             message=f"checking the matched baseline: {progress.message}"[:500]))
 
     assert request.baseline_code is not None
+    if request.job_key is None:  # the check and the job draw the same confirmation seeds (check_same_build)
+        request = dataclasses.replace(request, job_key=secrets.token_hex(8))
     check = dataclasses.replace(request, idea_code=request.baseline_code, baseline_code=None, hparams=None,
                                 mechanism=None, confirm=False)
     try:
@@ -1028,6 +1047,8 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
         "n_params": int(report["parameter_parity"]["baseline"]), "n_buffers": int(report["parameter_parity"]["buffers"]["baseline"]),
         "flops": float(report["parameter_parity"]["flops_per_example"]["baseline"]),
         "matched_n_params": int(report["parameter_parity"]["idea"]),
+        # what the matched baseline built in its check: its job must build exactly the same
+        "built": {k: report["capture"]["idea"][k] for k in ("graph_sha256", "tensors_sha256")},
     }
     if not found["non_inferior"]:
         raise BenchError(
@@ -1111,6 +1132,7 @@ def _judge(
                 job.captures[arm], job.grids[arm], len(init_seeds), job.workdir / "data" / f"capture_{arm}",
                 job.max_elements(arm),
             ))
+            job.check_same_build()
             trainers = job.both(lambda arm: job.sessions[arm].request({
                 "op": "load", "role": arm, "spec": track.spec, "param_cap": track.card["param_cap"],
                 "device": request.device,

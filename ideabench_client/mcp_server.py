@@ -94,6 +94,16 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
         finally:
             await client.aclose()
 
+    async def collect(ctx: Context, method: str, **kwargs: Any) -> list[Any]:
+        """Every item of a paged listing of the client (``jobs``, ``reports``)."""
+        client = client_for(ctx)
+        try:
+            return [item async for item in getattr(client, method)(**kwargs)]
+        except IdeabenchError as exc:
+            raise _error(exc) from None
+        finally:
+            await client.aclose()
+
     @server.tool(annotations=READ)
     async def list_tracks(ctx: Context) -> dict[str, Any]:
         """The tracks an idea can be judged on (name, task, metric, description, available: whether
@@ -194,15 +204,8 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
     ) -> dict[str, Any]:
         """Your jobs, newest first (an operator's key: every job), each with its status and, for a
         failed one, its error code and hint. Next: get_report for a succeeded one."""
-        client = client_for(ctx)
-        try:
-            jobs = [job.raw async for job in client.jobs(status=status, track=track, since=since, limit=limit,
-                                                         page_size=limit)]
-        except IdeabenchError as exc:
-            raise _error(exc) from None
-        finally:
-            await client.aclose()
-        return {"jobs": jobs}
+        jobs = await collect(ctx, "jobs", status=status, track=track, since=since, limit=limit, page_size=limit)
+        return {"jobs": [job.raw for job in jobs]}
 
     @server.tool(annotations=READ)
     async def get_report(
@@ -229,16 +232,9 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
     ) -> dict[str, Any]:
         """Report rows filtered by track, system_verdict, practical_verdict or idea family, newest
         first, each with its q-value."""
-        client = client_for(ctx)
-        try:
-            rows = [row async for row in client.reports(
-                limit=limit, page_size=limit, track=track,
-                system_verdict=system_verdict, practical_verdict=practical_verdict, family=family)]
-        except IdeabenchError as exc:
-            raise _error(exc) from None
-        finally:
-            await client.aclose()
-        return {"reports": rows}
+        return {"reports": await collect(ctx, "reports", limit=limit, page_size=limit, track=track,
+                                         system_verdict=system_verdict, practical_verdict=practical_verdict,
+                                         family=family)}
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False))
     async def compare_numbers(

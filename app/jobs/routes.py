@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.sse import EventSourceResponse, ServerSentEvent
-from pydantic import AwareDatetime
 from sqlalchemy.orm import Session
 
 from app.db import SessionDep
-from app.errors import error_responses
+from app.errors import ApiCode, ApiError, error_responses
 from app.jobs import events, intake, repository, service
 from app.jobs.models import Job, JobStatus
 from app.jobs.schemas import IdeaSubmission, JobAccepted, JobPage, JobView
@@ -127,13 +127,26 @@ async def job_events(
         yield event
 
 
+# ISO 8601 with a zone; a datetime query parameter would also take "0" (the epoch), off its schema.
+SINCE_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})$"
+
+
+def _moment(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ApiError(422, ApiCode.VALIDATION_ERROR, f"since: {text!r} is not a moment") from None
+
+
 @router.get("/v1/jobs", response_model=JobPage, responses=error_responses(400, 422))
 def list_jobs(
     session: SessionDep,
     caller: SubmitterDep,
     status: JobStatus | None = None,
     track: Annotated[str | None, Query(max_length=64)] = None,
-    since: Annotated[AwareDatetime | None, Query(description=(
+    since: Annotated[str | None, Query(pattern=SINCE_PATTERN, max_length=40, description=(
         "Only jobs created at or after this moment (ISO 8601 with a time zone, e.g. "
         "2026-12-04T00:00:00Z)."))] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
@@ -143,7 +156,7 @@ def list_jobs(
     """Jobs newest first, filtered by status, track and creation time; agents see their own,
     operators all. Each carries its error (code, message, hint) when it ended without a report."""
     jobs, next_cursor = service.list_visible(
-        session, caller, status=status, track=track, limit=limit, cursor=cursor, since=since
+        session, caller, status=status, track=track, limit=limit, cursor=cursor, since=_moment(since)
     )
     return JobPage(items=[service.job_view(j) for j in jobs], next_cursor=next_cursor)
 

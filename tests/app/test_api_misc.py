@@ -149,3 +149,11 @@ print("ok")
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_jobs_since_takes_a_moment_with_a_zone_only(client: Any, keys: dict[str, str]) -> None:
+    for bad in ("0", "2026-12-04", "2026-12-04T00:00:00", "yesterday", "2026-13-45T99:00:00Z"):
+        response = client.get(f"/v1/jobs?since={bad}", headers=bearer(keys["operator"]))
+        assert response.status_code == 422 and response.json()["code"] == "validation_error", (bad, response.text)
+    ok = client.get("/v1/jobs?since=2026-12-04T00:00:00%2B01:00", headers=bearer(keys["operator"]))
+    assert ok.status_code == 200, ok.text

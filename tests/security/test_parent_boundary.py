@@ -360,3 +360,11 @@ def test_a_build_model_that_sleeps_ends_its_job_at_the_capture_limit(job_tmp: Pa
     error = judge_error(sleepy, capture_timeout_s=4.0)
     assert error.code is ErrorCode.CAPTURE_TIMEOUT and "build_model must build a model" in error.message
     assert time.monotonic() - started < 40
+
+
+def test_a_matched_baseline_that_reads_its_role_is_refused(job_tmp: Path) -> None:
+    """Red team: sound in its check (run as the idea), weak in the job (run as the baseline): a copy
+    of the canonical baseline then won 12 of 12 confirmation pairs. The job's build must equal the
+    check's, graphs and tensors."""
+    error = judge_error(CANONICAL_COPY, baseline_code=hostile("two_faced_baseline.py"), n_seeds=2)
+    assert error.code is ErrorCode.INCONSISTENT_BUILD, error.to_dict()

@@ -81,7 +81,7 @@ def test_a_dispatch_that_fails_does_not_stop_the_beats(ctx_sqlite: WorkerContext
         raise RuntimeError("broker client broke")
 
     monkeypatch.setattr(reconciler, "dispatch_once", broken)
-    loop = WorkerLoop(ctx_sqlite, beat_every_s=0.0)
+    loop = WorkerLoop(ctx_sqlite, sandbox="complete", beat_every_s=0.0)
     original_beat = loop.beat
 
     def beat() -> None:
