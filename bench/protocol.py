@@ -1023,10 +1023,11 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
             on_progress(dataclasses.replace(progress, stage=f"baseline_check:{progress.stage}"[:32],
                                             message=f"checking the matched baseline: {progress.message}"[:500]))
 
-    assert request.baseline_code is not None
+    matched = request.baseline_code
+    assert matched is not None
     if request.job_key is None:  # the check and the job draw the same confirmation seeds (check_same_build)
         request = dataclasses.replace(request, job_key=secrets.token_hex(8))
-    check = dataclasses.replace(request, idea_code=request.baseline_code, baseline_code=None, hparams=None,
+    check = dataclasses.replace(request, idea_code=matched, baseline_code=None, hparams=None,
                                 mechanism=None, confirm=False)
     try:
         report = judge(check, forward, cancel)["bench_report"]
