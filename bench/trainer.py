@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench.errors import BenchError, ErrorCode
 
@@ -91,25 +92,48 @@ def check_output_shape(model: nn.Module, x: torch.Tensor, output_shape: list[int
 FLOP_ROWS = 8
 
 
-def flops_per_example(model: nn.Module, x: torch.Tensor) -> float:
-    """The model's forward FLOPs per example, counted by torch's ``FlopCounterMode`` (matrix
-    products, convolutions, attention: the ops that cost; elementwise ops count nothing) on
-    ``FLOP_ROWS`` rows, in eval mode and in train mode (on a copy when training writes buffers,
-    so the count changes no running statistics); the larger of the two. A weight-tied block
-    applied twenty times holds one block's parameters and costs twenty blocks' FLOPs."""
-    import copy
+class _ElementWork(TorchDispatchMode):
+    """Counts, over every ATen op a forward calls, the elements its tensor outputs hold: what
+    ``FlopCounterMode`` leaves out (it counts matrix products, convolutions and attention only,
+    so a dense layer written as broadcast multiply and sum cost nothing; red team)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for value in torch.utils._pytree.tree_leaves(out):
+            if isinstance(value, torch.Tensor):
+                self.elements += value.numel()
+        return out
+
+
+def _forward_cost(model: nn.Module, rows: torch.Tensor) -> float:
     from torch.utils.flop_counter import FlopCounterMode
 
-    rows = x[:FLOP_ROWS]
+    with torch.no_grad(), FlopCounterMode(display=False) as counter, _ElementWork() as work:
+        model(rows)
+    return float(counter.get_total_flops() + work.elements)
+
+
+def flops_per_example(model: nn.Module, x: torch.Tensor) -> float:
+    """The model's forward cost per example: the FLOPs of its matrix products, convolutions and
+    attention (torch's ``FlopCounterMode``) plus one operation per element every op outputs
+    (elementwise work, reductions, copies), per added row: the cost of ``2 * FLOP_ROWS`` rows
+    less that of ``FLOP_ROWS``, over ``FLOP_ROWS`` (what does not grow with the batch, such as
+    a weight transposed once, is not the example's). In eval mode and in train mode (on a copy
+    when training writes buffers, so the count changes no running statistics); the larger. A
+    weight-tied block applied twenty times holds one block's parameters and costs twenty."""
+    import copy
+
     was_training = model.training
     counts = []
     for training in (False, True):
         target = copy.deepcopy(model) if training and getattr(model, "mutates_buffers", False) else model
         target.train(training)
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            target(rows)
-        counts.append(counter.get_total_flops() / len(rows))
+        small, large = (_forward_cost(target, x[:n]) for n in (FLOP_ROWS, 2 * FLOP_ROWS))
+        counts.append(max(0.0, large - small) / FLOP_ROWS)
     model.train(was_training)
     return float(max(counts))
 

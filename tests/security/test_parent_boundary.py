@@ -319,9 +319,10 @@ def test_tensors_are_counted_in_words_not_elements() -> None:
     assert n_params == 9 and n_buffers == 226 * 4 + 1  # the table, and the literal 0.0
 
 
-def test_compute_is_counted_and_capped(job_tmp: Path) -> None:
-    error = judge_error(hostile("tied_block.py"))
-    assert error.code is ErrorCode.COMPUTE_PARITY and "forward FLOPs per example" in error.message, error.to_dict()
+@pytest.mark.parametrize("name", ["tied_block.py", "broadcast_dense.py"])
+def test_compute_is_counted_and_capped(job_tmp: Path, name: str) -> None:
+    error = judge_error(hostile(name))
+    assert error.code is ErrorCode.COMPUTE_PARITY and "per example" in error.message, error.to_dict()
 
 
 CANONICAL_COPY = (
