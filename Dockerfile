@@ -6,9 +6,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# bubblewrap: the namespace layer of the workers' sandbox; postgresql-client: `ideabench backup`.
+# bubblewrap and libseccomp2: the namespace and seccomp layers of the workers' sandbox, without which a
+# worker judges nothing (it fails closed); postgresql-client: `ideabench backup`.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends bubblewrap postgresql-client \
+ && apt-get install -y --no-install-recommends bubblewrap libseccomp2 postgresql-client \
  && rm -rf /var/lib/apt/lists/*
 
 # The CPU build of torch, pinned, installed first so the project's range pulls nothing more.
