@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy import DateTime, Engine, MetaData, create_engine, event
+from sqlalchemy import DateTime, Engine, MetaData, create_engine, event, text
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
@@ -58,8 +58,19 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 def utcnow() -> datetime:
-    """Now, timezone-aware UTC."""
+    """Now, timezone-aware UTC, by this host's clock: for what only this host compares."""
     return datetime.now(UTC)
+
+
+def db_now(session: Session) -> datetime:
+    """Now by the database's clock (Postgres ``clock_timestamp()``), timezone-aware UTC: the
+    one clock every host's leases, expiries and queue stamps are written and judged by
+    (issue 28.2: a reconciler ~58 s ahead of a worker requeued its healthy jobs). SQLite is
+    embedded, one host's file: its clock is this host's."""
+    if session.get_bind().dialect.name != "postgresql":
+        return utcnow()
+    value = session.execute(text("SELECT clock_timestamp()")).scalar_one()
+    return value.astimezone(UTC)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -43,7 +43,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.db import utcnow
+from app.db import db_now
 from app.health.state import read_state
 from app.keys.deps import Caller, require_role
 from app.keys.roles import Role
@@ -87,7 +87,7 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         with self.sessions() as session:
-            state = read_state(session, utcnow())
+            state = read_state(session, db_now(session))
         jobs = GaugeMetricFamily("ideabench_jobs", "Jobs by status and track.", labels=["status", "track"])
         for status, track, n in state.jobs:
             jobs.add_metric([status, track], n)

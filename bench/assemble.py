@@ -51,6 +51,7 @@ class Outcome:
     first_look: Stage | None  # its first look's pairs, as they were when the look was decided
     confirmation_runs: int
     job_key: str
+    model_key: str  # the confirmation's seeds are expanded under it (seeding.model_key)
     seed_commitment: dict[str, Any]
     n_params: dict[str, int]
     buffers: dict[str, int]
@@ -203,7 +204,7 @@ def confirmation_block(outcome: Outcome, stage: Stage, first_look: Stage, alpha:
     """The confirmation stage: its comparison over every pair it ran, and its looks (``look``
     pairs, then all of them when a second look ran), each tested at its share of alpha
     (``stats.CONFIRMATION_SHARES``). Significant when the adjusted p (``stats.confirmation_p``)
-    is <= alpha. Its seeds are labelled by the job's key."""
+    is <= alpha. Its seeds are labelled by the models' key."""
     block = stage_block(outcome, stage)
     look = len(first_look.seeds)
     first = block if len(stage.seeds) == look else stage_block(outcome, first_look)
@@ -212,7 +213,8 @@ def confirmation_block(outcome: Outcome, stage: Stage, first_look: Stage, alpha:
                                  strict=False)]
     p = confirmation_p([entry["p_better"] for entry in looks])
     shares = " and ".join(f"{share:g} alpha" for share in CONFIRMATION_SHARES)
-    block.update(p_value=p, significant=p <= alpha, job_key=outcome.job_key, looks=looks,
+    block.update(p_value=p, significant=p <= alpha, job_key=outcome.job_key, model_key=outcome.model_key,
+                 looks=looks,
                  test=f"one-sided exact paired sign-flip, idea better (the screened direction), at up to "
                  f"{CONFIRMATION_LOOKS} looks ({look} pairs, then {CONFIRMATION_LOOKS * look} when the first is "
                  f"neither significant nor futile) tested at {shares}; against the baseline at the idea's "

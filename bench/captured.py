@@ -23,6 +23,7 @@ import numpy as np
 
 from bench.capture import graph_path, tensor_path
 from bench.errors import BenchError, ErrorCode
+from bench.family import graph_family
 from bench.graph import DTYPES, build_graph, eval_mutation, not_capturable
 from bench.runner import ArmSession, load_npy, npy_header, open_output, write_new_file
 
@@ -41,6 +42,8 @@ class ArmCapture:
     directory: Path
     # per config: every init seed's tensors (dtype, shape, bytes), in order: what the arm built
     tensors_sha256: tuple[str, ...] = ()
+    seed_sha256: tuple[tuple[str, ...], ...] = ()  # per config, per init seed (capture order)
+    family: str = ""  # bench.family.graph_family of the first config's train-mode graph
 
     def config_index(self, hparams: dict[str, Any]) -> int:
         return self.configs.index(json.dumps(hparams, sort_keys=True))
@@ -48,7 +51,7 @@ class ArmCapture:
     def report_block(self) -> dict[str, Any]:
         """What the report says of the capture: each config's graph hash and tensor count."""
         return {"graph_sha256": list(self.graph_sha256), "tensors_sha256": list(self.tensors_sha256),
-                "n_tensors": [len(s) for s in self.shapes]}
+                "n_tensors": [len(s) for s in self.shapes], "family": self.family}
 
 
 def _read(session: ArmSession, relative: str, limit: int) -> bytes:
@@ -146,7 +149,8 @@ def import_capture(
     import torch
 
     dest.mkdir(parents=True, exist_ok=True)
-    shapes, hashes, tensor_hashes = [], [], []
+    shapes, hashes, tensor_hashes, seed_hashes = [], [], [], []
+    family = ""
     for config in range(len(configs)):
         (dest / graph_path(config, "train")).parent.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256()
@@ -162,6 +166,8 @@ def import_capture(
                 raise not_capturable(f"the {session.role}'s capture wrote a graph that is not JSON") from None
             if mode == "eval" and signature.mutations:
                 raise eval_mutation()
+            if config == 0 and mode == "train":
+                family = graph_family(doc)
             count = sum(1 for kind, _ in signature.inputs if kind != "user")
             if n_tensors is not None and count != n_tensors:
                 raise not_capturable(f"the {session.role}'s train and eval graphs hold other tensors")
@@ -172,7 +178,9 @@ def import_capture(
         first: list[tuple[tuple[int, ...], str]] = []
         first_values: list[np.ndarray] = []
         built = hashlib.sha256()
+        per_seed = []
         for seed in range(n_seeds):
+            one = hashlib.sha256()
             _count_first(session, config, seed, n_tensors, max_elements)
             total = 0
             for j in range(n_tensors):
@@ -185,18 +193,22 @@ def import_capture(
                     raise not_capturable(f"the {session.role}'s tensors change shape or dtype with the seed")
                 else:
                     check_drawn_alike(first_values[j], array, session.role, j)
-                built.update(f"{array.dtype.str}{array.shape}".encode())
-                built.update(array.tobytes())
+                for digest_of in (built, one):
+                    digest_of.update(f"{array.dtype.str}{array.shape}".encode())
+                    digest_of.update(array.tobytes())
                 np.save(dest / tensor_path(config, seed, j), array, allow_pickle=False)
+            per_seed.append(one.hexdigest())
             if total > max_elements:  # the files changed under us: the headers' count no longer holds
                 raise not_capturable(f"the {session.role} holds {total} tensor elements; the limit is "
                                      f"{max_elements}")
         shapes.append(tuple(first))
         hashes.append(digest.hexdigest())
         tensor_hashes.append(built.hexdigest())
+        seed_hashes.append(tuple(per_seed))
     return ArmCapture(
         arm=session.role, configs=tuple(json.dumps(c, sort_keys=True) for c in configs),
         shapes=tuple(shapes), graph_sha256=tuple(hashes), directory=dest, tensors_sha256=tuple(tensor_hashes),
+        seed_sha256=tuple(seed_hashes), family=family,
     )
 
 

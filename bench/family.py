@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
+from typing import Any
 
 SCHEME = "ast-v1"
 
@@ -131,3 +133,58 @@ def family_of(code: str, tree: ast.Module | None = None) -> str:
     except (SyntaxError, ValueError, RecursionError):
         text = code
     return f"{SCHEME}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+GRAPH_SCHEME = "graph-v1"
+
+
+def graph_family(doc: dict[str, Any]) -> str:
+    """``graph-v1:`` + 16 hex digits: the family of a captured model (issue 25.6), from its
+    graph (``bench.graph``'s document), not its text. What the source family missed (an import
+    alias, a no-op statement, reordered statements, an added ``nn.Identity()``) leaves no trace
+    in a graph; this hash then drops what a re-roll changes:
+
+    - every literal becomes its kind (a width, a constant, a shape: ``<int>``, ``<float>``; a
+      list of numbers one ``<ints>``), dtypes and devices stay (they are what an op does);
+    - tensor inputs are their kind (parameter, buffer, constant), without names or shapes;
+    - each node is hashed from its op and its inputs' hashes (a Merkle tree from the
+      outputs), so independent branches in another order, renamed nodes and dead code
+      are the same family.
+
+    A graph the parent already checked (``build_graph``) is what it is given; anything else
+    still hashes (a bounded walk), never raises on its shape."""
+    inputs = {str(i.get("name", "")): f"<{i.get('kind')}>" for i in doc.get("inputs", []) if isinstance(i, dict)}
+    memo: dict[str, str] = {}  # node name -> its hash; a checked graph names only earlier nodes
+
+    def literal(value: Any) -> Any:
+        if isinstance(value, dict):
+            if "$node" in value:
+                return memo.get(str(value["$node"]), "<unknown>")
+            if "$tuple" in value:
+                return literal(value["$tuple"])
+            if "$float" in value:
+                return "<float>"
+            return {str(k): literal(v) for k, v in value.items()}  # dtype, device, layout: kept
+        if isinstance(value, list):
+            if value and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+                return "<ints>" if all(isinstance(v, int) for v in value) else "<floats>"
+            return [literal(v) for v in value]
+        if isinstance(value, bool) or value is None:
+            return value
+        return f"<{type(value).__name__}>"
+
+    outputs = []
+    for node in doc.get("nodes", []):
+        if not isinstance(node, dict):
+            continue
+        name = str(node.get("name"))
+        if node.get("op") == "placeholder":
+            memo[name] = inputs.get(name, "<input>")
+        elif node.get("op") == "output":
+            outputs.append(literal(node.get("args")))
+        else:
+            body = json.dumps([node.get("target"), literal(node.get("args")), literal(node.get("kwargs"))],
+                              sort_keys=True)
+            memo[name] = hashlib.sha256(body.encode()).hexdigest()
+    text = json.dumps([GRAPH_SCHEME, outputs], sort_keys=True)
+    return f"{GRAPH_SCHEME}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"

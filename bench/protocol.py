@@ -48,12 +48,16 @@ from bench.registry import load_track
 from bench.runner import ArmSession, load_npy, open_output
 from bench.sandbox import Limits
 from bench.seeding import (
+    CONFIRM_SEED_BASE,
+    SCREEN_POOL,
     RunSeeds,
     SeedSecret,
+    capture_order,
     confirmation_seeds,
     deployment_secret,
-    final_seeds,
+    model_key,
     run_seeds,
+    screening_seeds,
     sweep_seeds,
     task_seed,
 )
@@ -63,6 +67,7 @@ from bench.track import Track
 ARMS = ("baseline", "idea")
 MAX_GROUP = 16  # runs trained as one batched model at most (the child stacks their data)
 MIN_SEEDS, MAX_SEEDS = 2, 32
+assert MAX_SEEDS <= SCREEN_POOL
 CAPTURE_TIMEOUT_S = 120.0  # building one arm's models (every config and init seed), by default
 
 
@@ -214,6 +219,7 @@ class _Job:
         self.options = options
         self.secret = secret
         self.job_key = request.job_key or secrets.token_hex(8)
+        self.model_key = ""  # the captured models' key (seeding.model_key): the confirmation's seeds
         self.task_seed = task_seed(track.name, secret)
         self.track = track
         self.card = track.card
@@ -254,8 +260,9 @@ class _Job:
         return data_mod.export(self.track, self.seeds(seed).split, self.task_seed, self.workdir / "data" / str(seed))
 
     def seeds(self, seed: int) -> RunSeeds:
-        """The split / order / init seeds of protocol seed ``seed`` in this job's epoch."""
-        return run_seeds(seed, self.secret, self.job_key)
+        """The split / order / init seeds of protocol seed ``seed`` in this job's epoch (a
+        confirmation seed's under the captured models' key)."""
+        return run_seeds(seed, self.secret, self.model_key or None)
 
     def prefetch(self, seeds: list[int]) -> None:
         """Make the seeds' data in a background thread (it overlaps child start and training)."""
@@ -752,9 +759,23 @@ class _Job:
         """The protocol seeds of ``stage`` (sweep, screening, confirmation), in order."""
         if stage == "sweep":
             return self.sweep_seed_list
-        screening = set(final_seeds(MAX_SEEDS))
-        rest = [s for s in self.capture_seeds if s not in self.sweep_seed_list]
-        return [s for s in rest if (s in screening) == (stage == "screening")]
+        if stage == "screening":
+            return self.screening_seed_list
+        return [s for s in self.capture_seeds if s >= CONFIRM_SEED_BASE]
+
+    def identify_models(self) -> None:
+        """``model_key``: both arms' graphs and their tensors at the sweep seeds (the same for
+        every job of the epoch; the screening draw and the capture order are left out), the
+        track, its epoch and the grids. Resubmitting an identical model draws the same
+        confirmation, so it re-rolls nothing (issue 25.6)."""
+        positions = [self.capture_seeds.index(s) for s in self.sweep_seed_list]
+        self.model_key = model_key({
+            "track": self.track.name, "epoch": self.secret.epoch, "custom": self.request.custom_track is not None,
+            "arms": {arm: {"grid": self.grids[arm], "graphs": list(self.capture_info[arm].graph_sha256),
+                           "sweep_tensors": [[per_seed[i] for i in positions]
+                                             for per_seed in self.capture_info[arm].seed_sha256]}
+                     for arm in ARMS},
+        })
 
     def stage_values(self, runs: dict[str, list[RunRecord]]) -> dict[str, list[float]]:
         """Test values of one stage (both arms, and ``matched`` when run), diverged runs filled
@@ -780,10 +801,11 @@ class _Job:
 
     def confirm(self, n_seeds: int) -> dict[str, list[RunRecord]]:
         """The confirmation stage (PROTOCOL.md 2.6): the screened configs (no re-tuning) on
-        seeds drawn for this job alone (``seeding.run_seeds`` under the job's key), ``n_seeds``
+        seeds drawn for these models alone (``seeding.run_seeds`` under ``model_key``), ``n_seeds``
         at a time: a second look at ``n_seeds`` more when the first is neither significant
         nor futile (``stats.confirmation_continues``)."""
         seeds = confirmation_seeds(CONFIRMATION_LOOKS * n_seeds)
+        self.capture_more(seeds[:n_seeds])
         runs = self._confirmation_look(seeds[:n_seeds], "screening found a win: confirming it on fresh seeds")
         self.first_look = self.stage(runs)  # as decided now: the report shows this look
         if confirmation_continues(self.p_better(runs), ALPHA):
@@ -912,7 +934,7 @@ class _Job:
             screening=self.stage(finals), confirmation=None if confirmation is None else self.stage(confirmation),
             first_look=self.first_look,
             confirmation_runs=sum(r.stage == "confirmation" for r in self.runs),
-            job_key=self.job_key, seed_commitment=self.secret.report_block(),
+            job_key=self.job_key, model_key=self.model_key, seed_commitment=self.secret.report_block(),
             n_params={arm: finals[arm][0].n_params for arm in ARMS}, buffers=dict(self.buffers),
             flops=dict(self.flops),
             diverged={arm: sum(r.diverged for r in self.runs if r.arm == arm) for arm in ARMS},
@@ -925,6 +947,7 @@ class _Job:
         )
 
     capture_seeds: list[int]  # every protocol seed a model is built with, in capture order
+    screening_seed_list: list[int]  # drawn for this job from the epoch's pool
     first_look: Stage | None = None  # the confirmation's first look, when one ran
 
 
@@ -1093,7 +1116,9 @@ def _judge(
         secret = request.seed_secret or deployment_secret()
         job = _Job(request, options, track, Path(tmp), on_progress, cancel or threading.Event(), secret)
         try:
-            all_seeds = sweep_seeds(int(track.card["defaults"]["sweep_seeds"])) + final_seeds(n_seeds)
+            job.sweep_seed_list = sweep_seeds(int(track.card["defaults"]["sweep_seeds"]))
+            job.screening_seed_list = screening_seeds(n_seeds, secret, job.job_key)
+            all_seeds = job.sweep_seed_list + job.screening_seed_list
             if custom is not None:
                 job.tracker.emit("generating the custom track's data in the sandbox")
                 custom_mod.ensure_data(
@@ -1119,11 +1144,10 @@ def _judge(
             declared = request.mechanism if request.mechanism is not None else loaded["idea"]["mechanism"]
             if declared is not None:
                 job.mechanism = check_measurable(declared, bool(loaded["idea"]["has_measure"]))
-            job.sweep_seed_list = sweep_seeds(int(track.card["defaults"]["sweep_seeds"]))
-            # Every seed a model may be built with, the first confirmation look's included (its
-            # inits are captured now, its data made only if the screening finds a win; a second
-            # look's inits are captured when it is needed, for the chosen configs only).
-            job.capture_seeds = all_seeds + confirmation_seeds(n_seeds)
+            # The sweep's and the screening's seeds, built in a secret order (a file that counts
+            # its builds learns nothing of which seed it builds); the confirmation's inits are
+            # captured when a win needs them, for the chosen configs, under the models' key.
+            job.capture_seeds = capture_order(all_seeds, secret, job.job_key)
             init_seeds = [job.seeds(s).init for s in job.capture_seeds]
             job.tracker.emit("capturing both arms' models as graphs")
             job.both(lambda arm: job.captures[arm].request({
@@ -1134,6 +1158,7 @@ def _judge(
                 job.max_elements(arm),
             ))
             job.check_same_build()
+            job.identify_models()
             trainers = job.both(lambda arm: job.sessions[arm].request({
                 "op": "load", "role": arm, "spec": track.spec, "param_cap": track.card["param_cap"],
                 "device": request.device,
@@ -1157,7 +1182,7 @@ def _judge(
             }
             job.tracker.add_total(sum(per_arm_sweep.values()) + 2 * n_seeds)
             job.run_sweep_with_edges()
-            finals = job.final(final_seeds(n_seeds), "screening")
+            finals = job.final(job.screening_seed_list, "screening")
             confirmation = job.confirm(n_seeds) if request.confirm and job.screened_better(finals) else None
             measured = job.measure(finals) if job.mechanism is not None else None
         finally:

@@ -132,8 +132,9 @@ class CustomTrack(_Model):
 
 
 class Seeds(_Model):
-    """The seeds used: sweep seeds, fresh final (screening) seeds and, when a confirmation
-    ran, its seeds (expanded under the job's key; all three sets disjoint)."""
+    """The seeds used: sweep seeds, the job's screening seeds (drawn from the epoch's pool;
+    empty in an agent's view) and, when a confirmation ran, its seeds (expanded under the
+    models' key; all three sets disjoint)."""
 
     sweep: list[int]
     final: list[int]
@@ -176,14 +177,16 @@ class ConfirmationLook(_Model):
 
 
 class Confirmation(Stage):
-    """The confirmation stage (PROTOCOL.md 2.6): up to two looks on seeds of this job alone
-    (``job_key``), n pairs and then 2n when the first is neither significant nor futile.
+    """The confirmation stage (PROTOCOL.md 2.6): up to two looks on seeds of these models alone
+    (expanded under ``model_key``, a hash of both arms' captured graphs and sweep-seed tensors:
+    an identical model resubmitted gets the same seeds), n pairs and then 2n when the first is neither significant nor futile.
     The looks are tested at alpha / 5 and 4 alpha / 5; ``p_value`` is min(1, min over the looks
     of p / its share) (``bench.stats.confirmation_p``); significant when it is <= alpha. Reports from before the second look have no ``looks``."""
 
     p_value: float = Field(ge=0.0, le=1.0)
     significant: bool
     job_key: str
+    model_key: str | None = None  # absent from reports before the models' key
     test: str | None = None
     n_runs: int | None = None
     looks: list[ConfirmationLook] | None = None
@@ -241,8 +244,9 @@ class BenchReport(_Model):
     device: str | None = None
     warnings: list[str] | None = None
     isolation: list[str] | None = None
-    sandbox: dict[str, Any] | None = None
-    matched_baseline_check: dict[str, Any] | None = None  # a matched baseline against the canonical one  # {"complete": bool, "missing": [judging layers it ran without]}
+    sandbox: dict[str, Any] | None = None  # {"complete": bool, "missing": [judging layers it ran without]}
+    matched_baseline_check: dict[str, Any] | None = None  # a matched baseline against the canonical one
+    withheld: str | None = None  # what an agent's or viewer's view leaves out (withhold_reusable_seeds)
     execution: dict[str, Any] | None = None
     diverged: dict[str, int] | None = None
     submission: dict[str, Any] | None = None
@@ -279,6 +283,42 @@ class Report(_Model):
         if self.worked != (self.system_verdict == "worked"):
             raise ValueError("worked must equal (system_verdict == 'worked')")
         return self
+
+
+# Per-seed values of seeds other jobs reuse (the sweep's, the screening pool's) teach an agent
+# which init won where; they are withheld from everyone but operators (issue 25.6). A
+# confirmation's seeds are its models' own, so its per-seed values stay.
+PER_SEED_KEYS = frozenset({"per_seed", "per_seed_diffs", "baseline_values", "idea_values"})
+WITHHELD = ("per-seed values and screening seed numbers of the sweep and the screening are withheld "
+            "(they are reused by other jobs); the confirmation's are shown")
+
+
+def withhold_reusable_seeds(body: dict[str, Any]) -> dict[str, Any]:
+    """A stored report as an agent or viewer sees it: every per-seed list (``PER_SEED_KEYS``)
+    outside ``bench_report.confirmation`` dropped, the screening seed numbers nulled, and
+    ``bench_report.withheld`` saying so. Means, spreads, tests and verdicts stay. A copy."""
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in PER_SEED_KEYS}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    bench = body.get("bench_report")
+    if not isinstance(bench, dict):
+        return body
+    out = {k: v for k, v in bench.items() if k != "confirmation"}
+    out = strip(out)
+    out["confirmation"] = bench.get("confirmation")
+    if isinstance(out.get("screening"), dict):
+        out["screening"]["per_seed"] = {}
+        out["screening"]["seeds"] = []
+    if isinstance(out.get("seeds"), dict):
+        out["seeds"]["final"] = []
+    if isinstance(out.get("matched_baseline_check"), dict):
+        out["matched_baseline_check"]["seeds"] = []
+    out["withheld"] = WITHHELD
+    return {**body, "bench_report": out}
 
 
 def report_json_schema() -> dict[str, Any]:

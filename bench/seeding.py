@@ -1,11 +1,17 @@
 """Seeds of the protocol, derived from a deployment secret (PROTOCOL.md section 2.5).
 
-Protocol seeds are public indices (sweep ``0 .. n-1``, final ``1000 + i``); what they
-expand into is not. Each index expands, under the secret of the current *epoch*, into
+Protocol seeds are public indices (sweep ``0 .. n-1``, screening ``1000 + i`` from a pool of
+``SCREEN_POOL``, confirmation ``2000 + i``); what they expand into is not. Each index expands, under the secret of the current *epoch*, into
 independent 31-bit streams for the data split, the data order and the init, and each
 synthetic track's task constants come from the same secret. Without the secret neither
 the submitted code nor the agent can regenerate a split, so no file can answer the
 validation or test rows from labels it computed itself.
+
+Seeds are not hunted (PROTOCOL.md 2.5): each job draws its screening seeds from the pool
+under the secret and its own key (``screening_seeds``), its capture builds every init in a
+secret order (``capture_order``), and the confirmation's seeds are expanded under the key of
+the captured models themselves (``model_key``), so an identical model resubmitted gets the
+same confirmation and re-rolls nothing.
 
 Pair i of the two arms shares all three streams; an arm with more parameters draws more
 init numbers from its own generator and cannot shift the other's.
@@ -37,6 +43,11 @@ SECRET_ENV = "IDEABENCH_SEED_SECRET"  # hex key; set it on every worker of a dep
 EPOCH_ENV = "IDEABENCH_SEED_EPOCH"  # the epoch that key belongs to (default 1)
 SECRET_FILE = "seed_secret.json"
 _MASK = 0x7FFFFFFF
+# Screening seeds are drawn per job from the epoch's pool ``FINAL_SEED_BASE + 0 .. SCREEN_POOL-1``:
+# a job's 8 are a secret 8 of 64 (4.4e9 subsets), so what a probe learns of one job's seeds is
+# of little use to the next, while the baseline cache, keyed by seed, still fills after a few
+# dozen jobs (each pool member once per config).
+SCREEN_POOL = 64
 
 
 @dataclass(frozen=True)
@@ -82,26 +93,60 @@ def sweep_seeds(n: int) -> list[int]:
 
 
 def final_seeds(n: int) -> list[int]:
-    """Fresh protocol seeds of the final runs, disjoint from every sweep seed."""
+    """The first ``n`` members of the screening pool, disjoint from every sweep seed: what a
+    custom track is validated on at registration. A job screens on ``screening_seeds``."""
     return [FINAL_SEED_BASE + i for i in range(n)]
+
+
+def screening_pool() -> list[int]:
+    """Every protocol seed a job's screening may draw (``SCREEN_POOL`` of them)."""
+    return final_seeds(SCREEN_POOL)
+
+
+def _secret_rank(items: list[int], secret: SeedSecret, *labels: object) -> list[int]:
+    """``items`` ordered by their HMAC under ``labels``: a permutation only the secret predicts."""
+    return sorted(items, key=lambda item: (secret.derive(*labels, item), item))
+
+
+def screening_seeds(n: int, secret: SeedSecret, job_key: str) -> list[int]:
+    """The job's ``n`` screening seeds: a secret draw from the pool under its key (ascending)."""
+    if not 0 < n <= SCREEN_POOL:
+        raise ValueError(f"a job screens on 1 to {SCREEN_POOL} seeds, not {n}")
+    return sorted(_secret_rank(screening_pool(), secret, "screen", job_key)[:n])
+
+
+def capture_order(seeds: list[int], secret: SeedSecret, job_key: str) -> list[int]:
+    """The order the capture child builds ``seeds`` in: a secret permutation per job, so a file
+    that counts its builds cannot tell which protocol seed (sweep, screening) it is building."""
+    return _secret_rank(list(seeds), secret, "capture-order", job_key)
+
+
+def model_key(identity: object) -> str:
+    """The key the confirmation's seeds are expanded under: 32 hex digits of sha256 over the
+    captured models' identity (both arms' graphs and their tensors at the sweep seeds, the
+    track and grids). Identical models get the same key, hence the same confirmation."""
+    raw = json.dumps([SCHEME, identity], sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(raw).hexdigest()[:32]
 
 
 def confirmation_seeds(n: int) -> list[int]:
     """Protocol seeds of the confirmation stage (PROTOCOL.md 2.6): ``2000 + i``, expanded
-    under the job's key (``run_seeds``), so no other job, sweep or screening shares them."""
+    under the captured models' key (``model_key``, via ``run_seeds``), so no other model, sweep
+    or screening shares them and an identical model resubmitted draws the same ones."""
     return [CONFIRM_SEED_BASE + i for i in range(n)]
 
 
 def run_seeds(seed: int, secret: SeedSecret, job_key: str | None = None) -> RunSeeds:
     """Expand one protocol seed into split / order / init seeds under ``secret``.
 
-    Sweep and screening seeds are the same for every job of an epoch (the baseline cache
-    stands on that); a confirmation seed (``>= CONFIRM_SEED_BASE``) is drawn for one job
-    alone: its labels hold ``job_key``, so its data, order and init are fresh to that job.
+    Sweep and pool seeds expand alike for every job of an epoch (the baseline cache stands
+    on that); a confirmation seed (``>= CONFIRM_SEED_BASE``) is drawn for one model alone: its
+    labels hold ``job_key`` (the models' ``model_key``), so its data, order and init are fresh
+    to those models.
     """
     if seed >= CONFIRM_SEED_BASE:
         if not job_key:
-            raise ValueError("a confirmation seed needs the job's key")
+            raise ValueError("a confirmation seed needs the models' key")
         labels: tuple[object, ...] = ("confirm", job_key, seed - CONFIRM_SEED_BASE)
     else:
         labels = ("run", seed)

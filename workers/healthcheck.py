@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from sqlalchemy import func, select
 
-from app.db import make_engine, make_sessionmaker, utcnow
+from app.db import db_now, make_engine, make_sessionmaker
 from app.health.models import WorkerBeat
 from app.settings import Settings
 
@@ -25,9 +25,10 @@ def main() -> int:
             seen = session.scalar(
                 select(func.max(WorkerBeat.seen_at)).where(WorkerBeat.id.like(f"{socket.gethostname()}:%"))
             )
+            now = db_now(session)  # the clock the beat was written by
     finally:
         engine.dispose()
-    healthy = seen is not None and utcnow() - seen < timedelta(seconds=settings.worker_seen_s)
+    healthy = seen is not None and now - seen < timedelta(seconds=settings.worker_seen_s)
     print("healthy" if healthy else f"unhealthy: last beat {seen}")
     return 0 if healthy else 1
 

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from app.db import utcnow
+from app.db import db_now
 from app.jobs import leases, repository
 from app.jobs.leases import Claim
 from bench.protocol import Progress
@@ -43,7 +43,7 @@ class Heartbeat(threading.Thread):
     def beat(self) -> None:
         """One lease extension and cancel check."""
         with self.ctx.sessions() as session:
-            result = leases.heartbeat(session, self.claim, utcnow(), self.ctx.settings.lease_s)
+            result = leases.heartbeat(session, self.claim, db_now(session), self.ctx.settings.lease_s)
             session.commit()
         if not result.owned:
             self.lost = True
@@ -106,7 +106,7 @@ class ProgressWriter:
                     eta_s=progress.eta_s, message=progress.message,
                 )
                 if owned and events:
-                    repository.append_events(session, self.claim.job_id, self.claim.attempt, events, utcnow())
+                    repository.append_events(session, self.claim.job_id, self.claim.attempt, events, db_now(session))
                 session.commit()
             self._pending = []
         except Exception:  # progress is best effort; the job goes on (events stay pending)

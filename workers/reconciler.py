@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from app.db import utcnow
+from app.db import db_now
 from app.health import repository as health_repository
 from app.jobs import leases
 from app.jobs.models import JobStatus
@@ -55,7 +55,7 @@ def dispatch_once(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
     send fails, or whose dispatcher dies between the two, is sent again by the reconciler
     after ``requeue_after_s``, as a lost message is). Returns the ids sent."""
     with ctx.sessions() as session:
-        taken = leases.take_unsent(session, now or utcnow())
+        taken = leases.take_unsent(session, now or db_now(session))
         session.commit()
     for job_id, queue in taken:
         ctx.queue.enqueue(job_id, queue)
@@ -64,11 +64,11 @@ def dispatch_once(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
 
 def reconcile_once(ctx: WorkerContext, now: datetime | None = None) -> Reconciled:
     """One pass; commits, then sends the jobs it put back in the queue."""
-    now = now or utcnow()
     settings = ctx.settings
     done = Reconciled()
     to_send: list[tuple[str, str]] = []
     with ctx.sessions() as session:
+        now = now or db_now(session)  # the database's clock: the one the leases were written by
         for job in leases.expired_leases(session, now):
             if job.cancel_requested:
                 error = _error(ErrorCode.CANCELLED, "The job was cancelled; its worker stopped responding.")
@@ -143,7 +143,7 @@ class WorkerLoop(threading.Thread):
         settings = self.ctx.settings
         with self.ctx.sessions() as session:
             health_repository.record_beat(session, self.ctx.worker_id, settings.worker_queue, settings.device,
-                                          utcnow(), sandbox=self.sandbox)
+                                          db_now(session), sandbox=self.sandbox)
             session.commit()
 
     def stop(self) -> None:

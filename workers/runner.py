@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 from sqlalchemy import exc as sa_exc
 
 from app import request_id
-from app.db import utcnow
+from app.db import db_now
 from app.jobs import leases
 from app.jobs.leases import Claim
 from app.jobs.models import Job, JobStatus
-from app.reports.service import InvalidReport, attempts_block, build_report_row
+from app.reports.service import InvalidReport, adopt_graph_family, attempts_block, build_report_row
 from app.tracks import service as tracks_service
 from app.tracks.models import CustomTrackRow
 from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
@@ -85,7 +85,7 @@ def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
 
 def _claim(ctx: WorkerContext, job_id: str) -> tuple[Claim, Job] | None:
     with ctx.sessions() as session:
-        claim = leases.claim_job(session, job_id, ctx.worker_id, utcnow(), ctx.settings.lease_s)
+        claim = leases.claim_job(session, job_id, ctx.worker_id, db_now(session), ctx.settings.lease_s)
         if claim is None:
             session.rollback()
             return None
@@ -146,9 +146,10 @@ def _finish_succeeded(ctx: WorkerContext, claim: Claim, job: Job, report: dict[s
 
 
 def _store_report(ctx: WorkerContext, claim: Claim, job: Job, report: dict[str, Any]) -> Outcome:
-    now = utcnow()
     with ctx.sessions() as session:
+        now = db_now(session)
         try:  # the attempts before it are counted in the transaction that stores it
+            adopt_graph_family(session, job, report)
             row = build_report_row(job, report, now, attempts_block(session, job))
         except InvalidReport as exc:
             session.rollback()
@@ -173,7 +174,7 @@ def _finish_unsuccessful(
 
 def _store_end(ctx: WorkerContext, claim: Claim, status: JobStatus, error: dict[str, str]) -> Outcome:
     with ctx.sessions() as session:
-        if not leases.finish_unsuccessful(session, claim, status, error, utcnow()):
+        if not leases.finish_unsuccessful(session, claim, status, error, db_now(session)):
             session.rollback()
             log.warning("job %s: lease lost before its end was stored", claim.job_id)
             return Outcome.LOST

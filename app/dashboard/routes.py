@@ -35,7 +35,7 @@ from app.dashboard.auth import (
     origin_of,
     same_origin,
 )
-from app.db import SessionDep, utcnow
+from app.db import SessionDep, db_now
 from app.errors import ApiCode, ApiError
 from app.health.state import failures_by_day, job_stages, read_state, running_jobs
 from app.jobs import repository as jobs_repository
@@ -201,16 +201,18 @@ def _timeline(session: Any, job_id: str, viewer: Viewer) -> list[dict[str, Any]]
 
 
 @router.get("/reports/{report_id}.json")
-def report_json(report_id: str, session: SessionDep, _viewer: ViewerDep) -> JSONResponse:
+def report_json(report_id: str, session: SessionDep, viewer: ViewerDep) -> JSONResponse:
     """The report as the API gives it (``GET /v1/reports/{id}``), for a signed-in browser."""
-    view = reports_service.view_of(session, reports_service.get_report(session, report_id))
+    view = reports_service.view_of(session, reports_service.get_report(session, report_id),
+                                   operator=viewer.is_operator)
     return JSONResponse(view.model_dump(mode="json", by_alias=True), headers=SECURITY_HEADERS)
 
 
 @router.get("/reports/{report_id}")
 def report(request: Request, report_id: str, session: SessionDep, viewer: ViewerDep) -> HTMLResponse:
     """One report: verdicts, summary, paired seeds, differences, sweeps, mechanism, provenance."""
-    view = reports_service.view_of(session, reports_service.get_report(session, report_id))
+    view = reports_service.view_of(session, reports_service.get_report(session, report_id),
+                                   operator=viewer.is_operator)
     body = view.report
     bench = charts.mapping(body.get("bench_report"))
     try:
@@ -262,7 +264,7 @@ def track(request: Request, ident: str, session: SessionDep, viewer: ViewerDep,
 def operator(request: Request, session: SessionDep, viewer: OperatorViewerDep) -> HTMLResponse:
     """Queues, running jobs with progress and a cancel button, workers, failures over time."""
     settings: Settings = request.app.state.settings
-    now = utcnow()
+    now = db_now(session)
     state = read_state(session, now)
     running = [jobs_service.job_view(j) for j in running_jobs(session)]
     queued = [jobs_service.job_view(j) for j in jobs_repository.list_jobs(

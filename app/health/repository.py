@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
+from app.db import db_now
 from app.health.models import WorkerBeat
 
 
@@ -15,8 +16,10 @@ def database_ok(session: Session) -> bool:
     return session.execute(text("SELECT 1")).scalar() == 1
 
 
-def sandboxes_seen(session: Session, since: datetime) -> dict[str, str | None]:
-    """What the sandbox check of each worker seen since ``since`` found (None: not recorded)."""
+def sandboxes_seen(session: Session, within_s: float) -> dict[str, str | None]:
+    """What the sandbox check of each worker seen in the last ``within_s`` seconds (by the
+    database's clock, which the beats are written by) found (None: not recorded)."""
+    since = db_now(session) - timedelta(seconds=within_s)
     rows = session.execute(select(WorkerBeat.id, WorkerBeat.sandbox).where(WorkerBeat.seen_at >= since))
     return {worker_id: sandbox for worker_id, sandbox in rows}
 

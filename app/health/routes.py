@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.db import SessionDep, utcnow
+from app.db import SessionDep
 from app.deps import QueueDep, SettingsDep
 from app.errors import ApiCode, ApiError, error_responses
 from app.health import repository
@@ -52,8 +51,7 @@ async def readyz(session: SessionDep, queue: QueueDep, settings: SettingsDep) ->
     sandboxes: dict[str, str | None] = {}
     try:
         checks["database"] = await run_in_threadpool(repository.database_ok, session)
-        since = utcnow() - timedelta(seconds=settings.worker_seen_s)
-        sandboxes = await run_in_threadpool(repository.sandboxes_seen, session, since)
+        sandboxes = await run_in_threadpool(repository.sandboxes_seen, session, settings.worker_seen_s)
     except Exception:
         checks["database"] = False
     checks["broker"] = await run_in_threadpool(queue.ping)

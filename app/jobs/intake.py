@@ -41,7 +41,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.elements import BindParameter
 
-from app.db import utcnow
+from app.db import db_now
 from app.errors import ApiCode, ApiError, database_lost
 from app.fair_use import FairUse
 from app.ids import new_id
@@ -191,8 +191,8 @@ class Intake:
     def _write_together(self, items: list[Pending]) -> None:
         for item in items:
             item.outcome, item.replay = None, False
-        now = utcnow()
         with self.sessions() as session:
+            now = db_now(session)  # created / enqueued stamps order the queue across API hosts
             connection = session.connection()
             sqlite_db = connection.dialect.name == "sqlite"
             batch = _Batch(items)

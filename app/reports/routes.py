@@ -55,13 +55,14 @@ IsoDateTime = Annotated[dt.datetime, BeforeValidator(_iso_only), AfterValidator(
 def get_job_report(job_id: str, session: SessionDep, caller: ReaderDep) -> ReportView:
     """The full report of a succeeded job (409 report_not_ready before that)."""
     job = jobs_service.get_job_for_report(session, job_id, caller)
-    return service.view_of(session, service.report_of_job(session, job))
+    return service.view_of(session, service.report_of_job(session, job), operator=caller.is_operator)
 
 
 @router.get("/v1/reports/{report_id}", response_model=ReportView, responses=error_responses(404))
-def get_report(report_id: str, session: SessionDep, _caller: ReaderDep) -> ReportView:
-    """The full report (PROTOCOL.md) with its verdicts and headline numbers."""
-    return service.view_of(session, service.get_report(session, report_id))
+def get_report(report_id: str, session: SessionDep, caller: ReaderDep) -> ReportView:
+    """The full report (PROTOCOL.md) with its verdicts and headline numbers (an operator's
+    with the per-seed values of reusable seeds, which agents and viewers do not see)."""
+    return service.view_of(session, service.get_report(session, report_id), operator=caller.is_operator)
 
 
 @dataclass(frozen=True)

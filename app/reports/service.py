@@ -6,9 +6,11 @@ import datetime as dt
 import hashlib
 import logging
 import math
+import re
 from collections import defaultdict
 from typing import Any, Literal
 
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app import pagination
@@ -32,6 +34,7 @@ from app.reports.schemas import (
     VerdictSummary,
 )
 from bench.catalog import is_builtin
+from bench.report import withhold_reusable_seeds
 
 log = logging.getLogger("ideabench.reports")
 
@@ -44,6 +47,9 @@ SORTS: dict[ReportSort, SortKey] = {
     ReportSort.DELTA_DESC: SortKey(Report.delta_mean, True, True),
     ReportSort.P_HELPS: SortKey(Report.p_helps, False, True),
 }
+
+
+FAMILY = re.compile(r"graph-v1:[0-9a-f]{16}")
 
 
 class InvalidReport(ValueError):
@@ -73,6 +79,18 @@ def baseline_label(baseline_code: str | None) -> str:
     if baseline_code is None:
         return "canonical"
     return "matched:" + hashlib.sha256(baseline_code.encode()).hexdigest()[:16]
+
+
+def adopt_graph_family(session: Session, job: Job, body: dict[str, Any]) -> None:
+    """Give ``job`` the family of the model it captured (``bench.family.graph_family``, in
+    ``bench_report.capture.idea.family``) in place of the one its source text gave at intake:
+    an import alias, a no-op line, reordered statements or an ``nn.Identity()`` change the
+    text, not the graph (issue 25.6). A job that ended before its capture keeps its text's."""
+    capture = ((body.get("bench_report") or {}).get("capture") or {}).get("idea") or {}
+    family = capture.get("family") if isinstance(capture, dict) else None
+    if isinstance(family, str) and FAMILY.fullmatch(family):
+        job.family = family
+        session.execute(update(Job).where(Job.id == job.id).values(family=family))
 
 
 def attempts_block(session: Session, job: Job) -> dict[str, Any]:
@@ -155,10 +173,11 @@ def summaries(session: Session, reports: list[Report]) -> list[ReportSummary]:
     return [summary_of(r, q.get(r.id)) for r in reports]
 
 
-def view_of(session: Session, report: Report) -> ReportView:
-    """The whole report."""
+def view_of(session: Session, report: Report, *, operator: bool = False) -> ReportView:
+    """The report as ``operator`` or not sees it: an agent or viewer gets it without the
+    per-seed values of reusable seeds (``bench.report.withhold_reusable_seeds``)."""
     (summary,) = summaries(session, [report])
-    return ReportView(**dict(summary), report=report.body)
+    return ReportView(**dict(summary), report=report.body if operator else withhold_reusable_seeds(report.body))
 
 
 def get_report(session: Session, report_id: str) -> Report:

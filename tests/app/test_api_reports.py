@@ -73,6 +73,40 @@ def test_report_of_a_job_and_by_id(env: Any) -> None:
     assert client.get(f"/v1/reports/{report.id}", headers=bearer(tokens["agent"])).json() == body
 
 
+def test_agents_and_viewers_do_not_see_reusable_seeds_per_seed_values(env: Any) -> None:
+    """Issue 25.6: the sweep's and the screening's per-seed values (seeds other jobs reuse)
+    would teach an agent which init won where; only operators see them. The confirmation's
+    seeds are its models' own: shown to all. Means, tests and verdicts are shown to all."""
+    app, client, tokens = env
+    body = report_body()
+    stage = {"seeds": [1003, 1017], "per_seed": {"baseline": [1.0, 2.0], "idea": [0.5, 1.5]},
+             "comparison": {"verdict": "no significant win", "per_seed_diffs": [-0.5, -0.5], "p_value": 0.5}}
+    body["bench_report"].update(
+        screening=stage, comparison={**body["bench_report"]["comparison"], "per_seed_diffs": [-0.5, -0.5]},
+        seeds={"sweep": [0, 1], "final": [1003, 1017], "confirmation": [2000, 2001]},
+        baseline={"mean": 1.5, "full": {"mean": 1.5, "per_seed": [1.0, 2.0]},
+                  "sweep": [{"cfg": {"lr": 0.1}, "mean": 1.5, "per_seed": [1.4, 1.6]}]},
+        mechanism_signature={"baseline_values": [0.1, 0.2], "idea_values": [0.3, 0.4], "decision": "confirmed"},
+        confirmation={**stage, "seeds": [2000, 2001], "p_value": 0.5, "significant": False, "job_key": "job_x"},
+    )
+    with app.state.sessionmaker() as session:
+        report = insert_report(session, key_id(tokens["agent"]), body)
+        session.commit()
+    for role in ("agent", "viewer"):
+        seen = client.get(f"/v1/reports/{report.id}", headers=bearer(tokens[role])).json()["report"]["bench_report"]
+        text = str({k: v for k, v in seen.items() if k != "confirmation"})
+        assert "per_seed_diffs" not in text and "'per_seed': [" not in text and "_values" not in text
+        assert "1003" not in text and "1.6" not in text
+        assert seen["screening"]["per_seed"] == {} and seen["seeds"]["final"] == [] and seen["withheld"]
+        assert seen["baseline"]["full"]["mean"] == 1.5 and seen["comparison"]["p_value"] == body[
+            "bench_report"]["comparison"]["p_value"] and seen["mechanism_signature"]["decision"] == "confirmed"
+        assert seen["confirmation"] == body["bench_report"]["confirmation"]  # fresh seeds: all of it
+    full = client.get(f"/v1/reports/{report.id}", headers=bearer(tokens["operator"])).json()["report"]
+    assert full["bench_report"]["screening"] == stage and "withheld" not in full["bench_report"]
+    by_job = client.get(f"/v1/jobs/{report.job_id}/report", headers=bearer(tokens["agent"])).json()
+    assert by_job["report"]["bench_report"]["withheld"]
+
+
 def test_filters(env: Any) -> None:
     app, client, tokens = env
     rows = seed(app, key_id(tokens["agent"]))

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from app.jobs.models import Job
 from app.keys.service import create_key
-from app.reports.service import attempts_block
+from app.reports.service import adopt_graph_family, attempts_block
 from bench.family import family_of
 from tests.app.factories import insert_job, insert_report, key_id, report_body
 from tests.conftest import bearer
@@ -84,6 +84,27 @@ def test_attempts_count_the_family_and_the_key_before_this_job(env: tuple[Any, A
         session.rollback()
     assert block == {"family": fam, "family_before": 3, "family_helps_before": 1, "key": a, "key_before": 2,
                      "key_helps_before": 1, "name": None}
+
+
+def test_a_judged_job_takes_its_captured_graphs_family(env: tuple[Any, Any, dict[str, str]]) -> None:
+    """Issue 25.6: re-rolls whose text differs (an alias, a no-op line) share one graph; the
+    worker gives the job the graph's family before it counts the attempts, so they count."""
+    app, _, tokens = env
+    a = key_id(tokens["agent"])
+    graph = "graph-v1:" + "ab" * 8
+    with app.state.sessionmaker() as session:
+        insert_report(session, a, report_body("failed", "inconclusive", mechanism_ok=None), T0, family=graph)
+        job = insert_job(session, a, family=family_of(IDEA), created_at=T0 + dt.timedelta(minutes=1))
+        body = report_body("worked", "helps")
+        for bad in ("ast-v1:" + "0" * 16, "graph-v1:XYZ", 7, None):  # only the engine's form is taken
+            body["bench_report"]["capture"] = {"idea": {"family": bad}}
+            adopt_graph_family(session, job, body)
+            assert job.family == family_of(IDEA)
+        body["bench_report"]["capture"] = {"idea": {"family": graph}}
+        adopt_graph_family(session, job, body)
+        assert attempts_block(session, job)["family_before"] == 1
+        session.commit()
+        assert session.get(Job, job.id).family == graph
 
 
 def _seed_p(app: Any, token: str, rows: list[tuple[str, float, bool, str | None]]) -> list[str]:

@@ -168,12 +168,18 @@ def test_the_seed_reports_render(app: Any, client: TestClient, keys: dict[str, s
     with app.state.sessionmaker() as session:
         report = insert_report(session, key_id(keys["agent"]), seed, track=track)
         session.commit()
-    sign_in(client, keys["viewer"])
+    sign_in(client, keys["operator"])  # an operator sees every per-seed value
     page = client.get(f"/dashboard/reports/{report.id}")
     assert page.status_code == 200, page.text[-2000:]
     assert 'id="fig-paired"' in page.text and 'data-stage="screening"' in page.text
+    assert 'id="withheld"' not in page.text
+    sign_in(client, keys["viewer"])  # a viewer (or an agent's key) not those of reusable seeds
+    page = client.get(f"/dashboard/reports/{report.id}")
+    assert page.status_code == 200 and 'id="withheld"' in page.text
+    assert 'data-stage="screening"' not in page.text  # no per-seed table of the screening
     raw = client.get(f"/dashboard/reports/{report.id}.json").json()
     assert raw == client.get(f"/v1/reports/{report.id}", headers=bearer(keys["viewer"])).json()
+    assert raw["report"]["bench_report"]["withheld"]
 
 
 def test_the_paired_plot_has_two_points_per_seed_of_each_stage() -> None:

@@ -43,7 +43,9 @@ def test_entries_round_trip_and_bad_entries_miss(tmp_path: Path) -> None:
 def _judge(monkeypatch: pytest.MonkeyPatch, cache_dir: Path, *, enabled: bool = True) -> dict:
     monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(cache_dir / "from_env"))  # options passed in win
     options = EngineOptions(cache_dir=cache_dir, baseline_cache=enabled)
-    report = judge(JudgeRequest(track="smoke", idea_code=IDEA, n_seeds=2, options=options))["bench_report"]
+    # one job key: the same screening draw from the pool (another job's overlaps it only in part)
+    report = judge(JudgeRequest(track="smoke", idea_code=IDEA, n_seeds=2, options=options,
+                                job_key="cache_job"))["bench_report"]
     assert not (cache_dir / "from_env").exists()
     return report
 
@@ -73,7 +75,8 @@ def test_mechanism_on_a_hit_measures_the_cached_models(monkeypatch: pytest.Monke
     from bench.catalog import get_card
 
     monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(tmp_path))
-    request = JudgeRequest(track="smoke", idea_code=get_card("smoke")["example_idea"], n_seeds=2)
+    request = JudgeRequest(track="smoke", idea_code=get_card("smoke")["example_idea"], n_seeds=2,
+                           job_key="cache_job")
     fresh = judge(request)["bench_report"]
     hit = judge(request)["bench_report"]
     assert hit["execution"]["baseline_cache_misses"] == 0 and hit["execution"]["baseline_cache"] is True

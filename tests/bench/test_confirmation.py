@@ -11,7 +11,14 @@ import pytest
 from bench import protocol
 from bench.protocol import JudgeRequest, judge
 from bench.report import Report
-from bench.seeding import confirmation_seeds, final_seeds, public_secret, run_seeds, sweep_seeds
+from bench.seeding import (
+    confirmation_seeds,
+    final_seeds,
+    public_secret,
+    run_seeds,
+    screening_pool,
+    sweep_seeds,
+)
 from bench.stats import (
     CONFIRMATION_SHARES,
     FUTILITY_P,
@@ -58,7 +65,7 @@ def test_confirmation_seeds_are_disjoint_from_every_other_seed() -> None:
     assert len(job_a) == len(job_b) == 3 * 32  # no stream repeats within a job either
     assert shared.isdisjoint(job_a) and shared.isdisjoint(job_b) and job_a.isdisjoint(job_b)
     assert _streams(confirmation_seeds(3), "job_a") <= job_a  # the same job: the same seeds
-    with pytest.raises(ValueError, match="job's key"):
+    with pytest.raises(ValueError, match="models' key"):
         run_seeds(confirmation_seeds(1)[0], public_secret())
 
 
@@ -120,6 +127,7 @@ def test_a_real_win_is_confirmed_on_this_jobs_own_seeds(replicated: tuple[dict[s
     assert len(stage["per_seed"]["idea"]) == len(stage["per_seed"]["baseline"]) == N
     assert stage["per_seed"]["idea"] != br["screening"]["per_seed"]["idea"]  # other data, other inits
     assert stage["job_key"] == "job_one" and stage["seed_commitment"] == br["seed_commitment"]
+    assert len(stage["model_key"]) == 32 and stage["model_key"] != "job_one"
     assert br["p_helps"] == max(br["comparison"]["p_better"], stage["p_value"])
     assert br["pooled"]["n_pairs"] == 2 * N and br["pooled"]["decides"] is False
     assert "Confirmation on 7 fresh seeds" in report["summary"]
@@ -128,17 +136,20 @@ def test_a_real_win_is_confirmed_on_this_jobs_own_seeds(replicated: tuple[dict[s
     assert events[-1].done == events[-1].total == max(e.total for e in events)
 
 
-def test_the_same_job_reruns_bit_for_bit_and_another_job_draws_other_seeds(
+def test_the_same_job_reruns_bit_for_bit_and_a_resubmission_rerolls_no_confirmation(
     replicated: tuple[dict[str, Any], list[Any]],
 ) -> None:
+    """Issue 25.6: another job draws other screening seeds from the pool, but the same models
+    get the same confirmation (its seeds are the models' key's): resubmitting re-rolls nothing."""
     first = replicated[0]["bench_report"]
     again = _judge("job_one")["bench_report"]
     assert again["confirmation"]["per_seed"] == first["confirmation"]["per_seed"]
     assert again["screening"]["per_seed"] == first["screening"]["per_seed"]
     other = _judge("job_two")["bench_report"]
-    assert other["screening"]["per_seed"] == first["screening"]["per_seed"]  # the epoch's shared seeds
-    for arm in ("baseline", "idea"):
-        assert set(other["confirmation"]["per_seed"][arm]).isdisjoint(first["confirmation"]["per_seed"][arm])
+    assert other["seeds"]["final"] != first["seeds"]["final"]  # this job's own draw from the pool
+    assert set(other["seeds"]["final"]) <= set(screening_pool())
+    assert other["confirmation"]["model_key"] == first["confirmation"]["model_key"]
+    assert other["confirmation"]["per_seed"] == first["confirmation"]["per_seed"]
 
 
 def test_a_null_idea_that_passes_screening_is_not_helps_unless_it_replicates(

@@ -53,7 +53,8 @@ def test_smoke_protocol_end_to_end(smoke_report: dict) -> None:
 def test_reruns_give_identical_numbers_with_fresh_or_warm_children() -> None:
     from bench import sandbox, warm
 
-    request = JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2)
+    # one job (its key): the same screening draw and capture order, so the same numbers
+    request = JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2, job_key="rerun")
     cold = judge(request)
     assert warm._slot is None
     judge(request, keep_warm=True)  # no slot yet: starts its own children, then the next job's

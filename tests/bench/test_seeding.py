@@ -9,13 +9,18 @@ import pytest
 
 from bench.registry import load_track
 from bench.seeding import (
+    SCREEN_POOL,
     SECRET_ENV,
     SecretStore,
     SeedSecret,
+    capture_order,
     deployment_secret,
     final_seeds,
+    model_key,
     public_secret,
     run_seeds,
+    screening_pool,
+    screening_seeds,
     sweep_seeds,
     task_seed,
 )
@@ -38,6 +43,46 @@ def test_sweep_and_final_seeds_are_disjoint_and_expand_to_distinct_splits() -> N
     assert not set(sweep) & set(final)
     splits = [run_seeds(s, A).split for s in sweep + final]
     assert len(set(splits)) == len(splits)
+
+
+def test_screening_seeds_are_a_secret_draw_from_the_pool_per_job() -> None:
+    """Issue 25.6: a job's screening seeds are n of the pool, drawn under the secret and the
+    job's key; what one job's report could teach about its seeds says little of the next's."""
+    assert SCREEN_POOL == 64 and screening_pool() == final_seeds(SCREEN_POOL)
+    draws = [screening_seeds(8, A, f"job_{i}") for i in range(200)]
+    for draw in draws:
+        assert len(set(draw)) == 8 and set(draw) <= set(screening_pool()) and draw == sorted(draw)
+    assert screening_seeds(8, A, "job_0") == draws[0]  # the same job (a retry): the same draw
+    assert screening_seeds(8, B, "job_0") != draws[0]  # another secret: another draw
+    assert len({tuple(d) for d in draws}) == 200
+    counts = {seed: sum(seed in d for d in draws) for seed in screening_pool()}
+    assert min(counts.values()) > 0  # every member is drawn: the baseline cache fills
+    assert max(counts.values()) < 60  # about 200 * 8 / 64 = 25 each; none is favoured
+    overlap = [len(set(draws[0]) & set(d)) for d in draws[1:]]
+    assert sum(overlap) / len(overlap) < 2  # one seed in common with another job, on average
+    with pytest.raises(ValueError):
+        screening_seeds(SCREEN_POOL + 1, A, "job_0")
+
+
+def test_the_capture_order_is_a_secret_permutation_per_job() -> None:
+    seeds = sweep_seeds(4) + screening_seeds(8, A, "job_0")
+    orders = {tuple(capture_order(seeds, A, f"job_{i}")) for i in range(50)}
+    assert all(sorted(order) == sorted(seeds) for order in orders)
+    assert len(orders) == 50 and tuple(seeds) not in orders
+    assert capture_order(seeds, A, "job_0") == capture_order(seeds, A, "job_0")
+    firsts = {order[0] for order in orders}
+    assert len(firsts) > 4  # the first build (the exported one) is no particular seed
+
+
+def test_the_models_key_is_their_identity_and_only_that() -> None:
+    identity = {"track": "smoke", "arms": {"idea": {"graphs": ["a"], "sweep_tensors": [["x", "y"]]}}}
+    same = {"arms": {"idea": {"sweep_tensors": [["x", "y"]], "graphs": ["a"]}}, "track": "smoke"}
+    assert model_key(identity) == model_key(same) and len(model_key(identity)) == 32
+    other = {"track": "smoke", "arms": {"idea": {"graphs": ["a"], "sweep_tensors": [["x", "z"]]}}}
+    assert model_key(other) != model_key(identity)
+    key = model_key(identity)
+    first, again = run_seeds(2000, A, key), run_seeds(2000, A, model_key(same))
+    assert first == again and first != run_seeds(2000, A, model_key(other))
 
 
 def test_synthetic_task_constants_come_from_the_secret() -> None:

@@ -253,7 +253,7 @@ def _outcome(baseline: list[float], idea: list[float], isolation: list[str] | No
         card=get_card("smoke"), matched_baseline=False, custom_track=None, submission={"name": None,
         "hypothesis": None}, mechanism=None, measured=None, screening=stage(list(range(8))),
         confirmation=stage(list(range(100, 108))), first_look=stage(list(range(100, 108))),
-        confirmation_runs=16, job_key="job_test", seed_commitment=public_secret().report_block(),
+        confirmation_runs=16, job_key="job_test", model_key="m" * 32, seed_commitment=public_secret().report_block(),
         n_params={"baseline": 321, "idea": 321}, buffers={"baseline": 0, "idea": 0},
         flops={"baseline": 576.0, "idea": 576.0},
         diverged={"baseline": 0, "idea": 0}, wall={"baseline": 1.0, "idea": 1.0},
