@@ -7,9 +7,10 @@ from app.health.models import WorkerBeat
 from app.jobs.models import Job, JobEvent, JobStatus, WebhookAttempt
 from app.keys.models import ApiKey
 from app.reports.models import Report, VerdictCount
+from app.seeds.models import SeedEpoch
 from app.tracks.models import CustomTrackRow
 
 metadata = Base.metadata
 
-__all__ = ["ApiKey", "Base", "CustomTrackRow", "Job", "JobEvent", "JobStatus", "Report", "VerdictCount", "WebhookAttempt", "WorkerBeat",
+__all__ = ["ApiKey", "Base", "CustomTrackRow", "Job", "JobEvent", "JobStatus", "Report", "SeedEpoch", "VerdictCount", "WebhookAttempt", "WorkerBeat",
            "metadata"]

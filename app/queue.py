@@ -109,6 +109,18 @@ class JobQueue:
             return False
         return True
 
+    def depth(self, queue: str) -> int | None:
+        """Messages waiting in ``queue`` on the broker (kombu's queue declaration: Redis' list
+        lengths, the SQL broker's rows); None when the broker does not say."""
+        try:
+            with self._celery.connection_for_read() as conn:
+                conn.ensure_connection(max_retries=1, timeout=3)
+                with conn.channel() as channel:
+                    return int(channel.queue_declare(queue=queue, durable=True, auto_delete=False).message_count)
+        except Exception:
+            log.warning("could not read the depth of queue %s", queue, exc_info=True)
+            return None
+
     def ping(self) -> bool:
         """True when the broker accepts a connection within a few seconds."""
         try:

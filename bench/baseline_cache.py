@@ -7,7 +7,7 @@ engine's training code. Those inputs, as canonical JSON, hash to the run's key;
 the entry holds the run's predictions and the child's flags, so the parent scores
 a hit exactly as it would score a fresh run: bit-identical numbers.
 
-Directory: ``$IDEABENCH_CACHE_DIR/baseline`` (default ``./var/cache/baseline``).
+Directory: ``$IDEABENCH_CACHE_DIR/baseline`` (default ``$IDEABENCH_DATA_DIR/cache/baseline``).
 ``IDEABENCH_BASELINE_CACHE=0`` turns the cache off.
 """
 

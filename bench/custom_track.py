@@ -59,6 +59,8 @@ class CustomTrack:
     checksums: dict[str, str] = field(default_factory=dict)
     # what validation warned about (a baseline no better than a constant, ...): in every report
     validation_warnings: list[str] = field(default_factory=list)
+    # the graph hash of the baseline validation captured: every job must capture the same one
+    baseline_graph_sha256: str | None = None
 
     @classmethod
     def from_source(
@@ -323,7 +325,7 @@ def validate(
     # twice, in two separate children: the data validated is the data judged.
     d = card["defaults"]
     protocol_seeds = sweep_seeds(d["sweep_seeds"]) + final_seeds(d["n_seeds"])
-    split_seeds = [run_seeds(s, secret).split for s in protocol_seeds]
+    split_seeds = [run_seeds(s, secret, track=track.id).split for s in protocol_seeds]
     seed_a, seed_b = split_seeds[0], split_seeds[1]
     generated, seconds = _generate(track, split_seeds, memory_mb=memory_mb, deadline=deadline,
                                    cancel=cancel, timeout_s=timeout_s)
@@ -358,7 +360,7 @@ def validate(
         lr = sorted(d["lr_grid"])[len(d["lr_grid"]) // 2]
         cfg = {"lr": lr, "epochs": d["epochs"], "batch_size": d["batch_size"],
                "weight_decay": d["weight_decay"], "hparams": {}}
-        seeds = run_seeds(0, secret)
+        seeds = run_seeds(0, secret, track=track.id)
         events: list[dict[str, Any]] = []
         limits = Limits(memory_mb=memory_mb)
         # As in a job: the track's baseline is captured in a child with no data, then trained
@@ -427,6 +429,7 @@ def validate(
         "seed_epoch": secret.epoch,
         "data_seconds_per_seed": round(data_s, 3),
         "baseline_n_params": int(checked["n_params"][0]),
+        "baseline_graph_sha256": captured.graph_sha256[0],
         "baseline_smoke": {
             "lr": lr, "epochs": d["epochs"], "metric": card["metric"]["name"], "value": value,
             "trivial_value": trivial, "seconds": round(run_s, 3),

@@ -19,6 +19,7 @@ class ErrorCode(StrEnum):
     INCONSISTENT_BUILD = "inconsistent_build"
     TOO_MANY_PARAMETERS = "too_many_parameters"
     INVALID_HPARAMS = "invalid_hparams"
+    HPARAM_NO_EFFECT = "hparam_no_effect"
     INVALID_MECHANISM = "invalid_mechanism"
     MECHANISM_ERROR = "mechanism_error"
     ROW_DEPENDENT = "row_dependent"
@@ -74,6 +75,9 @@ DEFAULT_HINTS: dict[ErrorCode, str] = {
     "parameters), e.g. fewer hidden units.",
     ErrorCode.INVALID_HPARAMS: "HPARAMS must be a dict mapping a name to a non-empty list of "
     "JSON numbers/strings/bools; at most the track's max_configs combinations.",
+    ErrorCode.HPARAM_NO_EFFECT: "Two configurations of the HPARAMS grid built the same model (the same "
+    "graph and weights): a key the model does not read only multiplies the sweep. Remove it, or read "
+    "it in build_model (spec['hparams'][name]).",
     ErrorCode.INVALID_MECHANISM: "MECHANISM must be a dict with 'quantity', 'prediction' and "
     "'expect' (kind close_to/less_than/greater_than/lower_than_baseline/higher_than_baseline), "
     "and the file must define `measure(model, x)` returning a float.",

@@ -28,12 +28,15 @@ class EngineOptions:
     execution: Literal["auto", "sequential"] = "auto"
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> EngineOptions:
-        """``IDEABENCH_CACHE_DIR``, ``IDEABENCH_BASELINE_CACHE`` (``0``/``false``/``off``/``no``:
-        off) and ``IDEABENCH_EXECUTION`` (``sequential``: one run at a time)."""
+    def from_env(cls, environ: Mapping[str, str] = os.environ, *, data_dir: Path | None = None) -> EngineOptions:
+        """``IDEABENCH_CACHE_DIR`` (else ``cache`` under ``data_dir``, the host's data directory
+        when it passes one, else under ``IDEABENCH_DATA_DIR`` or ``./var``),
+        ``IDEABENCH_BASELINE_CACHE`` (``0``/``false``/``off``/``no``: off) and
+        ``IDEABENCH_EXECUTION`` (``sequential``: one run at a time)."""
         sequential = environ.get("IDEABENCH_EXECUTION", "auto").strip().lower() == "sequential"
+        root = data_dir if data_dir is not None else Path(environ.get("IDEABENCH_DATA_DIR") or "var")
         return cls(
-            cache_dir=Path(environ.get("IDEABENCH_CACHE_DIR") or "var/cache"),
+            cache_dir=Path(environ.get("IDEABENCH_CACHE_DIR") or root / "cache"),
             baseline_cache=environ.get("IDEABENCH_BASELINE_CACHE", "1").strip().lower() not in OFF,
             execution="sequential" if sequential else "auto",
         )

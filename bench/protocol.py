@@ -220,6 +220,8 @@ class _Job:
         self.secret = secret
         self.job_key = request.job_key or secrets.token_hex(8)
         self.model_key = ""  # the captured models' key (seeding.model_key): the confirmation's seeds
+        # the track in the seeds' labels: a custom track's name@version, a built-in track's name
+        self.seed_track = request.custom_track.id if request.custom_track is not None else track.name
         self.task_seed = task_seed(track.name, secret)
         self.track = track
         self.card = track.card
@@ -262,7 +264,7 @@ class _Job:
     def seeds(self, seed: int) -> RunSeeds:
         """The split / order / init seeds of protocol seed ``seed`` in this job's epoch (a
         confirmation seed's under the captured models' key)."""
-        return run_seeds(seed, self.secret, self.model_key or None)
+        return run_seeds(seed, self.secret, self.model_key or None, track=self.seed_track)
 
     def prefetch(self, seeds: list[int]) -> None:
         """Make the seeds' data in a background thread (it overlaps child start and training)."""
@@ -343,6 +345,36 @@ class _Job:
         for session in [*self.captures.values(), *self.sessions.values()]:
             if session.proc.poll() is None:
                 session._kill(ErrorCode.CANCELLED)
+
+    def check_configs_differ(self) -> None:
+        """Every config of an arm's grid must build another model (graph or tensors): an
+        HPARAMS key the model never reads doubled the sweep silently (issue 27), and an idea's
+        re-roll by an unread key is no new configuration."""
+        for arm in ARMS:
+            info, grid = self.capture_info[arm], self.grids[arm]
+            seen: dict[tuple[str, tuple[str, ...]], int] = {}
+            for config, built in enumerate(zip(info.graph_sha256, info.seed_sha256, strict=True)):
+                first = seen.setdefault(built, config)
+                if first != config:
+                    changed = sorted(k for k in grid[config] if grid[config][k] != grid[first][k])
+                    raise BenchError(
+                        ErrorCode.HPARAM_NO_EFFECT,
+                        f"The {arm}'s HPARAMS configurations number {first + 1} and {config + 1} build the "
+                        f"same model: changing {', '.join(repr(k) for k in changed)[:200]} has no effect on it.",
+                    )
+
+    def check_track_baseline(self) -> None:
+        """A custom track's baseline must build in a job the graph its validation captured
+        (issue 25.8): a track file that builds one model when validated and another when
+        judging (by time, randomness, anything it reads) ends ``inconsistent_build``."""
+        custom = self.request.custom_track
+        if custom is None or custom.baseline_graph_sha256 in (None, self.capture_info["baseline"].graph_sha256[0]):
+            return
+        raise BenchError(
+            ErrorCode.INCONSISTENT_BUILD,
+            f"The custom track {custom.id}'s baseline built another model in this job than in its validation.",
+            "The track's build_baseline must build the same architecture every time; register a new version.",
+        )
 
     def check_same_build(self) -> None:
         """A matched baseline must build in its job exactly what it built in its check against the
@@ -1158,6 +1190,8 @@ def _judge(
                 job.max_elements(arm),
             ))
             job.check_same_build()
+            job.check_configs_differ()
+            job.check_track_baseline()
             job.identify_models()
             trainers = job.both(lambda arm: job.sessions[arm].request({
                 "op": "load", "role": arm, "spec": track.spec, "param_cap": track.card["param_cap"],

@@ -247,6 +247,7 @@ class BenchReport(_Model):
     sandbox: dict[str, Any] | None = None  # {"complete": bool, "missing": [judging layers it ran without]}
     matched_baseline_check: dict[str, Any] | None = None  # a matched baseline against the canonical one
     withheld: str | None = None  # what an agent's or viewer's view leaves out (withhold_reusable_seeds)
+    own_track: bool | None = None  # judged on a custom track its own key registered: counted nowhere
     execution: dict[str, Any] | None = None
     diverged: dict[str, int] | None = None
     submission: dict[str, Any] | None = None

@@ -136,8 +136,11 @@ def confirmation_seeds(n: int) -> list[int]:
     return [CONFIRM_SEED_BASE + i for i in range(n)]
 
 
-def run_seeds(seed: int, secret: SeedSecret, job_key: str | None = None) -> RunSeeds:
-    """Expand one protocol seed into split / order / init seeds under ``secret``.
+def run_seeds(seed: int, secret: SeedSecret, job_key: str | None = None, *, track: str) -> RunSeeds:
+    """Expand one protocol seed of ``track`` (a built-in track's name, a custom track's
+    ``name@version``) into split / order / init seeds under ``secret``. The track is in the
+    labels (issue 25.8): what one track's data could reveal of its split seeds (a custom track
+    whose author writes the seed into its data) says nothing of another track's.
 
     Sweep and pool seeds expand alike for every job of an epoch (the baseline cache stands
     on that); a confirmation seed (``>= CONFIRM_SEED_BASE``) is drawn for one model alone: its
@@ -147,9 +150,9 @@ def run_seeds(seed: int, secret: SeedSecret, job_key: str | None = None) -> RunS
     if seed >= CONFIRM_SEED_BASE:
         if not job_key:
             raise ValueError("a confirmation seed needs the models' key")
-        labels: tuple[object, ...] = ("confirm", job_key, seed - CONFIRM_SEED_BASE)
+        labels: tuple[object, ...] = ("confirm", track, job_key, seed - CONFIRM_SEED_BASE)
     else:
-        labels = ("run", seed)
+        labels = ("run", track, seed)
     split, order, init = (secret.derive(*labels, stream) for stream in ("split", "order", "init"))
     return RunSeeds(seed=seed, split=split, order=order, init=init)
 

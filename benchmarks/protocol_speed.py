@@ -128,7 +128,7 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
     }
 
     def run(arm: str, lr: float, hp: dict[str, Any], seed: int, split: str) -> tuple[float, Any]:
-        seeds = run_seeds(seed, secret, JOB_KEY)
+        seeds = run_seeds(seed, secret, JOB_KEY, track=track.name)
         splits, _ = splits_for(track, seeds.split, task)
         spec = dict(track.spec, hparams=dict(hp))
         model = build_checked(builders[arm], spec, init_seed=seeds.init, param_cap=int(card["param_cap"]),
@@ -185,7 +185,7 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
             values.append(value)
             if measure is not None:
                 model.eval()
-                probe = splits_for(track, run_seeds(seed, secret, JOB_KEY).split, task)[0].x_test[:256]
+                probe = splits_for(track, run_seeds(seed, secret, JOB_KEY, track=track.name).split, task)[0].x_test[:256]
                 measured.append(float(measure(model, probe)))
         out[arm] = {"lr": lr, "hparams": hp, "per_seed": fill_diverged(values, ceiling)}
 

@@ -55,6 +55,10 @@ class RecordingQueue:
     def ping(self) -> bool:
         return self.reachable
 
+    def depth(self, queue: str) -> int | None:
+        """A stand-in broker does not say (the reconciler then re-sends every stale job)."""
+        return None
+
     def close(self) -> None:
         pass
 

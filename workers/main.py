@@ -72,7 +72,7 @@ def worker_argv(settings: Settings, queues: list[str], concurrency: int) -> list
 
 def run_worker(settings: Settings, queues: list[str] | None = None, concurrency: int = 1) -> int:
     """Run a worker until it is stopped; returns its exit status."""
-    import workers.runner  # noqa: F401  (loads torch and the engine now, not on the first job)
+    import workers.runner  # loads torch and the engine now, not on the first job
     from app.logs import configure
     from workers.celery_app import make_celery
     from workers.context import WorkerContext
@@ -85,12 +85,18 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
     queues = queues or [settings.worker_queue]
     found = check_sandbox()
     loop_ctx = WorkerContext.create(settings)
-    loop = WorkerLoop(loop_ctx, sandbox=found.describe())
+    secret_problem = workers.runner.prove_secret(loop_ctx)
+    state = found.describe() if secret_problem is None else f"refused: {secret_problem}"
+    loop = WorkerLoop(loop_ctx, sandbox=state[:200])
     loop.start()
-    if not found.judges:  # fail closed: say so at start and in /readyz, take no job
+    if secret_problem is not None:  # one secret per deployment: a worker with another judges nothing
+        log.error("this worker judges nothing: %s. Give every worker the deployment's IDEABENCH_SEED_SECRET "
+                  "and IDEABENCH_SEED_EPOCH, or one shared data directory (docs/deploy.md).", secret_problem)
+    elif not found.judges:  # fail closed: say so at start and in /readyz, take no job
         log.error("this worker judges nothing: its sandbox lacks %s. Install bubblewrap and libseccomp "
                   "(scripts/system_deps.sh; docs/deploy.md), or on a development machine only set "
                   "IDEABENCH_ALLOW_WEAK_SANDBOX=1.", ", ".join(found.missing))
+    if secret_problem is not None or not found.judges:
         try:
             _wait_for_stop()
         finally:

@@ -8,7 +8,8 @@ and, less often (``reconcile_every_s``):
 - running jobs whose lease expired (their worker died) go back to ``queued`` and
   are sent again, or fail with ``internal`` after ``max_attempts`` (or end
   ``cancelled`` when a cancel was asked);
-- queued jobs sent long ago and never claimed (the message was lost) are sent again;
+- queued jobs sent long ago and never claimed are sent again when their messages are lost:
+  as many as the broker's queue lacks (``_lost``), never because a backlog waits;
 - custom tracks still validating whose message never left, or left so long ago
   that it must be lost, are sent again.
 Every change is a compare-and-set, so several reconcilers may run at once.
@@ -23,16 +24,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from sqlalchemy.orm import Session
+
 from app.db import db_now
 from app.health import repository as health_repository
 from app.jobs import leases
-from app.jobs.models import JobStatus
+from app.jobs.models import Job, JobStatus
 from app.tracks import service as tracks_service
 from bench.errors import DEFAULT_HINTS, ErrorCode
 from workers.context import WorkerContext
 from workers.tracks import VALIDATION_TIMEOUT_S
 
 log = logging.getLogger("ideabench.reconciler")
+BEATS_KEPT = timedelta(days=1)  # a worker silent this long is gone; its beat row is deleted (issue 28.8)
 
 
 @dataclass
@@ -44,6 +48,7 @@ class Reconciled:
     failed: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     tracks_resent: list[str] = field(default_factory=list)
+    beats_pruned: int = 0
 
 
 def _error(code: ErrorCode, message: str) -> dict[str, str]:
@@ -60,6 +65,21 @@ def dispatch_once(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
     for job_id, queue in taken:
         ctx.queue.enqueue(job_id, queue)
     return [job_id for job_id, _ in taken]
+
+
+def _lost(ctx: WorkerContext, session: Session, stale: list[Job]) -> list[Job]:
+    """Of ``stale`` (queued jobs sent long ago, oldest first), as many as the broker lacks
+    messages for: on each queue, the jobs sent and still queued less the messages waiting
+    there. A long backlog is no loss: its jobs wait, unsent again (issue 28.3: 10,000 queued
+    jobs made ~300,000 duplicate messages). A broker that does not say its depth gets every
+    stale job again (a duplicate is harmless: claims are conditional)."""
+    lost: list[Job] = []
+    for queue in sorted({job.queue for job in stale}):
+        jobs = [job for job in stale if job.queue == queue]
+        depth = ctx.queue.depth(queue)
+        missing = len(jobs) if depth is None else max(0, leases.sent_queued(session, queue) - depth)
+        lost += jobs[:missing]
+    return lost
 
 
 def reconcile_once(ctx: WorkerContext, now: datetime | None = None) -> Reconciled:
@@ -85,7 +105,7 @@ def reconcile_once(ctx: WorkerContext, now: datetime | None = None) -> Reconcile
                 done.requeued.append(job.id)
                 to_send.append((job.id, job.queue))
         cutoff = now - timedelta(seconds=settings.requeue_after_s)
-        for job in leases.stale_queued(session, cutoff):
+        for job in _lost(ctx, session, leases.stale_queued(session, cutoff)):
             if leases.mark_reenqueued(session, job, now):
                 done.resent.append(job.id)
                 to_send.append((job.id, job.queue))
@@ -93,6 +113,8 @@ def reconcile_once(ctx: WorkerContext, now: datetime | None = None) -> Reconcile
         done.tracks_resent = tracks_service.stale_validations(session, cutoff, now - lost_after)
         for track_id in done.tracks_resent:
             tracks_service.mark_sent(session, track_id, now)
+        # a row per worker process ever started: those silent for a day are gone for good
+        done.beats_pruned = health_repository.prune_beats(session, now - BEATS_KEPT)
         session.commit()
     for job_id, queue in to_send:
         ctx.queue.enqueue(job_id, queue)

@@ -16,10 +16,18 @@ from app.db import db_now
 from app.jobs import leases
 from app.jobs.leases import Claim
 from app.jobs.models import Job, JobStatus
-from app.reports.service import InvalidReport, adopt_graph_family, attempts_block, build_report_row
+from app.reports.service import (
+    InvalidReport,
+    adopt_graph_family,
+    attempts_block,
+    build_report_row,
+    mark_own_track,
+)
+from app.seeds import repository as seeds_repository
 from app.tracks import service as tracks_service
 from app.tracks.models import CustomTrackRow
 from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
+from bench.options import EngineOptions
 from bench.protocol import JudgeRequest, judge
 from bench.seeding import deployment_secret
 from workers.context import WorkerContext
@@ -49,6 +57,7 @@ class Outcome(StrEnum):
     """What ``execute_job`` did."""
 
     NOT_CLAIMED = "not_claimed"
+    REFUSED = "refused"  # this worker's seed secret is not the deployment's: left for another
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -79,6 +88,8 @@ def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
         device=ctx.settings.device,
         custom_track=custom,
         seed_secret=deployment_secret(ctx.settings.data_dir),
+        # the caches live under the worker's data directory (`ideabench worker --data-dir X`)
+        options=EngineOptions.from_env(data_dir=ctx.settings.data_dir),
         job_key=job.id,  # the confirmation's seeds are this job's alone, and the same on a retry
     )
 
@@ -95,8 +106,27 @@ def _claim(ctx: WorkerContext, job_id: str) -> tuple[Claim, Job] | None:
     return claim, job
 
 
+def prove_secret(ctx: WorkerContext) -> str | None:
+    """None when this worker's seed secret is the deployment's current epoch
+    (``app.seeds.repository.prove``); else why it must judge nothing."""
+    try:
+        block = deployment_secret(ctx.settings.data_dir).report_block()
+    except BenchError as exc:
+        return exc.message
+    with ctx.sessions() as session:
+        problem = seeds_repository.prove(session, block)
+        session.commit()
+    return problem
+
+
 def execute_job(ctx: WorkerContext, job_id: str) -> Outcome:
-    """Claim ``job_id`` and run it to its end; a delivery of a job someone else holds is a no-op."""
+    """Claim ``job_id`` and run it to its end; a delivery of a job someone else holds is a no-op.
+    A worker whose seed secret is not the deployment's claims nothing (the job stays queued
+    and the reconciler sends it again, for a worker that may judge it)."""
+    problem = prove_secret(ctx)
+    if problem is not None:
+        log.error("job %s not taken: %s", job_id, problem)
+        return Outcome.REFUSED
     claimed = _claim(ctx, job_id)
     if claimed is None:
         log.info("job %s not claimable (taken, ended or cancelled); skipping", job_id)
@@ -150,6 +180,7 @@ def _store_report(ctx: WorkerContext, claim: Claim, job: Job, report: dict[str, 
         now = db_now(session)
         try:  # the attempts before it are counted in the transaction that stores it
             adopt_graph_family(session, job, report)
+            mark_own_track(session, job, report)
             row = build_report_row(job, report, now, attempts_block(session, job))
         except InvalidReport as exc:
             session.rollback()

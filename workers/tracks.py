@@ -9,6 +9,7 @@ from app.db import utcnow
 from app.tracks import service as tracks_service
 from app.tracks.models import CustomTrackRow, TrackStatus
 from bench.errors import BenchError, ErrorCode
+from bench.options import EngineOptions
 from bench.seeding import deployment_secret
 from workers.context import WorkerContext
 
@@ -29,7 +30,8 @@ def custom_track_of(row: CustomTrackRow) -> CustomTrack:
     return CustomTrack(name=row.name, version=row.version, source=row.source, sha256=row.sha256,
                        card=row.card, author=row.author, file=row.file_name,
                        sizes=validation.get("sizes") or {}, checksums=validation.get("checksums") or {},
-                       validation_warnings=[str(w) for w in validation.get("warnings") or []])
+                       validation_warnings=[str(w) for w in validation.get("warnings") or []],
+                       baseline_graph_sha256=validation.get("baseline_graph_sha256"))
 
 
 def execute_validation(ctx: WorkerContext, track_id: str) -> str:
@@ -49,7 +51,8 @@ def execute_validation(ctx: WorkerContext, track_id: str) -> str:
         result = validate(track, memory_mb=settings.job_memory_mb,
                           timeout_s=min(VALIDATION_TIMEOUT_S, settings.job_timeout_s),
                           max_protocol_s=PROTOCOL_SHARE * settings.job_timeout_s,
-                          secret=deployment_secret(settings.data_dir))
+                          secret=deployment_secret(settings.data_dir),
+                          options=EngineOptions.from_env(data_dir=settings.data_dir))
     except BenchError as exc:
         error = exc.to_dict()
     except Exception as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, text, update
+from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
 from app.db import db_now
@@ -22,6 +22,12 @@ def sandboxes_seen(session: Session, within_s: float) -> dict[str, str | None]:
     since = db_now(session) - timedelta(seconds=within_s)
     rows = session.execute(select(WorkerBeat.id, WorkerBeat.sandbox).where(WorkerBeat.seen_at >= since))
     return {worker_id: sandbox for worker_id, sandbox in rows}
+
+
+def prune_beats(session: Session, before: datetime) -> int:
+    """Delete the beats of workers last seen before ``before``; how many."""
+    result = session.execute(delete(WorkerBeat).where(WorkerBeat.seen_at < before))
+    return int(result.rowcount)  # type: ignore[attr-defined]
 
 
 def record_beat(session: Session, worker_id: str, queue: str, device: str, now: datetime, *,

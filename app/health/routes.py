@@ -63,7 +63,8 @@ async def readyz(session: SessionDep, queue: QueueDep, settings: SettingsDep) ->
                        headers={"Retry-After": "5"})
     if not checks["sandbox"]:
         states = "; ".join(f"{worker}: {state or 'not recorded'}" for worker, state in sorted(sandboxes.items()))
-        raise ApiError(503, ApiCode.NOT_READY, f"Not ready: no worker can sandbox submitted code, so none "
-                       f"judges ({states}).", "An operator installs bubblewrap and libseccomp on the workers "
-                       "(scripts/system_deps.sh; docs/deploy.md) and restarts them.", headers={"Retry-After": "5"})
+        raise ApiError(503, ApiCode.NOT_READY, f"Not ready: no worker may judge ({states}).",
+                       "An operator installs bubblewrap and libseccomp on the workers (scripts/system_deps.sh) "
+                       "and gives each the deployment's seed secret (docs/deploy.md), then restarts them.",
+                       headers={"Retry-After": "5"})
     return Health(status="ready", checks=checks, sandboxes=sandboxes)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, select, update
+from sqlalchemy import ColumnElement, and_, func, select, update
 from sqlalchemy.orm import Session
 
 from app.jobs.models import Job, JobStatus
@@ -178,6 +178,12 @@ def stale_queued(session: Session, enqueued_before: datetime, limit: int = 500) 
         .limit(limit)
     )
     return list(session.scalars(stmt))
+
+
+def sent_queued(session: Session, queue: str) -> int:
+    """Queued jobs of ``queue`` whose message was sent: each should be one message on the broker."""
+    return int(session.scalar(select(func.count()).select_from(Job).where(
+        Job.status == JobStatus.QUEUED.value, Job.queue == queue, Job.enqueued_at.is_not(None))) or 0)
 
 
 def take_unsent(session: Session, now: datetime, limit: int = 500) -> list[tuple[str, str]]:

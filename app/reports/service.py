@@ -33,6 +33,7 @@ from app.reports.schemas import (
     VerdictCounts,
     VerdictSummary,
 )
+from app.tracks.models import CustomTrackRow
 from bench.catalog import is_builtin
 from bench.report import withhold_reusable_seeds
 
@@ -93,6 +94,17 @@ def adopt_graph_family(session: Session, job: Job, body: dict[str, Any]) -> None
         session.execute(update(Job).where(Job.id == job.id).values(family=family))
 
 
+def mark_own_track(session: Session, job: Job, body: dict[str, Any]) -> None:
+    """A verdict on a custom track the job's own key registered is the key's own word: it
+    chose the data, the split and the baseline. The report says so (``bench_report.own_track``)
+    and enters no totals, q-values or discoveries (``counted`` false; issue 25.8)."""
+    if is_builtin(job.track) or not isinstance(body.get("bench_report"), dict):
+        return
+    track = session.get(CustomTrackRow, job.track)
+    if track is not None and track.author == job.submitter_id:
+        body["bench_report"]["own_track"] = True
+
+
 def attempts_block(session: Session, job: Job) -> dict[str, Any]:
     """The report's ``attempts`` (PROTOCOL.md 6): the jobs of this idea family and of this key
     submitted on this track before this one, and how many of those were judged ``helps``."""
@@ -135,7 +147,8 @@ def build_report_row(
         family=job.family,
         baseline=baseline_label(job.baseline_code),
         p_helps=p_helps if p_helps is not None and 0.0 <= p_helps <= 1.0 else None,
-        counted=not (isinstance(sandbox, dict) and sandbox.get("complete") is False),
+        counted=not (isinstance(sandbox, dict) and sandbox.get("complete") is False)
+        and (body.get("bench_report") or {}).get("own_track") is not True,
         created_at=now,
         body=body,
     )

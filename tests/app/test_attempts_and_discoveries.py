@@ -107,6 +107,33 @@ def test_a_judged_job_takes_its_captured_graphs_family(env: tuple[Any, Any, dict
         assert session.get(Job, job.id).family == graph
 
 
+def test_a_verdict_on_a_track_its_own_key_registered_counts_nowhere(env: tuple[Any, Any, dict[str, str]]) -> None:
+    """Issue 25.8: the key that registered a custom track chose its data and baseline; its own
+    ideas' verdicts there are marked and enter no totals, q-values or discoveries."""
+    from app.reports.service import build_report_row, mark_own_track
+    from app.tracks.models import CustomTrackRow
+
+    app, _, tokens = env
+    author, other = key_id(tokens["agent"]), key_id(tokens["agent2"])
+    with app.state.sessionmaker() as session:
+        session.add(CustomTrackRow(id="mine@1", name="mine", version=1, sha256="0" * 64, source="", card={},
+                                   domain="test", author=author, created_at=T0))
+        session.flush()
+        rows = {}
+        for who in (author, other):
+            job = insert_job(session, who, track="mine@1", created_at=T0)
+            body = report_body("worked", "helps", track="mine@1", p_helps=0.001)
+            mark_own_track(session, job, body)
+            rows[who] = build_report_row(job, body, T0)
+        builtin = insert_job(session, author, created_at=T0)
+        body = report_body("worked", "helps")
+        mark_own_track(session, builtin, body)
+        session.rollback()
+    assert rows[author].body["bench_report"]["own_track"] is True and rows[author].counted is False
+    assert "own_track" not in rows[other].body["bench_report"] and rows[other].counted is True
+    assert "own_track" not in body["bench_report"]
+
+
 def _seed_p(app: Any, token: str, rows: list[tuple[str, float, bool, str | None]]) -> list[str]:
     ids = []
     with app.state.sessionmaker() as session:

@@ -53,7 +53,7 @@ def _streams(seeds: list[int], job_key: str | None = None) -> set[int]:
     secret = public_secret()
     out: set[int] = set()
     for seed in seeds:
-        s = run_seeds(seed, secret, job_key)
+        s = run_seeds(seed, secret, job_key, track="smoke")
         out |= {s.split, s.order, s.init}
     return out
 
@@ -66,7 +66,7 @@ def test_confirmation_seeds_are_disjoint_from_every_other_seed() -> None:
     assert shared.isdisjoint(job_a) and shared.isdisjoint(job_b) and job_a.isdisjoint(job_b)
     assert _streams(confirmation_seeds(3), "job_a") <= job_a  # the same job: the same seeds
     with pytest.raises(ValueError, match="models' key"):
-        run_seeds(confirmation_seeds(1)[0], public_secret())
+        run_seeds(confirmation_seeds(1)[0], public_secret(), track="smoke")
 
 
 def test_decide_keeps_helps_only_when_it_replicates() -> None:

@@ -13,6 +13,10 @@ from bench.protocol import JudgeRequest, judge
 
 def test_options_from_the_environment() -> None:
     assert EngineOptions.from_env({}) == EngineOptions(Path("var/cache"), True, "auto")
+    # a host's data directory (`ideabench worker --data-dir X`) holds its caches (issue 26.7)
+    assert EngineOptions.from_env({}, data_dir=Path("/srv/x")).cache_dir == Path("/srv/x/cache")
+    assert EngineOptions.from_env({"IDEABENCH_DATA_DIR": "/d"}).cache_dir == Path("/d/cache")
+    assert EngineOptions.from_env({"IDEABENCH_CACHE_DIR": "/c"}, data_dir=Path("/srv/x")).cache_dir == Path("/c")
     assert EngineOptions.from_env({
         "IDEABENCH_CACHE_DIR": "/srv/cache", "IDEABENCH_BASELINE_CACHE": " Off ", "IDEABENCH_EXECUTION": "Sequential",
     }) == EngineOptions(Path("/srv/cache"), False, "sequential")

@@ -99,6 +99,10 @@ BAD_IDEAS = {
         "def build_model(spec):\n    return M()\n"
     ),
     "crashed": "import os\nos._exit(3)\ndef build_model(spec):\n    pass\n",
+    # issue 27: a key the model never reads doubled the sweep silently
+    "hparam_no_effect": GOOD_HEADER + 'HPARAMS = {"width": [16], "unused": [1, 2]}\n'
+    'def build_model(spec):\n    w = spec["hparams"]["width"]\n'
+    '    return nn.Sequential(nn.Linear(8, w), nn.ReLU(), nn.Linear(w, 1))\n',
 }
 
 

@@ -30,10 +30,11 @@ B = SeedSecret(key=b"b" * 32, epoch=1)
 
 
 def test_the_same_secret_gives_the_same_seeds_and_another_secret_other_seeds() -> None:
-    assert run_seeds(1000, A) == run_seeds(1000, SeedSecret(key=b"a" * 32, epoch=1))
-    assert run_seeds(1000, A) != run_seeds(1000, B)
-    assert run_seeds(1000, A) != run_seeds(1000, SeedSecret(key=b"a" * 32, epoch=2))
-    seeds = run_seeds(3, A)
+    assert run_seeds(1000, A, track="t") == run_seeds(1000, SeedSecret(key=b"a" * 32, epoch=1), track="t")
+    assert run_seeds(1000, A, track="t") != run_seeds(1000, B, track="t")
+    assert run_seeds(1000, A, track="t") != run_seeds(1000, SeedSecret(key=b"a" * 32, epoch=2), track="t")
+    assert run_seeds(1000, A, track="t") != run_seeds(1000, A, track="u")  # another track: other seeds
+    seeds = run_seeds(3, A, track="t")
     assert len({seeds.split, seeds.order, seeds.init}) == 3
     assert all(0 <= s < 2**31 for s in (seeds.split, seeds.order, seeds.init))
 
@@ -41,7 +42,7 @@ def test_the_same_secret_gives_the_same_seeds_and_another_secret_other_seeds() -
 def test_sweep_and_final_seeds_are_disjoint_and_expand_to_distinct_splits() -> None:
     sweep, final = sweep_seeds(4), final_seeds(32)
     assert not set(sweep) & set(final)
-    splits = [run_seeds(s, A).split for s in sweep + final]
+    splits = [run_seeds(s, A, track="t").split for s in sweep + final]
     assert len(set(splits)) == len(splits)
 
 
@@ -81,13 +82,13 @@ def test_the_models_key_is_their_identity_and_only_that() -> None:
     other = {"track": "smoke", "arms": {"idea": {"graphs": ["a"], "sweep_tensors": [["x", "z"]]}}}
     assert model_key(other) != model_key(identity)
     key = model_key(identity)
-    first, again = run_seeds(2000, A, key), run_seeds(2000, A, model_key(same))
-    assert first == again and first != run_seeds(2000, A, model_key(other))
+    first, again = run_seeds(2000, A, key, track="t"), run_seeds(2000, A, model_key(same), track="t")
+    assert first == again and first != run_seeds(2000, A, model_key(other), track="t")
 
 
 def test_synthetic_task_constants_come_from_the_secret() -> None:
     smoke = load_track("smoke")
-    split = run_seeds(0, A).split
+    split = run_seeds(0, A, track="smoke").split
     a = smoke.make_splits(split, task_seed("smoke", A))
     b = smoke.make_splits(split, task_seed("smoke", B))
     assert a.x_train.equal(b.x_train)  # same split seed: same inputs

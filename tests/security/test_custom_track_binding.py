@@ -26,7 +26,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _job_seeds(track: CustomTrack) -> list[int]:
     d = track.card["defaults"]
     secret = deployment_secret()
-    return [run_seeds(s, secret).split for s in sweep_seeds(d["sweep_seeds"]) + final_seeds(d["n_seeds"])]
+    return [run_seeds(s, secret, track=track.id).split for s in sweep_seeds(d["sweep_seeds"]) + final_seeds(d["n_seeds"])]
 
 
 def test_a_two_faced_track_shows_its_job_face_to_validation(cache: Path) -> None:
@@ -82,6 +82,27 @@ def test_a_baseline_that_counts_its_builds_is_refused_in_the_job(cache: Path, tm
         judge(JudgeRequest(track=track.id, idea_code=idea, custom_track=track, n_seeds=2))
     assert info.value.code == ErrorCode.NOT_CAPTURABLE and "baseline" in info.value.message
     assert "every init seed must build the same model with fresh random weights" in info.value.message
+
+
+def test_a_job_must_capture_the_baseline_graph_validation_captured(cache: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25.8: validation records the graph hash of the track's baseline; a job whose
+    capture of it differs (a track file that builds another model when judging) is refused."""
+    import tempfile
+
+    from bench.protocol import JudgeRequest, judge
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    source = (Path(__file__).resolve().parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text()
+    track = CustomTrack.from_source(source)
+    result = validate(track, timeout_s=600)
+    assert len(result["baseline_graph_sha256"]) == 64
+    # the record of another build (as if validation had seen another model)
+    forged = replace(track, sizes=result["sizes"], checksums=result["checksums"], baseline_graph_sha256="0" * 64)
+    idea = "from torch import nn\n\ndef build_model(spec):\n    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))\n"
+    with pytest.raises(BenchError) as info:
+        judge(JudgeRequest(track=track.id, idea_code=idea, custom_track=forged, n_seeds=2))
+    assert info.value.code == ErrorCode.INCONSISTENT_BUILD and "validation" in info.value.message
 
 
 def test_honest_inits_are_drawn_alike_and_sabotaged_ones_are_not() -> None:

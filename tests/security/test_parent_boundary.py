@@ -164,7 +164,7 @@ def test_the_label_oracle_works_on_public_seeds_and_fails_on_secret_ones(job_tmp
     secret = deployment_secret()
     smoke = load_track("smoke")
     for seed in (0, 1000, 1001):
-        splits = smoke.make_splits(run_seeds(seed, secret).split, task_seed("smoke", secret))
+        splits = smoke.make_splits(run_seeds(seed, secret, track="smoke").split, task_seed("smoke", secret))
         distance = torch.cdist(splits.x_test, model.keys, compute_mode="donot_use_mm_for_euclid_dist")
         assert float(distance.min()) > 1e-3
     # Layer 2, the capture boundary: its table is a tensor the bench counts (and uses only in

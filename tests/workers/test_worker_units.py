@@ -176,6 +176,21 @@ def test_reconciler_requeues_expired_leases_then_gives_up(ctx: WorkerContext, jo
     assert (job.status, job.error_code) == ("failed", "internal")
 
 
+def test_reconciler_prunes_beats_of_workers_gone_for_a_day(ctx: WorkerContext) -> None:
+    """Issue 28.8: ``worker_beats`` held a row per worker process ever started."""
+    from app.health import repository as health_repository
+    from app.health.models import WorkerBeat
+
+    now = utcnow()
+    with ctx.sessions() as session:
+        for name, seen in (("gone:1", now - dt.timedelta(days=2)), ("alive:1", now - dt.timedelta(hours=23))):
+            health_repository.record_beat(session, name, "cpu", "cpu", seen, sandbox="complete")
+        session.commit()
+    assert reconcile_once(ctx, now).beats_pruned == 1
+    with ctx.sessions() as session:
+        assert [b.id for b in session.query(WorkerBeat)] == ["alive:1"]
+
+
 def test_reconciler_resends_lost_messages_once(ctx: WorkerContext, job_id: str) -> None:
     with ctx.sessions() as session:
         session.execute(Job.__table__.update().values(enqueued_at=utcnow() - dt.timedelta(minutes=10)))

@@ -1,0 +1,1 @@
+"""The deployment's seed epochs: one secret per epoch, proven by every worker before it judges."""

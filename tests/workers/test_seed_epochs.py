@@ -1,0 +1,75 @@
+"""One seed secret per deployment, proven (issue 28.1), on SQLite and Postgres: the first
+worker records its epoch's commitment; a worker with another secret, or an older epoch,
+judges nothing and leaves the job queued for one that may."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from app.db import make_engine, make_sessionmaker
+from app.jobs.models import Job
+from app.keys.service import create_key
+from app.models import metadata
+from app.seeds.models import SeedEpoch
+from app.seeds.repository import prove
+from bench.seeding import SeedSecret, deployment_secret
+from tests.app.factories import insert_job
+from tests.conftest import RecordingQueue
+from workers import runner
+from workers.context import WorkerContext
+
+ONE = SeedSecret(key=b"1" * 32, epoch=1)
+OTHER = SeedSecret(key=b"2" * 32, epoch=1)
+NEXT = SeedSecret(key=b"3" * 32, epoch=2)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def ctx(request: pytest.FixtureRequest) -> Iterator[WorkerContext]:
+    settings = request.getfixturevalue("sqlite_settings" if request.param == "sqlite" else "pg_settings")
+    engine = make_engine(settings.database_url)
+    if request.param == "sqlite":
+        metadata.create_all(engine)
+    yield WorkerContext(settings=settings, engine=engine, sessions=make_sessionmaker(engine),
+                        worker_id="host:1", queue=RecordingQueue())  # type: ignore[arg-type]
+    engine.dispose()
+
+
+def _prove(ctx: WorkerContext, secret: SeedSecret) -> str | None:
+    with ctx.sessions() as session:
+        problem = prove(session, secret.report_block())
+        session.commit()
+    return problem
+
+
+def test_the_first_secret_of_an_epoch_is_recorded_and_another_is_refused(ctx: WorkerContext) -> None:
+    assert _prove(ctx, ONE) is None and _prove(ctx, ONE) is None
+    problem = _prove(ctx, OTHER)
+    assert problem is not None and "not the deployment's for epoch 1" in problem
+    assert ONE.key.hex() not in problem and OTHER.key.hex() not in problem
+    assert _prove(ctx, NEXT) is None  # a rotation: epoch 2 starts, epoch 1 is retired
+    problem = _prove(ctx, ONE)
+    assert problem is not None and "replaced by epoch 2" in problem
+    with ctx.sessions() as session:
+        rows = {r.epoch: r for r in session.query(SeedEpoch)}
+    assert rows[1].retired_at is not None and rows[2].retired_at is None
+    assert rows[1].commitment == ONE.commitment and rows[2].commitment == NEXT.commitment
+
+
+def test_a_worker_with_another_secret_leaves_the_job_queued(ctx: WorkerContext, monkeypatch: Any) -> None:
+    with ctx.sessions() as session:
+        key = create_key(session, "agent").key
+        session.flush()
+        job = insert_job(session, key.id)
+        session.add(SeedEpoch(epoch=deployment_secret(ctx.settings.data_dir).epoch, scheme="hmac-sha256/v1",
+                              commitment="0" * 64, created_at=job.created_at))
+        session.commit()
+    judged: list[Any] = []
+    monkeypatch.setattr(runner, "judge", lambda *a, **k: judged.append(a))
+    assert runner.execute_job(ctx, job.id) is runner.Outcome.REFUSED
+    assert judged == []
+    with ctx.sessions() as session:
+        row = session.get(Job, job.id)
+        assert row is not None and (row.status, row.attempts, row.worker_id) == ("queued", 0, None)
