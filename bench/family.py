@@ -136,6 +136,48 @@ def family_of(code: str, tree: ast.Module | None = None) -> str:
 
 
 GRAPH_SCHEME = "graph-v1"
+ZERO = "<zero>"
+# Ops that hand their first input on unchanged (a copy, an alias, a view of the same data: a
+# shape is a literal the family ignores anyway).
+PASS_THROUGH = frozenset({
+    "aten.clone.default", "aten.alias.default", "aten.detach.default", "aten.contiguous.default",
+    "aten.lift_fresh_copy.default", "aten.view.default", "aten.reshape.default", "aten._unsafe_view.default",
+    "aten.flatten.using_ints", "aten.dropout.default",
+})
+# binary op -> (the literal operand that makes it the other operand, whether it may stand first)
+NEUTRAL = {"aten.add.Tensor": (0, True), "aten.sub.Tensor": (0, False), "aten.mul.Tensor": (1, True),
+           "aten.div.Tensor": (1, False)}
+
+
+def _identity_of(node: dict[str, Any], memo: dict[str, str]) -> str | None:
+    """The hash ``node`` equals when it computes an exact no-op of one input (``PASS_THROUGH``;
+    adding or subtracting 0 or a zero, multiplying or dividing by 1), ``ZERO`` when it is a
+    product with 0; else None."""
+    target, args = node.get("target"), node.get("args")
+    if not isinstance(args, list) or not args:
+        return None
+
+    def ref(value: Any) -> str | None:
+        return memo.get(str(value["$node"])) if isinstance(value, dict) and "$node" in value else None
+
+    def number(value: Any) -> float | None:
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    if target in PASS_THROUGH:
+        rate = number(args[1]) if len(args) > 1 else None
+        return ref(args[0]) if target != "aten.dropout.default" or rate == 0 else None
+    if target not in NEUTRAL or len(args) != 2 or (node.get("kwargs") or {}).get("alpha", 1) != 1:
+        return None
+    neutral, commutes = NEUTRAL[target]
+    for other, this in ((args[0], args[1]), (args[1], args[0])) if commutes else ((args[0], args[1]),):
+        kept = ref(other)
+        if kept is None:
+            continue
+        if number(this) == neutral or (neutral == 0 and ref(this) == ZERO):
+            return kept
+        if target == "aten.mul.Tensor" and (number(this) == 0 or ref(this) == ZERO):
+            return ZERO
+    return None
 
 
 def graph_family(doc: dict[str, Any]) -> str:
@@ -149,7 +191,10 @@ def graph_family(doc: dict[str, Any]) -> str:
     - tensor inputs are their kind (parameter, buffer, constant), without names or shapes;
     - each node is hashed from its op and its inputs' hashes (a Merkle tree from the
       outputs), so independent branches in another order, renamed nodes and dead code
-      are the same family.
+      are the same family;
+    - an exact no-op is its input (``_identity_of``: copies, aliases, views, adding 0 or a
+      product with 0, multiplying or dividing by 1): the red team's ``y + 0.0`` applied k
+      times, a number of times the file drew from the clock, was k families.
 
     A graph the parent already checked (``build_graph``) is what it is given; anything else
     still hashes (a bounded walk), never raises on its shape."""
@@ -183,6 +228,10 @@ def graph_family(doc: dict[str, Any]) -> str:
         elif node.get("op") == "output":
             outputs.append(literal(node.get("args")))
         else:
+            same = _identity_of(node, memo)
+            if same is not None:  # an exact no-op: the node is its input (red team: y + 0.0, k times)
+                memo[name] = same
+                continue
             body = json.dumps([node.get("target"), literal(node.get("args")), literal(node.get("kwargs"))],
                               sort_keys=True)
             memo[name] = hashlib.sha256(body.encode()).hexdigest()

