@@ -43,7 +43,7 @@ class ArmCapture:
     # per config: every init seed's tensors (dtype, shape, bytes), in order: what the arm built
     tensors_sha256: tuple[str, ...] = ()
     seed_sha256: tuple[tuple[str, ...], ...] = ()  # per config, per init seed (capture order)
-    family: str = ""  # bench.family.graph_family of the first config's train-mode graph
+    families: tuple[str, ...] = ()  # per config: bench.family.graph_family of its train-mode graph
 
     def config_index(self, hparams: dict[str, Any]) -> int:
         return self.configs.index(json.dumps(hparams, sort_keys=True))
@@ -51,7 +51,7 @@ class ArmCapture:
     def report_block(self) -> dict[str, Any]:
         """What the report says of the capture: each config's graph hash and tensor count."""
         return {"graph_sha256": list(self.graph_sha256), "tensors_sha256": list(self.tensors_sha256),
-                "n_tensors": [len(s) for s in self.shapes], "family": self.family}
+                "n_tensors": [len(s) for s in self.shapes]}
 
 
 def _read(session: ArmSession, relative: str, limit: int) -> bytes:
@@ -150,7 +150,7 @@ def import_capture(
 
     dest.mkdir(parents=True, exist_ok=True)
     shapes, hashes, tensor_hashes, seed_hashes = [], [], [], []
-    family = ""
+    families = []
     for config in range(len(configs)):
         (dest / graph_path(config, "train")).parent.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256()
@@ -166,8 +166,8 @@ def import_capture(
                 raise not_capturable(f"the {session.role}'s capture wrote a graph that is not JSON") from None
             if mode == "eval" and signature.mutations:
                 raise eval_mutation()
-            if config == 0 and mode == "train":
-                family = graph_family(doc)
+            if mode == "train":
+                families.append(graph_family(doc))
             count = sum(1 for kind, _ in signature.inputs if kind != "user")
             if n_tensors is not None and count != n_tensors:
                 raise not_capturable(f"the {session.role}'s train and eval graphs hold other tensors")
@@ -208,7 +208,7 @@ def import_capture(
     return ArmCapture(
         arm=session.role, configs=tuple(json.dumps(c, sort_keys=True) for c in configs),
         shapes=tuple(shapes), graph_sha256=tuple(hashes), directory=dest, tensors_sha256=tuple(tensor_hashes),
-        seed_sha256=tuple(seed_hashes), family=family,
+        seed_sha256=tuple(seed_hashes), families=tuple(families),
     )
 
 

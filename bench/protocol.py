@@ -972,11 +972,21 @@ class _Job:
             diverged={arm: sum(r.diverged for r in self.runs if r.arm == arm) for arm in ARMS},
             wall={arm: float(sum(r.seconds for r in self.runs if r.arm == arm)) for arm in ARMS},
             sweep_tables=tables, best_cfgs={arm: self.best(arm)["cfg"] for arm in ARMS},
-            lr_grids=dict(self.lr_grids), capture={arm: self.capture_info[arm].report_block() for arm in ARMS},
+            lr_grids=dict(self.lr_grids), capture=self.capture_blocks(),
             data_checksum=digest.hexdigest(), sweep_seeds=list(self.sweep_seed_list),
             isolation=[layer for layer in self.sessions["idea"].layers if layer in self.sessions["baseline"].layers],
             execution=self.execution(), warnings=list(self.warnings), device=device, wall_s=wall_s,
         )
+
+    def capture_blocks(self) -> dict[str, dict[str, Any]]:
+        """Each arm's capture block, with ``family``: the graph family of the config the sweep
+        chose (the model judged; a decoy config first in the grid sets nothing)."""
+        blocks = {}
+        for arm in ARMS:
+            info = self.capture_info[arm]
+            chosen = self._config_index(RunRecord(arm, self.best(arm)["_cfg"], 0, "test", "screening"))
+            blocks[arm] = {**info.report_block(), "family": info.families[chosen]}
+        return blocks
 
     capture_seeds: list[int]  # every protocol seed a model is built with, in capture order
     screening_seed_list: list[int]  # drawn for this job from the epoch's pool

@@ -38,7 +38,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 BUILT_IN = ("smoke", "tabular", "correlated_tokens", "dynamics", "sequence", "vision")
-JOB_KEY = "protocol-speed"  # both sides draw the same confirmation seeds
+JOB_KEY = "protocol-speed"  # both sides draw the same screening seeds (the engine's confirmation
+# seeds are its models' key's, so the reference's confirmation, when one runs, is on others)
 
 
 def available(names: list[str]) -> list[str]:
@@ -97,9 +98,9 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
     from bench.registry import load_track
     from bench.seeding import (
         confirmation_seeds,
-        final_seeds,
         public_secret,
         run_seeds,
+        screening_seeds,
         sweep_seeds,
         task_seed,
     )
@@ -180,7 +181,7 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
     for arm in ("baseline", "idea"):
         lr, hp = best(arm)
         values, measured = [], []
-        for seed in final_seeds(int(defaults["n_seeds"])):
+        for seed in screening_seeds(int(defaults["n_seeds"]), secret, JOB_KEY):  # the engine's draw
             value, model = run(arm, lr, hp, seed, "test")
             values.append(value)
             if measure is not None:
@@ -208,7 +209,7 @@ def run_reference(track_name: str, idea: str) -> tuple[float, dict[str, Any]]:
     n = int(defaults["n_seeds"])
     screening = {"baseline": out["baseline"]["per_seed"], "idea": out["idea"]["per_seed"]}
     if out["baseline"]["lr"] != out["idea"]["lr"]:
-        screening["matched"] = [run("baseline", out["idea"]["lr"], {}, s, "test")[0] for s in final_seeds(n)]
+        screening["matched"] = [run("baseline", out["idea"]["lr"], {}, s, "test")[0] for s in screening_seeds(n, secret, JOB_KEY)]
     if better(screening):  # up to two looks, as the engine (bench.stats.confirmation_continues)
         seeds = confirmation_seeds(CONFIRMATION_LOOKS * n)
         first = stage(seeds[:n])
