@@ -108,9 +108,7 @@ def planned_runs(card: dict[str, Any], idea_configs: int = 1, n_seeds: int | Non
     """Training runs of both arms that a job on ``card`` plans before any confirmation: the
     sweep (lr grid x the idea's configs x sweep seeds, the baseline swept as densely: equal
     budgets) plus the final seeds (``n_seeds``, else the track's). The API's estimate and a
-    custom track's validation both count with it."""
-    defaults = card.get("defaults", {})
-    lrs = len(defaults.get("lr_grid", [1]))
-    sweep_seeds = int(defaults.get("sweep_seeds", 1))
-    finals = n_seeds or int(defaults.get("n_seeds", 8))
-    return 2 * lrs * sweep_seeds * max(1, idea_configs) + 2 * finals
+    custom track's validation both count with it (``bench.plan``)."""
+    from bench.plan import plan_for_card
+
+    return plan_for_card(card, idea_configs, n_seeds).planned

@@ -29,6 +29,7 @@ import numpy as np
 from bench import baseline_cache, warm
 from bench import custom_track as custom_mod
 from bench import data as data_mod
+from bench import plan as plan_mod
 from bench.assemble import COMPUTE_RATIO, Outcome, Stage, build_report
 from bench.captured import (
     MAX_TENSOR_ELEMENTS,
@@ -679,7 +680,7 @@ class _Job:
         both arms' tuning budgets are equal by construction (PROTOCOL.md section 1)."""
         if arm == "idea":
             return 1
-        return max(1, math.ceil(len(self.grids["idea"]) / len(self.grids[arm])))
+        return plan_mod.budget_factor(len(self.grids["idea"]), len(self.grids[arm]))
 
     def sweep(self, lrs: list[float], part: str) -> None:
         """Train every config of both arms on the sweep seeds, scored on validation.
@@ -1183,6 +1184,11 @@ def _judge(
                 "idea": _grid(check_hparams(idea_hp, max_configs=max_configs)),
                 "baseline": _grid(check_hparams(loaded["baseline"]["hparams"], max_configs=max_configs)),
             }
+            # the runs every job makes, known from here on (bench.plan); edges, matched and
+            # confirmation runs are added when the protocol decides to make them
+            job.tracker.add_total(plan_mod.plan(
+                len(track.card["defaults"]["lr_grid"]), len(job.sweep_seed_list), n_seeds,
+                len(job.grids["idea"]), len(job.grids["baseline"])).planned)
             declared = request.mechanism if request.mechanism is not None else loaded["idea"]["mechanism"]
             if declared is not None:
                 job.mechanism = check_measurable(declared, bool(loaded["idea"]["has_measure"]))
@@ -1220,11 +1226,6 @@ def _judge(
             job.choose_path(checked, want_vectorized)
             device = str(trainers["idea"]["device"])
             job.enable_cache(device)
-            n_lrs = len(track.card["defaults"]["lr_grid"])
-            per_arm_sweep = {
-                a: n_lrs * job.budget_factor(a) * len(job.grids[a]) * len(job.sweep_seed_list) for a in ARMS
-            }
-            job.tracker.add_total(sum(per_arm_sweep.values()) + 2 * n_seeds)
             job.run_sweep_with_edges()
             finals = job.final(job.screening_seed_list, "screening")
             confirmation = job.confirm(n_seeds) if request.confirm and job.screened_better(finals) else None

@@ -31,7 +31,8 @@ def custom_track_of(row: CustomTrackRow) -> CustomTrack:
                        card=row.card, author=row.author, file=row.file_name,
                        sizes=validation.get("sizes") or {}, checksums=validation.get("checksums") or {},
                        validation_warnings=[str(w) for w in validation.get("warnings") or []],
-                       baseline_graph_sha256=validation.get("baseline_graph_sha256"))
+                       baseline_graph_sha256=validation.get("baseline_graph_sha256"),
+                       baseline_beats_references=(validation.get("reference_fits") or {}).get("beats"))
 
 
 def execute_validation(ctx: WorkerContext, track_id: str) -> str:

@@ -177,9 +177,10 @@ class Estimate(BaseModel):
     confirmation_runs: int = Field(
         default=0,
         description="The most runs added, beyond runs_total, only if the screening finds a win: both arms' "
-        "best configs on fresh seeds of this job, n_seeds per look and a second look only when the first "
-        "is close (PROTOCOL.md 2.6; never from the baseline cache); n_seeds more per look (and in the "
-        "screening) when the arms' best learning rates differ (docs/statistics.md).",
+        "best configs, and the baseline at the idea's learning rate when the two differ, on fresh seeds, "
+        "n_seeds per look and a second look only when the first is close (PROTOCOL.md 2.6; never from "
+        "the baseline cache; bench.plan counts it). The screening, too, adds n_seeds runs when the "
+        "arms' best learning rates differ (docs/statistics.md).",
     )
 
 

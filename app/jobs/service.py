@@ -26,7 +26,7 @@ from bench.catalog import planned_runs
 from bench.contract import check_hparams, check_measurable, check_source
 from bench.errors import DEFAULT_HINTS, ErrorCode
 from bench.family import family_of
-from bench.stats import CONFIRMATION_LOOKS
+from bench.plan import plan_for_card
 
 JOBS_SORT = "-created_at"
 
@@ -81,9 +81,10 @@ def validate_submission(body: IdeaSubmission, settings: Settings, track: str, ca
 
 
 def confirmation_runs(card: dict[str, Any], n_seeds: int | None) -> int:
-    """The most runs a confirmation adds: both arms on n_seeds fresh seeds per look, and the
-    second look when the first is close (``bench.stats.CONFIRMATION_LOOKS``)."""
-    return 2 * CONFIRMATION_LOOKS * seeds_of(card, n_seeds)
+    """The most runs a confirmation adds (``bench.plan``): both arms on n_seeds fresh seeds per
+    look, the baseline at the idea's learning rate too when the two differ, and the second
+    look when the first is close."""
+    return plan_for_card(card, n_seeds=seeds_of(card, n_seeds)).confirmation_max
 
 
 def replay(session: Session, job: Job, digest: str, settings: Settings, estimator: Estimator) -> Submitted:

@@ -148,10 +148,18 @@ def build_report_row(
         baseline=baseline_label(job.baseline_code),
         p_helps=p_helps if p_helps is not None and 0.0 <= p_helps <= 1.0 else None,
         counted=not (isinstance(sandbox, dict) and sandbox.get("complete") is False)
-        and (body.get("bench_report") or {}).get("own_track") is not True,
+        and (body.get("bench_report") or {}).get("own_track") is not True
+        and not _weak_track(body),
         created_at=now,
         body=body,
     )
+
+
+def _weak_track(body: dict[str, Any]) -> bool:
+    """Whether the report is on a custom track whose baseline did not beat the bench's reference
+    fits at validation (``custom_track.weak_baseline``): a win over it is no discovery."""
+    track = (body.get("bench_report") or {}).get("custom_track")
+    return isinstance(track, dict) and track.get("weak_baseline") is True
 
 
 def summary_of(report: Report, q: QValues | None = None) -> ReportSummary:

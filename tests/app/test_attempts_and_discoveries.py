@@ -128,10 +128,20 @@ def test_a_verdict_on_a_track_its_own_key_registered_counts_nowhere(env: tuple[A
         builtin = insert_job(session, author, created_at=T0)
         body = report_body("worked", "helps")
         mark_own_track(session, builtin, body)
+        # a track whose baseline did not beat the bench's reference fits at validation: no one's
+        # verdict on it counts (two keys could otherwise share a weak track)
+        weak = report_body("worked", "helps", track="mine@1", p_helps=0.001)
+        weak["bench_report"]["custom_track"] = {"name": "mine", "version": 1, "weak_baseline": True}
+        job = insert_job(session, other, track="mine@1", created_at=T0)
+        weak_counted = build_report_row(job, weak, T0).counted
+        weak["bench_report"]["custom_track"] = "not a block"  # nothing stored breaks the counting
+        odd_counted = build_report_row(job, weak, T0).counted
         session.rollback()
+    assert weak_counted is False and odd_counted is True
     assert rows[author].body["bench_report"]["own_track"] is True and rows[author].counted is False
     assert "own_track" not in rows[other].body["bench_report"] and rows[other].counted is True
     assert "own_track" not in body["bench_report"]
+
 
 
 def _seed_p(app: Any, token: str, rows: list[tuple[str, float, bool, str | None]]) -> list[str]:

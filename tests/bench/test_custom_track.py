@@ -188,3 +188,23 @@ def test_seed_000s_idea_is_judged_on_its_custom_track() -> None:
     # 1,296 words of maps, and 6 words of literal numbers (sizes and dims) in each graph
     assert report["system_judged"] is True and bench["parameter_parity"]["buffers"] == {"idea": 1302, "baseline": 1302}
     assert bench["mechanism_signature"]["self_measured"] is True
+
+
+def test_the_benchs_reference_fits() -> None:
+    """Issue 25.8: a custom track's baseline must beat a constant and a ridge regression by 2 %
+    at validation, or the track's verdicts count nowhere (``weak_baseline``)."""
+    import numpy as np
+
+    from bench.custom_track import ridge_score, trivial_score
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((400, 6)).astype(np.float32)
+    linear = (x @ rng.standard_normal((6, 1))).astype(np.float32)
+    args = (x[:300], linear[:300], x[300:], linear[300:])
+    assert ridge_score("mse", *args, 1) < 0.01 * trivial_score("mse", linear[:300], linear[300:], 1)
+    square = (x[:, :1] ** 2).astype(np.float32)  # no linear fit: ridge is about the constant
+    assert ridge_score("mse", x[:300], square[:300], x[300:], square[300:], 1) > 0.9 * trivial_score(
+        "mse", square[:300], square[300:], 1)
+    labels = (x[:, 0] > 0).astype(np.int64)  # linearly separable classes
+    ce = ridge_score("cross_entropy", x[:300], labels[:300], x[300:], labels[300:], 2)
+    assert ce < 0.6 * trivial_score("cross_entropy", labels[:300], labels[300:], 2)

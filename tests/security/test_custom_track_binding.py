@@ -97,6 +97,8 @@ def test_a_job_must_capture_the_baseline_graph_validation_captured(cache: Path, 
     track = CustomTrack.from_source(source)
     result = validate(track, timeout_s=600)
     assert len(result["baseline_graph_sha256"]) == 64
+    fits = result["reference_fits"]  # the MLP baseline beats a constant and a ridge fit of the quadratic
+    assert fits["beats"] and fits["baseline"] <= 0.98 * min(fits["constant"], fits["ridge"])
     # the record of another build (as if validation had seen another model)
     forged = replace(track, sizes=result["sizes"], checksums=result["checksums"], baseline_graph_sha256="0" * 64)
     idea = "from torch import nn\n\ndef build_model(spec):\n    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))\n"

@@ -1,0 +1,75 @@
+"""The run plan of a job, counted in one place (issue 26): pure arithmetic on a track's
+defaults and the two arms' grids. The engine's progress totals, the API's estimate and a
+custom track's validation all count with it, so what they say is what the engine runs.
+
+A job trains, per arm:
+
+- **sweep**: every learning rate of the grid x the arm's configs x the sweep seeds; the
+  baseline sweeps ``budget_factor`` times as many learning rates when the idea has more
+  configs, so both arms' tuning budgets are equal (PROTOCOL.md 1);
+- **edges**: one more learning rate below and/or above the grid, once, when an arm's best
+  lies at an edge (at most two per arm, densified like the grid);
+- **screening**: the arms' best configs on ``n_seeds`` seeds, plus the baseline at the
+  idea's learning rate when the two differ (``matched``);
+- **confirmation**: only after a screened win, the same on ``n_seeds`` fresh seeds per look,
+  at most ``CONFIRMATION_LOOKS`` looks.
+
+No torch, no files: plain numbers in, numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from bench.stats import CONFIRMATION_LOOKS
+
+
+def budget_factor(idea_configs: int, arm_configs: int) -> int:
+    """How many times as many learning rates an arm of ``arm_configs`` configs sweeps as the
+    idea of ``idea_configs``: at least once, and enough for an equal tuning budget."""
+    return max(1, math.ceil(max(1, idea_configs) / max(1, arm_configs)))
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A job's training runs, both arms together: ``sweep`` and ``screening`` always,
+    ``edges_max`` and ``matched_max`` at most (they depend on where the sweep lands), and
+    ``confirmation_max`` at most, only after a screened win."""
+
+    sweep: int
+    edges_max: int
+    screening: int
+    matched_max: int
+    confirmation_max: int
+
+    @property
+    def planned(self) -> int:
+        """Runs every job makes: the sweep and the screening."""
+        return self.sweep + self.screening
+
+    @property
+    def at_most(self) -> int:
+        """Runs the job may make, a confirmation with two looks included."""
+        return self.planned + self.edges_max + self.matched_max + self.confirmation_max
+
+
+def plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int = 1, baseline_configs: int = 1) -> RunPlan:
+    """The run plan of a job whose lr grid has ``n_lrs`` values, with ``sweep_seeds`` sweep
+    seeds, ``n_seeds`` screening seeds and the arms' grid sizes."""
+    factors = {"idea": (1, max(1, idea_configs)),
+               "baseline": (budget_factor(idea_configs, baseline_configs), max(1, baseline_configs))}
+    # a grid of one value is not densified (bench.protocol.densify); an edge step always is
+    sweep = sum(n_lrs * (factor if n_lrs > 1 else 1) * configs * sweep_seeds for factor, configs in factors.values())
+    edges = sum(2 * factor * configs * sweep_seeds for factor, configs in factors.values())
+    return RunPlan(sweep=sweep, edges_max=edges, screening=2 * n_seeds, matched_max=n_seeds,
+                   confirmation_max=3 * CONFIRMATION_LOOKS * n_seeds)
+
+
+def plan_for_card(card: dict[str, Any], idea_configs: int = 1, n_seeds: int | None = None,
+                  baseline_configs: int = 1) -> RunPlan:
+    """``plan`` with a track card's defaults (``n_seeds``: an operator's override)."""
+    defaults = card.get("defaults", {})
+    return plan(len(defaults.get("lr_grid", [1])), int(defaults.get("sweep_seeds", 1)),
+                int(n_seeds or defaults.get("n_seeds", 8)), idea_configs, baseline_configs)

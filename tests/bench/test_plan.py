@@ -1,0 +1,41 @@
+"""The run plan, counted in one place (bench.plan, issue 26): what the engine, the API's
+estimate and a custom track's validation say a job runs."""
+
+from __future__ import annotations
+
+import math
+
+from bench.catalog import get_card, list_cards, planned_runs
+from bench.plan import budget_factor, plan, plan_for_card
+from bench.protocol import densify
+from bench.stats import CONFIRMATION_LOOKS
+
+
+def test_a_job_of_one_config_per_arm() -> None:
+    runs = plan(n_lrs=5, sweep_seeds=2, n_seeds=8)
+    assert (runs.sweep, runs.screening, runs.planned) == (2 * 5 * 2, 16, 36)
+    assert runs.edges_max == 2 * 2 * 2 and runs.matched_max == 8
+    assert runs.confirmation_max == 3 * CONFIRMATION_LOOKS * 8
+    assert runs.at_most == 36 + 8 + 8 + 48
+
+
+def test_equal_budgets_when_the_idea_has_more_configs() -> None:
+    """The baseline sweeps budget_factor times as many learning rates (densify): 4 idea
+    configs over 5 lrs against 1 baseline config over 20 lrs."""
+    assert budget_factor(4, 1) == 4 and budget_factor(3, 2) == 2 and budget_factor(1, 3) == 1
+    runs = plan(n_lrs=5, sweep_seeds=2, n_seeds=8, idea_configs=4)
+    assert runs.sweep == 5 * 4 * 2 + len(densify([1e-3, 1e-2, 1e-1, 0.3, 1.0], 4, "grid")) * 2
+    assert runs.edges_max == 2 * 4 * 2 + 2 * len(densify([0.5], 4, "below")) * 2
+    single = plan(n_lrs=1, sweep_seeds=1, n_seeds=2, idea_configs=3)  # one lr: nothing to densify
+    assert single.sweep == 3 + len(densify([0.01], 3, "grid"))
+
+
+def test_every_card_is_counted_alike_by_the_catalog_and_the_plan() -> None:
+    for card in list_cards():
+        d = card["defaults"]
+        runs = plan_for_card(card)
+        assert planned_runs(card) == runs.planned
+        assert runs.sweep == 2 * len(d["lr_grid"]) * d["sweep_seeds"] and runs.screening == 2 * d["n_seeds"]
+    assert plan_for_card(get_card("smoke"), n_seeds=4).screening == 8
+    assert math.isclose(plan_for_card(get_card("smoke"), idea_configs=2).sweep,
+                        2 * plan_for_card(get_card("smoke")).sweep)
