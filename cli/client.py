@@ -126,12 +126,13 @@ def _login(args: argparse.Namespace, client: Client) -> int:
     if not client.key:
         raise IdeabenchError("missing_api_key", "give --key (or IDEABENCH_KEY)", "An operator creates keys "
                              "with `ideabench keys create --role agent`.")
-    next(client.reports(limit=1), None)  # a call every role may make: the key works
+    me = client.me()  # a call every role may make: the key works, and says what it may do
     path = config.save(client.url, client.key)
     if args.json:
-        _print_json({"url": client.url, "config": str(path)})
+        _print_json({"url": client.url, "config": str(path), "key": me.get("id"), "role": me.get("role"),
+                     "limits": me.get("limits")})
     else:
-        print(f"logged in to {client.url}; stored in {path} (mode 0600)")
+        print(f"logged in to {client.url} as {me.get('id')} (role {me.get('role')}); stored in {path} (mode 0600)")
     return 0
 
 

@@ -72,8 +72,9 @@ def _read(session_factory: Callable[[], Session], job_id: str, after: int) -> tu
 def _queued(session_factory: Callable[[], Session], job: Job) -> ServerSentEvent:
     with session_factory() as session:
         position = repository.queue_position(session, job) if job.status == JobStatus.QUEUED.value else None
+    # the event says what it records: the job queued (its status now is in the later events)
     return ServerSentEvent(id="0", event="queued", data={
-        "job_id": job.id, "status": job.status, "queue_position": position, "track": job.track,
+        "job_id": job.id, "status": JobStatus.QUEUED.value, "queue_position": position, "track": job.track,
         "created_at": job.created_at.isoformat(),
     })
 

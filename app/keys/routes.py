@@ -57,7 +57,7 @@ def my_key(session: SessionDep, caller: CallerDep, settings: SettingsDep) -> Key
     if key.webhook_secret is None:  # (a key made before webhooks, never migrated)
         key.webhook_secret = service.new_webhook_secret()
         session.commit()
-    limits = EffectiveLimits(
+    limits = EffectiveLimits.of(
         rate_limit=settings.rate_limit,
         max_active_jobs=settings.max_active_jobs_per_key if key.max_active_jobs is None else key.max_active_jobs,
         daily_job_quota=settings.daily_job_quota_per_key if key.daily_job_quota is None else key.daily_job_quota,

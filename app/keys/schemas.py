@@ -72,11 +72,18 @@ class KeyLimitsUpdate(BaseModel):
 
 
 class EffectiveLimits(BaseModel):
-    """The limits in force for a key (0: no cap)."""
+    """The limits in force for a key (null: no cap)."""
 
     rate_limit: str = Field(description="Requests per key, e.g. 3000/minute (operators are exempt).")
-    max_active_jobs: int
-    daily_job_quota: int
+    max_active_jobs: int | None = Field(description="Jobs queued or running at once (null: no cap).")
+    daily_job_quota: int | None = Field(description="Jobs per UTC day (null: no quota).")
+
+    @classmethod
+    def of(cls, rate_limit: str, max_active_jobs: int, daily_job_quota: int) -> EffectiveLimits:
+        """From the settings' and keys' numbers, where 0 means no cap (issue 27.9: an agent read
+        ``daily_job_quota: 0`` as "none allowed")."""
+        return cls(rate_limit=rate_limit, max_active_jobs=max_active_jobs or None,
+                   daily_job_quota=daily_job_quota or None)
 
 
 class KeySelf(BaseModel):

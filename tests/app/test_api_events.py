@@ -119,6 +119,8 @@ def test_a_stream_ends_for_a_job_cancelled_while_queued(env: tuple[Any, Any, dic
     events = read_events(client, tokens["agent"], job_id)
     assert [e for _, e, _ in events] == ["queued", "end"]
     assert events[-1][2]["status"] == "cancelled" and events[-1][2]["error"]["code"] == "cancelled"
+    # a replayed queued event carries the status it had, not today's (issue 27.9)
+    assert events[0][2]["status"] == "queued" and events[0][2]["queue_position"] is None
 
 
 def test_only_the_jobs_owner_or_an_operator_streams_it(env: tuple[Any, Any, dict[str, str]]) -> None:

@@ -79,7 +79,7 @@ def test_an_operator_sets_one_keys_quota_and_the_key_sees_its_limits(tmp_path: A
     app, tokens = _service(tmp_path, max_active_jobs_per_key=5)
     with TestClient(app, raise_server_exceptions=False) as client:
         me = client.get("/v1/keys/me", headers=bearer(tokens["agent"])).json()
-        assert me["limits"] == {"rate_limit": "3000/minute", "max_active_jobs": 5, "daily_job_quota": 0}
+        assert me["limits"] == {"rate_limit": "3000/minute", "max_active_jobs": 5, "daily_job_quota": None}
         assert me["role"] == "agent" and me["webhook_secret"].startswith("whsec_")
         patch = {"daily_job_quota": 1, "max_active_jobs": 0}
         refused = client.patch(f"/v1/keys/{me['id']}", json=patch, headers=bearer(tokens["agent"]))

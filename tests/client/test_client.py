@@ -176,6 +176,7 @@ def test_the_cli_verbs_and_login(service: tuple[str, str, Path], tmp_path: Path)
     config = tmp_path / "config.json"
     login = cli("login", "--url", url, "--key", key, env={"IDEABENCH_CONFIG": str(config)})
     assert login.returncode == 0, login.stderr
+    assert "(role agent)" in login.stdout  # the key's role: what it may do (issue 27.9)
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
     assert cli("status", job_id, env={"IDEABENCH_CONFIG": str(config)}).returncode == 0
     wrong = cli("login", "--url", url, "--key", "ib_nope_nope", env={"IDEABENCH_CONFIG": str(tmp_path / "x.json")})
