@@ -166,6 +166,8 @@ def _run(args: argparse.Namespace, client: Client) -> int:
     if verb in ("status", "cancel"):
         job = client.job(args.job_id, wait=args.wait) if verb == "status" else client.cancel(args.job_id)
         _print_json(job.raw) if args.json else print(_job_line(job))
+        if verb == "cancel" and not args.json and job.status == "running":  # not yet its new state
+            print(f"cancel requested: the worker stops it within seconds (`ideabench status {job.job_id} --wait`)")
         return EXIT_JOB_FAILED if verb == "status" and job.status in ("failed", "cancelled") else 0
     if verb == "jobs":
         jobs = list(client.jobs(status=args.status, track=args.track, since=args.since, limit=args.limit))

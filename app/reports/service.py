@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from app import pagination
 from app.errors import ApiCode, ApiError
 from app.ids import new_id
-from app.jobs.models import Job
+from app.jobs.models import FINISHED, Job, JobStatus
 from app.reports import discoveries, repository
 from app.reports.discoveries import QValues
 from app.reports.models import Report
@@ -214,8 +214,12 @@ def report_of_job(session: Session, job: Job) -> Report:
     report = repository.get_report_of_job(session, job.id)
     if report is None:
         detail = f" ({job.error_code}: {job.error_message})" if job.error_code else ""
+        ended = JobStatus(job.status) in FINISHED
+        hint = (f"Job {job.id} ended {job.status} and will never have a report: read its error with GET "
+                f"/v1/jobs/{job.id} (code, message, hint), fix the idea and submit it again." if ended else None)
         raise ApiError(
-            409, ApiCode.REPORT_NOT_READY, f"Job {job.id} is {job.status}{detail}; it has no report."
+            409, ApiCode.REPORT_NOT_READY,
+            f"Job {job.id} is {job.status}{detail}; it has no report{'' if ended else ' yet'}.", hint,
         )
     return report
 

@@ -148,6 +148,8 @@ def test_cancel_a_queued_job(app: Any, client: Any, keys: dict[str, str]) -> Non
     assert again.status_code == 409 and again.json()["code"] == "job_finished"
     report = client.get(f"/v1/jobs/{job_id}/report", headers=bearer(keys["agent"]))
     assert report.status_code == 409 and report.json()["code"] == "report_not_ready"
+    # an ended job will never have one: the hint says so, not "poll until succeeded" (issue 27.9)
+    assert "will never have a report" in report.json()["hint"] and "poll" not in report.json()["hint"].lower()
 
 
 def test_cancel_a_running_job_flags_it_for_its_worker(app: Any, client: Any, keys: dict[str, str]) -> None:
