@@ -52,6 +52,7 @@ class ApiCode(StrEnum):
     NOT_OWNER = "not_owner"
     TOO_MANY_VALIDATIONS = "too_many_validations"
     N_SEEDS_FIXED = "n_seeds_fixed"
+    NO_GPU_WORKER = "no_gpu_worker"
     INVALID_CALLBACK_URL = "invalid_callback_url"
     RATE_LIMITED = "rate_limited"
     TOO_MANY_JOBS = "too_many_jobs"
@@ -71,6 +72,8 @@ HINTS: dict[str, str] = {
     ApiCode.NOT_FOUND: "See GET /docs for the API's routes (they live under /v1).",
     ApiCode.METHOD_NOT_ALLOWED: "See GET /docs for the methods each route accepts.",
     ApiCode.JOB_NOT_FOUND: "List your jobs with GET /v1/jobs.",
+    ApiCode.NO_GPU_WORKER: "Submit without device (or with device cpu), or ask an operator to start a GPU worker "
+    "(docs/deploy.md).",
     ApiCode.JOB_FINISHED: "The job already ended; nothing to cancel.",
     ApiCode.REPORT_NOT_FOUND: "List reports with GET /v1/reports.",
     ApiCode.REPORT_NOT_READY: "Poll GET /v1/jobs/{job_id} until its status is succeeded.",

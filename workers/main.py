@@ -70,6 +70,22 @@ def worker_argv(settings: Settings, queues: list[str], concurrency: int) -> list
     ]
 
 
+def check_device(device: str) -> str | None:
+    """None when this worker's ``device`` exists and this torch build can use it; else why not
+    (issue 28.5: a worker with IDEABENCH_DEVICE=cuda:0 on the CPU wheel consumed the gpu queue
+    and failed every job)."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"device {device} asked, but this torch build ({torch.__version__}) sees no CUDA device"
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        return f"device {device} asked, but only {torch.cuda.device_count()} CUDA devices exist here"
+    return None
+
+
 def run_worker(settings: Settings, queues: list[str] | None = None, concurrency: int = 1) -> int:
     """Run a worker until it is stopped; returns its exit status."""
     import workers.runner  # loads torch and the engine now, not on the first job
@@ -85,13 +101,14 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
     queues = queues or [settings.worker_queue]
     found = check_sandbox()
     loop_ctx = WorkerContext.create(settings)
-    secret_problem = workers.runner.prove_secret(loop_ctx)
+    secret_problem = check_device(settings.device) or workers.runner.prove_secret(loop_ctx)
     state = found.describe() if secret_problem is None else f"refused: {secret_problem}"
     loop = WorkerLoop(loop_ctx, sandbox=state[:200])
     loop.start()
-    if secret_problem is not None:  # one secret per deployment: a worker with another judges nothing
-        log.error("this worker judges nothing: %s. Give every worker the deployment's IDEABENCH_SEED_SECRET "
-                  "and IDEABENCH_SEED_EPOCH, or one shared data directory (docs/deploy.md).", secret_problem)
+    if secret_problem is not None:  # its device missing, or another seed secret: it judges nothing
+        log.error("this worker judges nothing: %s. Give it a device it has (IDEABENCH_DEVICE) and the "
+                  "deployment's IDEABENCH_SEED_SECRET and IDEABENCH_SEED_EPOCH, or one shared data directory "
+                  "(docs/deploy.md).", secret_problem)
     elif not found.judges:  # fail closed: say so at start and in /readyz, take no job
         log.error("this worker judges nothing: its sandbox lacks %s. Install bubblewrap and libseccomp "
                   "(scripts/system_deps.sh; docs/deploy.md), or on a development machine only set "

@@ -30,6 +30,20 @@ def prune_beats(session: Session, before: datetime) -> int:
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
+def queue_served(session: Session, queue: str, within_s: float) -> bool:
+    """Whether a worker consuming ``queue`` that may judge (its beat's sandbox check) was seen in
+    the last ``within_s`` seconds."""
+    since = db_now(session) - timedelta(seconds=within_s)
+    rows = session.execute(select(WorkerBeat.sandbox).where(WorkerBeat.queue == queue, WorkerBeat.seen_at >= since))
+    return any(judges(state) for (state,) in rows)
+
+
+def judges(sandbox: str | None) -> bool:
+    """Whether a worker whose beat says ``sandbox`` may judge: a complete sandbox, or a weak one a
+    development setting allows (``bench.sandbox.SandboxCheck.describe``)."""
+    return sandbox is not None and (sandbox == "complete" or sandbox.startswith("weak:"))
+
+
 def record_beat(session: Session, worker_id: str, queue: str, device: str, now: datetime, *,
                 sandbox: str) -> None:
     """Say this worker is alive (update, or insert the first time), with what its sandbox check

@@ -32,11 +32,6 @@ class Health(BaseModel):
         "under a development setting, reports not counted); refused: missing ... (judges nothing)."))
 
 
-def _judges(sandbox: str | None) -> bool:
-    """A worker judges only with a complete sandbox, or a weak one a development setting allows."""
-    return sandbox is not None and (sandbox == "complete" or sandbox.startswith("weak:"))
-
-
 @router.get("/healthz", response_model=Health, response_model_exclude_none=True)
 async def healthz() -> Health:
     """The process is up."""
@@ -56,7 +51,7 @@ async def readyz(session: SessionDep, queue: QueueDep, settings: SettingsDep) ->
         checks["database"] = False
     checks["broker"] = await run_in_threadpool(queue.ping)
     checks["worker"] = bool(sandboxes)
-    checks["sandbox"] = any(_judges(state) for state in sandboxes.values())
+    checks["sandbox"] = any(repository.judges(state) for state in sandboxes.values())
     failing = [name for name in ("database", "broker", "worker") if not checks[name]]
     if failing:
         raise ApiError(503, ApiCode.NOT_READY, f"Not ready: {', '.join(failing)} not reachable.",

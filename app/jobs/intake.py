@@ -44,6 +44,7 @@ from sqlalchemy.sql.elements import BindParameter
 from app.db import db_now
 from app.errors import ApiCode, ApiError, database_lost
 from app.fair_use import FairUse
+from app.health import repository as health_repository
 from app.ids import new_id
 from app.jobs import service
 from app.jobs.estimate import Estimator, grid_size
@@ -311,6 +312,12 @@ def check(
             with sessions() as session:
                 track, card = tracks_service.resolve_for_job(session, body.track)
         checked = service.validate_submission(body, settings, track, card)
+        if (body.device or settings.default_job_device) == "gpu":
+            with sessions() as session:
+                served = health_repository.queue_served(session, "gpu", settings.worker_seen_s)
+            if not served:  # it would wait in the gpu queue for a worker that does not exist
+                raise ApiError(409, ApiCode.NO_GPU_WORKER, f"No GPU worker that may judge was seen in the last "
+                               f"{settings.worker_seen_s:g} s, so a job on the gpu queue would wait forever.")
     except (BenchError, ApiError) as exc:
         if idempotency_key is None:
             raise

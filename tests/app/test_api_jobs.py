@@ -62,6 +62,19 @@ def test_the_dispatcher_sends_oldest_first_and_skips_cancelled_jobs(app: Any, cl
 
 
 def test_device_routes_to_the_gpu_queue(app: Any, client: Any, keys: dict[str, str]) -> None:
+    from app.db import utcnow
+    from app.health import repository as health_repository
+
+    # no GPU worker alive: refused at once, not queued forever (issue 28.5)
+    refused = submit(client, keys["agent"], device="gpu")
+    assert refused.status_code == 409 and refused.json()["code"] == "no_gpu_worker" and refused.json()["hint"]
+    with app.state.sessionmaker() as session:  # one whose sandbox refuses to judge does not count
+        health_repository.record_beat(session, "gpuhost:1", "gpu", "cuda:0", utcnow(), sandbox="refused: missing x")
+        session.commit()
+    assert submit(client, keys["agent"], device="gpu").status_code == 409
+    with app.state.sessionmaker() as session:
+        health_repository.record_beat(session, "gpuhost:2", "gpu", "cuda:0", utcnow(), sandbox="complete")
+        session.commit()
     body = submit(client, keys["agent"], device="gpu").json()
     assert body["device"] == "gpu"
     assert dispatch(app) == [body["job_id"]]

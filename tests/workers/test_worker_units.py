@@ -273,3 +273,15 @@ def test_a_jobs_log_lines_carry_its_submissions_request_id(ctx: WorkerContext, m
     assert during["message"] == "training" and during["request_id"] == "req_from_the_api"
     assert {"time", "level", "logger"} <= set(during) and during["level"] == "INFO"
     assert after["request_id"] == "-"  # the id ends with the job
+
+
+def test_a_worker_without_its_device_judges_nothing() -> None:
+    """Issue 28.5: a worker told cuda:0 on a build or host without it must not take gpu jobs."""
+    import torch
+
+    from workers.main import check_device
+
+    assert check_device("cpu") is None
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    problem = check_device(f"cuda:{count}")  # one past the last device there is
+    assert problem is not None and f"cuda:{count}" in problem
