@@ -63,6 +63,7 @@ class Capturer:
     def load(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Execute the arm's code (or load the track's baseline); report its declared data."""
         from bench.child import classify, track_module
+        from bench.errors import remember_source
 
         self.role = cmd["role"]
         self.spec = cmd["spec"]
@@ -85,6 +86,7 @@ class Capturer:
         self.filename = f"{self.role}.py"
         module = types.ModuleType(f"submitted_{self.role}")
         module.__file__ = self.filename
+        remember_source(self.filename, cmd["code"])
         try:
             exec(compile(cmd["code"], self.filename, "exec"), module.__dict__)
         except Exception as exc:
@@ -155,7 +157,7 @@ class Capturer:
             for mode in modes:
                 model.train(mode == "train")
                 try:
-                    docs[mode], found = export_graph(model, example)
+                    docs[mode], found = export_graph(model, example, filename=self.filename)
                 except BenchError as exc:
                     raise BenchError(exc.code, f"{self.role}: {exc.message}", exc.hint) from None
                 except Exception as exc:  # the model's forward raised while being traced

@@ -19,12 +19,11 @@ import json
 import math
 import os
 import sys
-import traceback
 import types
 from pathlib import Path
 from typing import Any
 
-from bench.errors import BenchError, ErrorCode
+from bench.errors import BenchError, ErrorCode, remember_source, user_frame
 from bench.sandbox import violation
 
 LOG_NAME = "child.log"
@@ -34,11 +33,9 @@ TRAINER_OPS = frozenset({"load", "more_inits", "check", "train", "probe"})  # ne
 
 
 def _user_frame_hint(exc: BaseException, filename: str) -> str:
-    """' (idea.py line N)' for the innermost frame of the submitted file, if any."""
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if frame.filename == filename:
-            return f" ({filename} line {frame.lineno}: {frame.line})"
-    return ""
+    """' (idea.py line N: its text)' for the innermost frame of the submitted file, if any."""
+    found = user_frame(exc, filename)
+    return f" ({filename} line {found[0]}: {found[1]})" if found else ""
 
 
 def classify(exc: BaseException, filename: str, code: ErrorCode) -> BenchError:
@@ -71,6 +68,7 @@ def track_module(source: str) -> types.ModuleType:
     """Execute a custom track file; it must define ``make_splits`` and ``build_baseline``."""
     module = types.ModuleType("submitted_track")
     module.__file__ = TRACK_FILE
+    remember_source(TRACK_FILE, source)
     try:
         exec(compile(source, TRACK_FILE, "exec"), module.__dict__)
     except Exception as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import linecache
+import traceback
 from enum import StrEnum
 
 
@@ -131,3 +133,18 @@ class BenchError(Exception):
     def to_dict(self) -> dict[str, str]:
         """The JSON shape every API error uses: ``{"code", "message", "hint"}``."""
         return {"code": self.code.value, "message": self.message, "hint": self.hint}
+
+
+def remember_source(filename: str, source: str) -> None:
+    """Let tracebacks quote lines of ``source``, run from a string as ``filename`` (issue 27.8:
+    messages said ``(idea.py line 4: )``, the line's text missing)."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+
+
+def user_frame(exc: BaseException, filename: str) -> tuple[int, str] | None:
+    """The line number and text of the innermost frame of the submitted file in ``exc``'s
+    traceback, if any."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename == filename:
+            return int(frame.lineno or 0), (frame.line or "").strip()[:200]
+    return None

@@ -32,7 +32,7 @@ import torch
 from torch import fx, nn
 
 from bench.contract import MODULE_PATH
-from bench.errors import BenchError, ErrorCode
+from bench.errors import BenchError, ErrorCode, user_frame
 
 FORMAT = 1
 MAX_NODES = 20_000
@@ -202,8 +202,45 @@ def _is_functional_aten(program: Any) -> bool:
     return True
 
 
-def export_graph(model: nn.Module, example: torch.Tensor) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """``model`` (in its current train/eval mode) as graph JSON and its tensors by target name."""
+CONSTRUCTS = (  # what torch.export's message means, in the submitter's terms, and its fix
+    (("data-dependent", "GuardOnDataDependent", "data dependent"),
+     "a branch, a loop or a size that depends on a tensor's values",
+     "Compute both sides and pick with torch.where (or a mask) instead of an if on a tensor."),
+    ((".item()", "item()", "tolist", "numpy"), "a tensor's value read into Python (.item(), .tolist(), numpy)",
+     "Keep values as tensors inside forward."),
+)
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut at a word boundary before ``limit`` characters."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + " ..."
+
+
+def export_failure(exc: BaseException, filename: str | None) -> BenchError:
+    """The ``not_capturable`` of a model torch.export could not trace: it leads with the file's
+    line and its text and the construct, then the fix, then the exporter's words, cut at a word
+    (issue 27.8: ~1,000 characters of exporter output cut mid-word)."""
+    raw = f"{type(exc).__name__}: {exc}"
+    construct, fix = "a construct torch.export cannot trace", (
+        "The model must be a fixed graph of tensor ops for a batch of any size: no control flow on tensor "
+        "values (use torch.where), no Python-side state changed in forward, no .item()/.tolist()/numpy "
+        "inside forward.")
+    for needles, what, how in CONSTRUCTS:
+        if any(n in raw for n in needles):
+            construct, fix = what, how + " See docs/idea-contract.md."
+            break
+    found = user_frame(exc, filename) if filename else None
+    where = f"{filename} line {found[0]}: `{found[1]}`: " if found else ""
+    return not_capturable(f"{where}{construct} cannot be captured. torch.export said: {_clip(raw, 400)}", fix)
+
+
+def export_graph(model: nn.Module, example: torch.Tensor, *, filename: str | None = None,
+                 ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """``model`` (in its current train/eval mode) as graph JSON and its tensors by target name
+    (``filename``: the submitted file's name, to quote its line when the export fails)."""
     from torch.export import Dim, export
 
     try:
@@ -217,12 +254,7 @@ def export_graph(model: nn.Module, example: torch.Tensor) -> tuple[dict[str, Any
     except Exception as exc:
         if not _is_capture_error(exc):
             raise  # the model's own error (the caller names its line): not a capture problem
-        raise not_capturable(
-            f"torch.export could not capture the model: {type(exc).__name__}: {exc}",
-            "The model must be a fixed graph of tensor ops for a batch of any size: no control flow "
-            "on tensor values (use torch.where), no Python-side state changed in forward, no "
-            ".item()/.tolist()/numpy inside forward.",
-        ) from None
+        raise export_failure(exc, filename) from None
     return serialize(program)
 
 

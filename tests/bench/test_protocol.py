@@ -119,6 +119,20 @@ def test_missing_module_is_invalid_code_naming_it() -> None:
 def test_training_error_names_the_line() -> None:
     error = _fails_with("training_error", BAD_IDEAS["training_error"])
     assert "idea.py line" in error.message and "boom in forward" in error.message
+    assert "raise ValueError('boom in forward')" in error.message  # the line's text (issue 27.8)
+
+
+def test_an_uncapturable_branch_is_named_by_its_line_and_its_fix() -> None:
+    """Issue 27.8: not_capturable led with ~1,000 characters of exporter output cut mid-word."""
+    source = GOOD_HEADER + (
+        "class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.l = nn.Linear(8, 1)\n"
+        "    def forward(self, x):\n        if x.sum() > 0:\n            return self.l(x)\n"
+        "        return -self.l(x)\n"
+        "def build_model(spec):\n    return M()\n")
+    error = _fails_with("not_capturable", source)
+    assert error.message.startswith("idea: idea.py line 8: `if x.sum() > 0:`: a branch"), error.message
+    assert "torch.where" in error.hint and len(error.message) < 600
+    assert error.message.endswith(" ...") or error.message[-1] not in " ,"
 
 
 def test_timeout_kills_the_child() -> None:
