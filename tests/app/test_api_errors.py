@@ -80,7 +80,8 @@ def test_n_seeds_is_fixed_per_track_for_agents(client: Any, keys: dict[str, str]
     assert "defaults.n_seeds" in body["hint"]
     accepted = post_idea(client, keys["operator"], track="smoke", code=EXAMPLE, n_seeds=6)
     assert accepted.status_code == 202, accepted.text
-    assert accepted.json()["estimate"]["confirmation_runs"] == 24  # 2 arms x 6 fresh seeds x 2 looks at most
+    # at most: 2 arms and the baseline at the idea's lr x 6 fresh seeds x 2 looks (bench.plan)
+    assert accepted.json()["estimate"]["confirmation_runs"] == 36
 
 
 def test_invalid_json(client: Any, keys: dict[str, str]) -> None:
