@@ -293,7 +293,7 @@ def queue_to_start(url: str, token: str, samples: int, worker: subprocess.Popen[
 def wait_worker_ready(url: str, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if httpx.get(url + "/readyz", timeout=5).status_code == 200:
+        if httpx.get(url + "/readyz/judging", timeout=5).status_code == 200:
             return
         time.sleep(0.5)
     raise RuntimeError("no worker became ready")

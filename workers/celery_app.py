@@ -7,13 +7,32 @@ broker) guarantees a job runs once.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
+from celery.exceptions import Reject
 
 from app.queue import RUN_JOB_TASK, VALIDATE_TRACK_TASK, celery_base_config, is_sql_broker
 from app.settings import Settings
 from workers.context import ContextHolder
+
+DRAINING = threading.Event()
+
+
+@signals.worker_shutting_down.connect
+def _drain(**_: Any) -> None:
+    """A warm shutdown (SIGTERM, SIGINT: a deploy, ``docker stop``, a pod's termination) lets the
+    running job finish and starts no other (issue 28.4). Celery's own check is not enough: its
+    blocking loop (the embedded SQL broker, the solo pool) reads one more message after the
+    signal and would run it inline, so each task refuses itself while draining, and its message
+    goes back to the queue for another worker."""
+    DRAINING.set()
+
+
+def _refuse_while_draining() -> None:
+    if DRAINING.is_set():
+        raise Reject("this worker is draining; another takes the job", requeue=True)
 
 
 def worker_config(settings: Settings) -> dict[str, Any]:
@@ -46,6 +65,7 @@ def make_celery(settings: Settings) -> tuple[Celery, ContextHolder]:
     @celery.task(name=RUN_JOB_TASK, ignore_result=True)
     def run_job(job_id: str) -> str:
         """Claim and judge one job (a no-op when someone else holds it)."""
+        _refuse_while_draining()
         from workers.runner import execute_job  # torch loads here, in the worker only
 
         return execute_job(holder.get(), job_id).value
@@ -53,6 +73,7 @@ def make_celery(settings: Settings) -> tuple[Celery, ContextHolder]:
     @celery.task(name=VALIDATE_TRACK_TASK, ignore_result=True)
     def validate_track(track_id: str) -> str:
         """Validate one registered custom track in the sandbox (a no-op once validated)."""
+        _refuse_while_draining()
         from workers.tracks import execute_validation
 
         return execute_validation(holder.get(), track_id)

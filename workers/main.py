@@ -70,12 +70,16 @@ def worker_argv(settings: Settings, queues: list[str], concurrency: int) -> list
     ]
 
 
-def check_device(device: str) -> str | None:
+def check_device(device: str, concurrency: int = 1) -> str | None:
     """None when this worker's ``device`` exists and this torch build can use it; else why not
     (issue 28.5: a worker with IDEABENCH_DEVICE=cuda:0 on the CPU wheel consumed the gpu queue
-    and failed every job)."""
+    and failed every job). One job per GPU: jobs sharing a device would share its memory and
+    time, so their speed, and a cached baseline's, would depend on what else ran."""
     if not device.startswith("cuda"):
         return None
+    if concurrency != 1:
+        return (f"--concurrency {concurrency} on {device}: a GPU worker judges one job at a time; start one "
+                "worker process per GPU (IDEABENCH_DEVICE=cuda:N)")
     import torch
 
     if not torch.cuda.is_available():
@@ -101,7 +105,7 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
     queues = queues or [settings.worker_queue]
     found = check_sandbox()
     loop_ctx = WorkerContext.create(settings)
-    secret_problem = check_device(settings.device) or workers.runner.prove_secret(loop_ctx)
+    secret_problem = check_device(settings.device, concurrency) or workers.runner.prove_secret(loop_ctx)
     state = found.describe() if secret_problem is None else f"refused: {secret_problem}"
     loop = WorkerLoop(loop_ctx, sandbox=state[:200])
     loop.start()
@@ -109,7 +113,7 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
         log.error("this worker judges nothing: %s. Give it a device it has (IDEABENCH_DEVICE) and the "
                   "deployment's IDEABENCH_SEED_SECRET and IDEABENCH_SEED_EPOCH, or one shared data directory "
                   "(docs/deploy.md).", secret_problem)
-    elif not found.judges:  # fail closed: say so at start and in /readyz, take no job
+    elif not found.judges:  # fail closed: say so at start and in /readyz/judging, take no job
         log.error("this worker judges nothing: its sandbox lacks %s. Install bubblewrap and libseccomp "
                   "(scripts/system_deps.sh; docs/deploy.md), or on a development machine only set "
                   "IDEABENCH_ALLOW_WEAK_SANDBOX=1.", ", ".join(found.missing))

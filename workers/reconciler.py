@@ -130,7 +130,7 @@ class WorkerLoop(threading.Thread):
 
     def __init__(self, ctx: WorkerContext, sandbox: str, beat_every_s: float = 5.0) -> None:
         """``sandbox``: what this worker's sandbox check found (``SandboxCheck.describe``), sent
-        with every beat for ``/readyz``."""
+        with every beat for ``/readyz/judging``."""
         super().__init__(name="ideabench-reconciler", daemon=True)
         self.ctx = ctx
         self.sandbox = sandbox
@@ -161,7 +161,7 @@ class WorkerLoop(threading.Thread):
             log.warning("worker loop step %s failed", getattr(step, "__name__", step), exc_info=True)
 
     def beat(self) -> None:
-        """Record that this worker is alive (GET /readyz looks for it)."""
+        """Record that this worker is alive (GET /readyz/judging looks for it)."""
         settings = self.ctx.settings
         with self.ctx.sessions() as session:
             health_repository.record_beat(session, self.ctx.worker_id, settings.worker_queue, settings.device,

@@ -38,7 +38,7 @@ def _links() -> dict[str, Any]:
             "job_events": "/v1/jobs/{job_id}/events", "job_report": "/v1/jobs/{job_id}/report",
             "reports": "/v1/reports", "verdict_summary": "/v1/verdicts/summary", "compare": "/v1/compare",
             "keys": "/v1/keys", "mcp": "/mcp", "openapi": "/openapi.json", "docs": "/v1/docs",
-            "health": "/healthz", "ready": "/readyz",
+            "health": "/healthz", "ready": "/readyz", "judging": "/readyz/judging",
         },
         "guides": {name: {"href": f"/v1/docs/{name}", "about": about} for name, (_, about) in GUIDES.items()}
         | {"errors": {"href": "/v1/docs/errors", "about": "Every error code and what to do about it."}},

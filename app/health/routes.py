@@ -38,28 +38,45 @@ async def healthz() -> Health:
     return Health(status="ok")
 
 
-@router.get("/readyz", response_model=Health, responses=error_responses(503))
-async def readyz(session: SessionDep, queue: QueueDep, settings: SettingsDep) -> Health:
-    """Ready: the database and the broker answer, a worker was seen recently, and one of those
-    can sandbox submitted code (a worker without its sandbox judges nothing: it fails closed)."""
+async def _reachable(session: SessionDep, queue: QueueDep) -> dict[str, Any]:
     checks: dict[str, Any] = {}
-    sandboxes: dict[str, str | None] = {}
     try:
         checks["database"] = await run_in_threadpool(repository.database_ok, session)
-        sandboxes = await run_in_threadpool(repository.sandboxes_seen, session, settings.worker_seen_s)
     except Exception:
         checks["database"] = False
     checks["broker"] = await run_in_threadpool(queue.ping)
-    checks["worker"] = bool(sandboxes)
-    checks["sandbox"] = any(repository.judges(state) for state in sandboxes.values())
-    failing = [name for name in ("database", "broker", "worker") if not checks[name]]
+    failing = [name for name in ("database", "broker") if not checks[name]]
     if failing:
         raise ApiError(503, ApiCode.NOT_READY, f"Not ready: {', '.join(failing)} not reachable.",
                        headers={"Retry-After": "5"})
+    return checks
+
+
+@router.get("/readyz", response_model=Health, response_model_exclude_none=True, responses=error_responses(503))
+async def readyz(session: SessionDep, queue: QueueDep) -> Health:
+    """This API process is ready: its database and broker answer, so it can take and queue
+    ideas (a load balancer's probe: the API's readiness does not hang on the workers'; whether a
+    worker may judge is ``/readyz/judging``)."""
+    return Health(status="ready", checks=await _reachable(session, queue))
+
+
+@router.get("/readyz/judging", response_model=Health, responses=error_responses(503))
+async def judging(session: SessionDep, queue: QueueDep, settings: SettingsDep) -> Health:
+    """The service judges: the API is ready, a worker was seen recently, and one of those may
+    judge (a worker without its sandbox layers, its device or the deployment's seed secret
+    judges nothing: it fails closed). Jobs submitted meanwhile wait queued."""
+    checks = await _reachable(session, queue)
+    sandboxes = await run_in_threadpool(repository.sandboxes_seen, session, settings.worker_seen_s)
+    checks["worker"] = bool(sandboxes)
+    checks["sandbox"] = any(repository.judges(state) for state in sandboxes.values())
+    if not checks["worker"]:
+        raise ApiError(503, ApiCode.NOT_READY, "Not judging: no worker seen in the last "
+                       f"{settings.worker_seen_s:g} s.", "An operator starts a worker (ideabench worker; "
+                       "docs/deploy.md); submitted jobs wait queued meanwhile.", headers={"Retry-After": "5"})
     if not checks["sandbox"]:
         states = "; ".join(f"{worker}: {state or 'not recorded'}" for worker, state in sorted(sandboxes.items()))
-        raise ApiError(503, ApiCode.NOT_READY, f"Not ready: no worker may judge ({states}).",
+        raise ApiError(503, ApiCode.NOT_READY, f"Not judging: no worker may judge ({states}).",
                        "An operator installs bubblewrap and libseccomp on the workers (scripts/system_deps.sh) "
                        "and gives each the deployment's seed secret (docs/deploy.md), then restarts them.",
                        headers={"Retry-After": "5"})
-    return Health(status="ready", checks=checks, sandboxes=sandboxes)
+    return Health(status="judging", checks=checks, sandboxes=sandboxes)

@@ -76,7 +76,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         worker = start_worker(settings, tmp)
         try:
             found = Service(url, keys, tmp / "worker.log", app.state.sessionmaker)
-            wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, 90, "a ready service", found.log)
+            wait_for(lambda: httpx.get(f"{url}/readyz/judging").status_code == 200, 90, "a ready service", found.log)
             jobs = [found.submit(EXAMPLE, "example"), found.submit(WIDER, "wider")]
             for job in jobs:
                 assert found.wait_status(job, {"succeeded", "failed"})["status"] == "succeeded"

@@ -41,7 +41,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     with served(app) as url:
         worker = start_worker(settings, tmp, IDEABENCH_WEBHOOK_ALLOW_PRIVATE="true")
         try:
-            wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, 90, "a ready service", tmp / "worker.log")
+            wait_for(lambda: httpx.get(f"{url}/readyz/judging").status_code == 200, 90, "a ready service", tmp / "worker.log")
             yield url, key, tmp / "worker.log"
         finally:
             stop_worker(worker)

@@ -264,7 +264,7 @@ def test_custom_track_registered_validated_and_judged(stack: Any) -> None:
 def test_a_worker_without_its_sandbox_judges_nothing(sqlite_settings: Any, tmp_path: Path) -> None:
     """Issue 25.10: on a host without bubblewrap (here: switched off) the worker used to judge
     submitted code with no namespaces and no network isolation, and /readyz said ready. Now it
-    says why at its start and in /readyz, and takes no job: the job waits for a worker that can
+    says why at its start and in /readyz/judging, and takes no job: the job waits for a worker that can
     sandbox it."""
     upgrade_head(sqlite_settings)
     app = create_app(sqlite_settings)
@@ -274,7 +274,7 @@ def test_a_worker_without_its_sandbox_judges_nothing(sqlite_settings: Any, tmp_p
     try:
         with TestClient(app) as client:
             def refused() -> Any:
-                body = client.get("/readyz").json()
+                body = client.get("/readyz/judging").json()
                 return body if "may judge" in body.get("message", "") else None
 
             body = wait_for(refused, 60, "the worker's beat", log)
@@ -284,6 +284,37 @@ def test_a_worker_without_its_sandbox_judges_nothing(sqlite_settings: Any, tmp_p
             assert client.get(f"/v1/jobs/{job['job_id']}", headers=bearer(token)).json()["status"] == "queued"
             assert worker.poll() is None  # still beating, so operators see why
             assert "this worker judges nothing: its sandbox lacks namespaces, no_network" in log.read_text()
+    finally:
+        stop_worker(worker)
+        app.state.engine.dispose()
+
+
+@pytest.mark.slow
+def test_sigterm_drains_the_worker_finishes_its_job_and_claims_no_other(sqlite_settings: Any, tmp_path: Path) -> None:
+    """Issue 28.4: a deploy's SIGTERM (docker stop, a pod's termination) makes the worker stop
+    claiming and finish the job it runs; the next job waits queued for another worker, and the
+    worker exits 0 once its job is stored (the manifests give it the job timeout as grace)."""
+    upgrade_head(sqlite_settings)
+    app = create_app(sqlite_settings)
+    operator = make_key(app, "operator")  # n_seeds is an operator's override: a short job
+    worker = start_worker(sqlite_settings, tmp_path)
+    log = tmp_path / "worker.log"
+    try:
+        with TestClient(app) as client:
+            body = {"track": "smoke", "code": SLOW_IDEA, "n_seeds": 2}
+            first = client.post("/v1/ideas", json=body, headers=bearer(operator)).json()["job_id"]
+            poll_job(client, operator, first, {"running"}, 90, log)
+            worker.send_signal(signal.SIGTERM)
+            second = client.post("/v1/ideas", json={**body, "name": "after-sigterm"},
+                                 headers=bearer(operator)).json()["job_id"]
+            job = poll_job(client, operator, first, {"succeeded", "failed", "cancelled", "queued"}, 240, log)
+            assert job["status"] == "succeeded" and job["attempts"] == 1, job
+            assert worker.wait(60) == 0, log.read_text()[-3000:]
+            assert client.get(f"/v1/jobs/{second}", headers=bearer(operator)).json()["status"] == "queued"
+            # Its message went back to the queue: the next worker judges it, first try.
+            worker = start_worker(sqlite_settings, tmp_path)
+            job = poll_job(client, operator, second, {"succeeded", "failed", "cancelled"}, 240, log)
+            assert job["status"] == "succeeded" and job["attempts"] == 1, job
     finally:
         stop_worker(worker)
         app.state.engine.dispose()

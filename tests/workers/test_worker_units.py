@@ -285,3 +285,5 @@ def test_a_worker_without_its_device_judges_nothing() -> None:
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     problem = check_device(f"cuda:{count}")  # one past the last device there is
     assert problem is not None and f"cuda:{count}" in problem
+    shared = check_device("cuda:0", concurrency=2)  # one job per GPU, whatever the host has
+    assert shared is not None and "one job at a time" in shared and check_device("cpu", concurrency=2) is None
