@@ -30,6 +30,7 @@ from app.reports.routes import router as reports_router
 from app.request_id import RequestId
 from app.settings import Settings
 from app.tracks.routes import router as tracks_router
+from app.webhooks.sender import WebhookSender
 
 DESCRIPTION = """\
 ideabench judges ML ideas: POST an idea file for a track, poll the job, read the
@@ -48,8 +49,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        sender = WebhookSender(settings, app.state.sessionmaker) if settings.send_webhooks else None
+        if sender is not None:
+            sender.start()
         async with mcp_server.session_manager.run():
             yield
+        if sender is not None:
+            sender.stop()
+            sender.join(settings.webhook_timeout_s + 1.0)  # its pass in flight ends within a send's deadline
         app.state.intake.close()
         queue.close()
         engine.dispose()

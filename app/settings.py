@@ -75,7 +75,10 @@ class Settings(BaseSettings):
     max_active_jobs_per_key: int = Field(default=50, ge=0, description="Jobs queued or running per key (0: no cap).")
     daily_job_quota_per_key: int = Field(default=0, ge=0, description="Jobs per key per UTC day (0: none).")
 
-    # Webhooks (app/webhooks): sent by the workers.
+    # Webhooks (app/webhooks): sent by the API processes (the tier with internet egress).
+    send_webhooks: bool = Field(default=True, description="Whether this API process sends due job-end "
+                                "webhooks (a thread; several processes share the work, each attempt "
+                                "claimed by one). False on API processes that must not reach the internet.")
     webhook_allow_private: bool = Field(
         default=False, description="Allow callback URLs on loopback and private addresses (tests, a "
         "closed network); off, a callback could reach the service's own network.")
@@ -83,7 +86,7 @@ class Settings(BaseSettings):
     webhook_retry_s: list[float] = Field(
         default=[10.0, 60.0, 300.0, 1800.0, 7200.0, 21600.0],
         description="Seconds before each retry of a webhook that was not delivered; then it has failed.")
-    webhook_every_s: float = Field(default=1.0, description="How often a worker looks for due webhooks.")
+    webhook_every_s: float = Field(default=1.0, description="How often an API process looks for due webhooks.")
 
     # Workers
     device: str = Field(default="cpu", description="The worker's device: cpu, cuda or cuda:N.")

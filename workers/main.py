@@ -97,7 +97,6 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
     from workers.celery_app import make_celery
     from workers.context import WorkerContext
     from workers.reconciler import WorkerLoop
-    from workers.webhooks import WebhookSender
 
     configure(settings.log_format)
     _tune_embedded_broker(settings)
@@ -128,15 +127,12 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
         log.warning("weak sandbox (a development setting): judging without %s; reports say so and count "
                     "in no totals", ", ".join(found.missing))
     celery, _holder = make_celery(settings)
-    sender = WebhookSender(loop_ctx)
-    sender.start()
     try:
         celery.worker_main(worker_argv(settings, queues, concurrency))
     except SystemExit as exc:
         return int(exc.code or 0) if isinstance(exc.code, int) else 1
     finally:
         loop.stop()
-        sender.stop()
         loop_ctx.close()
     return 0
 

@@ -1,12 +1,12 @@
 """Job-end webhooks: the URL policy, the signed message and the delivery state.
 
 A submission with ``callback_url`` makes a job whose ``callback_state`` is ``pending``. Once
-the job has ended, by whichever path (worker, cancel, reconciler), a worker's sender
-(``workers.webhooks``) claims the next attempt with a compare-and-set on
+the job has ended, by whichever path (worker, cancel, reconciler), an API process's sender
+(``app.webhooks.sender``) claims the next attempt with a compare-and-set on
 ``callback_attempts``, POSTs the message and records the attempt in ``webhook_attempts``;
 the job becomes ``delivered`` on a 2xx answer, ``failed`` on a refusal, a 410, or once the
 retries (``webhook_retry_s``) are spent, and stays ``pending`` with the next time otherwise.
-Several workers may send at once: each attempt is claimed by exactly one.
+Several API processes may send at once: each attempt is claimed by exactly one.
 
 The message follows Standard Webhooks (https://www.standardwebhooks.com): headers
 ``webhook-id`` (the same on every retry: deduplicate on it), ``webhook-timestamp`` and

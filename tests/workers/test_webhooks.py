@@ -10,6 +10,8 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -25,10 +27,9 @@ from app.main import create_app
 from app.migrate import upgrade_head
 from app.settings import Settings
 from app.webhooks import service
+from app.webhooks.sender import deliver_due
 from tests.app.test_api_errors import EXAMPLE
 from tests.conftest import RecordingQueue, bearer
-from workers.context import WorkerContext
-from workers.webhooks import deliver_due
 
 
 class Receiver:
@@ -67,17 +68,17 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def service_parts(tmp_path: Any) -> Iterator[tuple[Any, WorkerContext, dict[str, str]]]:
+def service_parts(tmp_path: Any) -> Iterator[tuple[Any, Any, dict[str, str]]]:
     settings = Settings(data_dir=tmp_path / "var", broker_url="memory://", webhook_allow_private=True,
-                        webhook_retry_s=[0.0, 0.0])
+                        webhook_retry_s=[0.0, 0.0], send_webhooks=False)
     upgrade_head(settings)
     app = create_app(settings)
     app.state.queue = RecordingQueue()
     with app.state.sessionmaker() as session:
         tokens = {r: create_key(session, r, r).token for r in ("agent", "operator", "viewer")}
         session.commit()
-    ctx = WorkerContext(settings=settings, engine=app.state.engine, sessions=app.state.sessionmaker,
-                        worker_id="host:1", queue=RecordingQueue())  # type: ignore[arg-type]
+    # the API's sender thread is off (send_webhooks=False): each test makes its passes itself
+    ctx = SimpleNamespace(settings=settings, sessions=app.state.sessionmaker)
     yield app, ctx, tokens
 
 
@@ -115,15 +116,15 @@ def test_submission_refuses_callback_urls_that_are_not_public_http(tmp_path: Any
 
 
 def test_a_job_end_is_posted_signed_once_and_shown_on_the_job(
-    service_parts: tuple[Any, WorkerContext, dict[str, str]], receiver: Receiver,
+    service_parts: tuple[Any, Any, dict[str, str]], receiver: Receiver,
 ) -> None:
     app, ctx, tokens = service_parts
     with TestClient(app, raise_server_exceptions=False) as client, httpx.Client() as http:
         job = _submit(client, tokens["agent"], receiver.url).json()
-        assert deliver_due(ctx, http) == 0  # not ended yet: nothing is sent
+        assert deliver_due(ctx.settings, ctx.sessions, http) == 0  # not ended yet: nothing is sent
         client.post(f"/v1/jobs/{job['job_id']}/cancel", headers=bearer(tokens["agent"]))
-        assert deliver_due(ctx, http) == 1
-        assert deliver_due(ctx, http) == 0  # delivered: never again
+        assert deliver_due(ctx.settings, ctx.sessions, http) == 1
+        assert deliver_due(ctx.settings, ctx.sessions, http) == 0  # delivered: never again
         secret = client.get("/v1/keys/me", headers=bearer(tokens["agent"])).json()["webhook_secret"]
         view = client.get(f"/v1/jobs/{job['job_id']}", headers=bearer(tokens["agent"])).json()
     assert len(receiver.received) == 1
@@ -148,14 +149,14 @@ def create_key_secret(app: Any) -> str:
 
 
 def test_failures_are_retried_with_the_same_id_then_given_up(
-    service_parts: tuple[Any, WorkerContext, dict[str, str]], receiver: Receiver,
+    service_parts: tuple[Any, Any, dict[str, str]], receiver: Receiver,
 ) -> None:
     app, ctx, tokens = service_parts  # webhook_retry_s=[0, 0]: three attempts in all
     receiver.codes = [500, 503]
     with TestClient(app, raise_server_exceptions=False) as client, httpx.Client() as http:
         first = _submit(client, tokens["agent"], receiver.url).json()["job_id"]
         client.post(f"/v1/jobs/{first}/cancel", headers=bearer(tokens["agent"]))
-        assert [deliver_due(ctx, http) for _ in range(4)] == [1, 1, 1, 0]
+        assert [deliver_due(ctx.settings, ctx.sessions, http) for _ in range(4)] == [1, 1, 1, 0]
         view = client.get(f"/v1/jobs/{first}", headers=bearer(tokens["agent"])).json()["callback"]
         assert view["state"] == "delivered"
         assert [d["status_code"] for d in view["deliveries"]] == [500, 503, 200]
@@ -163,17 +164,17 @@ def test_failures_are_retried_with_the_same_id_then_given_up(
         receiver.codes = [500, 500, 500, 500]
         second = _submit(client, tokens["agent"], receiver.url).json()["job_id"]
         client.post(f"/v1/jobs/{second}/cancel", headers=bearer(tokens["agent"]))
-        assert [deliver_due(ctx, http) for _ in range(4)] == [1, 1, 1, 0]
+        assert [deliver_due(ctx.settings, ctx.sessions, http) for _ in range(4)] == [1, 1, 1, 0]
         view = client.get(f"/v1/jobs/{second}", headers=bearer(tokens["agent"])).json()["callback"]
         assert view["state"] == "failed" and view["attempts"] == 3 and view["next_attempt_at"] is None
         receiver.codes = [410]  # the receiver says: gone, stop
         third = _submit(client, tokens["agent"], receiver.url).json()["job_id"]
         client.post(f"/v1/jobs/{third}/cancel", headers=bearer(tokens["agent"]))
-        assert [deliver_due(ctx, http) for _ in range(2)] == [1, 0]
+        assert [deliver_due(ctx.settings, ctx.sessions, http) for _ in range(2)] == [1, 0]
         assert client.get(f"/v1/jobs/{third}", headers=bearer(tokens["agent"])).json()["callback"]["state"] == "failed"
 
 
-def test_an_attempt_is_claimed_by_one_sender(service_parts: tuple[Any, WorkerContext, dict[str, str]],
+def test_an_attempt_is_claimed_by_one_sender(service_parts: tuple[Any, Any, dict[str, str]],
                                             receiver: Receiver) -> None:
     app, ctx, tokens = service_parts
     with TestClient(app, raise_server_exceptions=False) as client:
@@ -198,7 +199,7 @@ def _ended_job_with_url(app: Any, client: TestClient, tokens: dict[str, str], ur
 
 
 def test_delivery_rechecks_the_address_it_connects_to(
-    service_parts: tuple[Any, WorkerContext, dict[str, str]], receiver: Receiver,
+    service_parts: tuple[Any, Any, dict[str, str]], receiver: Receiver,
 ) -> None:
     app, ctx, tokens = service_parts
     ctx.settings = ctx.settings.model_copy(update={"webhook_allow_private": False})
@@ -208,7 +209,7 @@ def test_delivery_rechecks_the_address_it_connects_to(
         names.append(receiver.url.replace("127.0.0.1", host))
     with TestClient(app) as client, httpx.Client() as http:
         jobs = [_ended_job_with_url(app, client, tokens, url) for url in names]
-        assert deliver_due(ctx, http) == len(jobs)
+        assert deliver_due(ctx.settings, ctx.sessions, http) == len(jobs)
         assert receiver.received == []
         for job in jobs:
             callback = client.get(f"/v1/jobs/{job}", headers=bearer(tokens["agent"])).json()["callback"]
@@ -217,13 +218,13 @@ def test_delivery_rechecks_the_address_it_connects_to(
                 "non-public" in callback["deliveries"][0]["error"]
 
 
-def test_the_message_body_is_the_end_event(service_parts: tuple[Any, WorkerContext, dict[str, str]],
+def test_the_message_body_is_the_end_event(service_parts: tuple[Any, Any, dict[str, str]],
                                            receiver: Receiver) -> None:
     app, ctx, tokens = service_parts
     with TestClient(app) as client, httpx.Client() as http:
         job = _submit(client, tokens["agent"], receiver.url).json()["job_id"]
         client.post(f"/v1/jobs/{job}/cancel", headers=bearer(tokens["agent"]))
-        deliver_due(ctx, http)
+        deliver_due(ctx.settings, ctx.sessions, http)
         with client.stream("GET", f"/v1/jobs/{job}/events", headers=bearer(tokens["agent"])) as stream:
             lines = [line for line in stream.iter_lines() if line.startswith("data:")]
     end = json.loads(lines[-1][5:])
@@ -231,7 +232,7 @@ def test_the_message_body_is_the_end_event(service_parts: tuple[Any, WorkerConte
 
 
 def test_one_bad_webhook_does_not_stop_the_others_and_a_dripping_receiver_is_cut_off(
-    service_parts: tuple[Any, WorkerContext, dict[str, str]], receiver: Receiver,
+    service_parts: tuple[Any, Any, dict[str, str]], receiver: Receiver,
 ) -> None:
     """Red team: a callback URL whose host the resolver cannot encode (stored before the check
     refused it) raised out of the webhook pass, so every webhook claimed with it stayed
@@ -258,7 +259,7 @@ def test_one_bad_webhook_does_not_stop_the_others_and_a_dripping_receiver_is_cut
     dripping = f"http://127.0.0.1:{drip.getsockname()[1]}/hook"
     with TestClient(app) as client, httpx.Client(timeout=httpx.Timeout(1.0)) as http:
         jobs = [_ended_job_with_url(app, client, tokens, url) for url in ("http://a..b/", dripping, receiver.url)]
-        assert deliver_due(ctx, http) == 3
+        assert deliver_due(ctx.settings, ctx.sessions, http) == 3
         assert len(receiver.received) == 1  # the good one was delivered in the same pass
         states = [client.get(f"/v1/jobs/{j}", headers=bearer(tokens["agent"])).json()["callback"] for j in jobs]
     assert states[0]["state"] == "failed" and "refused" in states[0]["deliveries"][0]["error"]
@@ -266,3 +267,28 @@ def test_one_bad_webhook_does_not_stop_the_others_and_a_dripping_receiver_is_cut
     assert states[1]["deliveries"][0]["duration_ms"] < 5000  # cut off at its deadline, not held for the 6 s drip
     assert states[2]["state"] == "delivered"
     drip.close()
+
+
+def test_the_api_process_sends_the_webhooks(tmp_path: Any, receiver: Receiver) -> None:
+    """Issue 28.8: the sender is a thread of each API process (the tier with egress), started and
+    stopped with the app; workers, which run submitted code, reach only the database and broker."""
+    settings = Settings(data_dir=tmp_path / "var", broker_url="memory://", webhook_allow_private=True,
+                        webhook_every_s=0.1)
+    upgrade_head(settings)
+    app = create_app(settings)
+    app.state.queue = RecordingQueue()
+    with app.state.sessionmaker() as session:
+        token = create_key(session, "agent").token
+        session.commit()
+    with TestClient(app, raise_server_exceptions=False) as client:
+        job = _submit(client, token, receiver.url).json()
+        client.post(f"/v1/jobs/{job['job_id']}/cancel", headers=bearer(token))
+        deadline = time.monotonic() + 10
+        while not receiver.received and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(receiver.received) == 1
+        assert json.loads(receiver.received[0][1])["data"]["job_id"] == job["job_id"]
+    assert not any(t.name == "ideabench-webhooks" and t.is_alive() for t in threading.enumerate())
+    import workers.main
+
+    assert "webhook" not in Path(workers.main.__file__).read_text().lower()
