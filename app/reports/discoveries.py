@@ -13,7 +13,12 @@ from the ``(track, p_helps)`` index, so they reflect every idea stored up to tha
   hypothesis, whose p is Bonferroni's over them (``min(1, k * min p)``), so re-rolling an idea
   buys no discovery; every report of the family shows that hypothesis' q-value;
 - the same over one baseline's stream (``q_value_baseline``): matched baselines each have
-  their own, which never enters the canonical one.
+  their own, which never enters the canonical one;
+- a stream is one track **version, seed epoch and device class** (issue 28.1): ideas judged on
+  other data, other secret seeds or another device class are other experiments; a track's
+  accounting (``per_track``) adds up its streams;
+- reports on **public data** (cifar10: a file can embed what it evaluates; issue 25.4) enter
+  no stream: they get no q-value and are never a discovery.
 """
 
 from __future__ import annotations
@@ -62,11 +67,14 @@ class _Row:
     worked: bool
     hypothesis: tuple[str, str]  # (key, family)
     detail: str | None
+    stream: tuple[str, int | None, int | None, str]  # (track, version, seed epoch, device class)
+    public_data: bool
 
 
 def _rows(raw: Iterable[tuple[Any, ...]]) -> list[_Row]:
-    return [_Row(r[0], r[1], r[2] or CANONICAL, float(r[3]), bool(r[4]), (str(r[5]), str(r[6] or r[0])), r[7])
-            for r in raw]
+    return [_Row(r[0], r[1], r[2] or CANONICAL, float(r[3]), bool(r[4]), (str(r[5]), str(r[6] or r[0])), r[7],
+                 (r[1], r[8], r[9], r[10] or "cpu"), bool(r[11]))
+            for r in raw if not r[11]]
 
 
 def _hypotheses(rows: list[_Row]) -> dict[tuple[str, str], tuple[float, bool, list[str]]]:
@@ -92,14 +100,14 @@ def _canonical(row: _Row) -> bool:
 def qvalues(session: Session, tracks: set[str]) -> dict[str, QValues]:
     """The q-values of every judged report on ``tracks``, by report id."""
     rows = _rows(repository.p_helps_of_tracks(session, tracks))
-    by_track: dict[str, list[_Row]] = defaultdict(list)
-    by_baseline: dict[tuple[str, str], list[_Row]] = defaultdict(list)
+    by_track: dict[tuple[Any, ...], list[_Row]] = defaultdict(list)
+    by_baseline: dict[tuple[Any, ...], list[_Row]] = defaultdict(list)
     for row in rows:
         if row.detail == "lr_confounded":
             continue
         if _canonical(row):
-            by_track[row.track].append(row)
-        by_baseline[(row.track, row.baseline)].append(row)
+            by_track[row.stream].append(row)
+        by_baseline[(*row.stream, row.baseline)].append(row)
     track_q: dict[str, float] = {}
     for members in by_track.values():
         track_q.update(_stream_q(members))
@@ -110,18 +118,25 @@ def qvalues(session: Session, tracks: set[str]) -> dict[str, QValues]:
 
 
 def per_track(session: Session, tracks: set[str] | None) -> dict[str, TrackDiscoveries]:
-    """Each track's accounting (``TrackDiscoveries``) over its canonical stream."""
+    """Each track's accounting (``TrackDiscoveries``) over its canonical streams, added up."""
     rows = [r for r in _rows(repository.p_helps_of_tracks(session, tracks)) if _canonical(r)]
-    by_track: dict[str, list[_Row]] = defaultdict(list)
+    by_stream: dict[tuple[Any, ...], list[_Row]] = defaultdict(list)
     for row in rows:
-        by_track[row.track].append(row)
-    out = {}
-    for track, members in by_track.items():
+        by_stream[row.stream].append(row)
+    out: dict[str, TrackDiscoveries] = {}
+    for stream, members in by_stream.items():
         hypotheses = list(_hypotheses(members).values())
         q = bh_qvalues([p for p, _, _ in hypotheses])
         worked_q = [qi for qi, (_, worked, _) in zip(q, hypotheses, strict=True) if worked]
         q_star = max(worked_q) if worked_q else None
         below = sum(qi <= q_star for qi in q) if q_star is not None else 0
         expected = min(len(worked_q), q_star * below) if q_star is not None else 0.0
-        out[track] = TrackDiscoveries(len(hypotheses), len(worked_q), q_star, round(float(expected), 6))
+        found = TrackDiscoveries(len(hypotheses), len(worked_q), q_star, round(float(expected), 6))
+        before = out.get(stream[0])
+        if before is not None:  # another stream of the track: the counts add up, q* is the largest
+            stars = [q for q in (before.q_max_worked, found.q_max_worked) if q is not None]
+            found = TrackDiscoveries(before.judged + found.judged, before.worked + found.worked,
+                                     max(stars) if stars else None,
+                                     round(before.expected_false_worked + found.expected_false_worked, 6))
+        out[stream[0]] = found
     return out

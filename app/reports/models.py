@@ -52,6 +52,13 @@ class Report(Base):
     # False for a report that must count nowhere (judged under a weak sandbox, a development
     # setting): it stays readable, but enters no verdict totals and no q-values.
     counted: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    # The stream it is counted in (q-values, discoveries): the track version, seed epoch and
+    # device class it was judged under; none when its track evaluates public data (a file can
+    # embed what it evaluates: cifar10).
+    track_version: Mapped[int | None] = mapped_column(Integer)
+    seed_epoch: Mapped[int | None] = mapped_column(Integer)
+    device_class: Mapped[str] = mapped_column(String(16), default="cpu", server_default="cpu")
+    public_data: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     body: Mapped[dict[str, Any]] = mapped_column(JsonType)
 

@@ -116,11 +116,12 @@ def attempts_before(session: Session, job: Job) -> tuple[int, int, int, int]:
 
 
 def p_helps_of_tracks(session: Session, tracks: set[str] | None) -> list[tuple[Any, ...]]:
-    """``(report id, track, baseline, p_helps, worked, submitter_id, family, practical_detail)``
-    of every judged idea on ``tracks`` (None: every track) that counts (``Report.counted``),
-    from the (track, p_helps) index."""
+    """``(report id, track, baseline, p_helps, worked, submitter_id, family, practical_detail,
+    track_version, seed_epoch, device_class, public_data)`` of every judged idea on ``tracks``
+    (None: every track) that counts (``Report.counted``), from the (track, p_helps) index."""
     stmt = select(Report.id, Report.track, Report.baseline, Report.p_helps, Report.worked, Report.submitter_id,
-                  Report.family, Report.practical_detail).where(
+                  Report.family, Report.practical_detail, Report.track_version, Report.seed_epoch,
+                  Report.device_class, Report.public_data).where(
         Report.p_helps.is_not(None), Report.counted.is_(True))
     if tracks is not None:
         stmt = stmt.where(Report.track.in_(sorted(tracks)))

@@ -152,7 +152,21 @@ def build_report_row(
         and not _weak_track(body),
         created_at=now,
         body=body,
+        **stream_of(body),
     )
+
+
+def stream_of(body: dict[str, Any]) -> dict[str, Any]:
+    """The stream columns of a report (``Report.track_version`` ... ``public_data``) from its
+    body (migration 0012 backfills stored reports with the same rule)."""
+    found = body.get("bench_report")
+    bench: dict[str, Any] = found if isinstance(found, dict) else {}
+    version, commitment = bench.get("track_version"), bench.get("seed_commitment")
+    epoch = commitment.get("epoch") if isinstance(commitment, dict) else None
+    return {"track_version": version if isinstance(version, int) else None,
+            "seed_epoch": epoch if isinstance(epoch, int) else None,
+            "device_class": str(bench.get("device") or "cpu").partition(":")[0][:16],
+            "public_data": bench.get("public_data") is True}
 
 
 def _weak_track(body: dict[str, Any]) -> bool:

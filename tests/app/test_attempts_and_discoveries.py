@@ -250,3 +250,37 @@ def test_junk_wins_and_re_rolls_buy_no_discovery(env: tuple[Any, Any, dict[str, 
                          headers=bearer(tokens["viewer"])).json()
     (smoke,) = summary["totals"]
     assert smoke["discoveries"]["judged"] == 2 and smoke["discoveries"]["worked"] == 1
+
+
+def test_a_stream_is_one_track_version_epoch_and_device_class_and_public_data_enters_none(
+    env: tuple[Any, Any, dict[str, str]],
+) -> None:
+    """Issues 25.4 and 28.1: ideas judged on another track version (other data), under another
+    seed epoch or on another device class are other experiments; each is its own stream, and a
+    track's accounting adds them up. A report on public data (cifar10: a file can embed what it
+    evaluates) gets no q-value and is never a discovery."""
+    app, client, tokens = env
+    ids = []
+    with app.state.sessionmaker() as session:
+        for i, (version, epoch, device, public, p) in enumerate([
+            (2, 1, "cpu", False, 0.01), (2, 1, "cpu", False, 0.04),  # one stream: m = 2
+            (1, 1, "cpu", False, 0.02),  # the track's old version
+            (2, 2, "cpu", False, 0.03),  # a rotated secret
+            (2, 1, "cuda:0", False, 0.05),  # a GPU worker
+            (2, 1, "cpu", True, 0.001),  # public data
+        ]):
+            body = report_body("worked", "helps", mechanism_ok=None, p_helps=p)
+            body["bench_report"].update(track_version=version, device=device, public_data=public,
+                                        seed_commitment={"scheme": "hmac-sha256/v1", "epoch": epoch})
+            ids.append(insert_report(session, key_id(tokens["agent"]), body, T0 + dt.timedelta(minutes=i),
+                                     family=f"ast-v1:{i:016x}").id)
+        session.commit()
+    page = {r["report_id"]: r["q_value"] for r in client.get(
+        "/v1/reports?limit=200", headers=bearer(tokens["viewer"])).json()["items"]}
+    assert page[ids[0]] == pytest.approx(0.02) and page[ids[1]] == pytest.approx(0.04)  # 2p/1, 2p/2
+    assert [page[i] for i in ids[2:5]] == pytest.approx([0.02, 0.03, 0.05])  # each alone: q = p
+    assert page[ids[5]] is None
+    (smoke,) = client.get("/v1/verdicts/summary?since=2026-11-01&until=2026-11-30",
+                          headers=bearer(tokens["viewer"])).json()["totals"]
+    assert (smoke["discoveries"]["judged"], smoke["discoveries"]["worked"]) == (5, 5)
+    assert smoke["discoveries"]["q_max_worked"] == pytest.approx(0.05)

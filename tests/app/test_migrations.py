@@ -124,3 +124,36 @@ def test_attempt_columns_are_backfilled_from_stored_rows(database_url: str) -> N
     assert family == family_of(code) and baseline.startswith("matched:") and p == 1 / 256
     command.downgrade(config, "0003")
     command.upgrade(config, "head")
+
+
+def test_report_streams_are_backfilled_from_stored_bodies(database_url: str) -> None:
+    """Migration 0012: the stream columns (track version, seed epoch, device class, public data)
+    of reports stored before it, read from their bodies; a body without them gets the defaults."""
+    config = alembic_config(database_url)
+    command.upgrade(config, "0011")
+    engine = make_engine(database_url)
+    bodies = {
+        "rep_1": {"bench_report": {"track_version": 1, "seed_commitment": {"epoch": 3}, "device": "cuda:0",
+                                   "public_data": True}},
+        "rep_2": {"bench_report": {}},
+    }
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
+                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        for n, (report_id, body) in enumerate(bodies.items()):
+            conn.execute(text(
+                "INSERT INTO jobs (id, status, queue, track, idea_code, submitter_id, request_sha256, "
+                "runs_done, attempts, cancel_requested, created_at) VALUES (:job, 'succeeded', 'cpu', 'vision', "
+                "'x', 'key_a', :n, 0, 1, false, :at)"), {"job": f"job_{n}", "n": str(n), "at": CREATED})
+            conn.execute(text(
+                "INSERT INTO reports (id, job_id, track, submitter_id, system_verdict, practical_verdict, worked, "
+                "created_at, body) VALUES (:id, :job, 'vision', 'key_a', 'failed', 'inconclusive', false, :at, "
+                ":body)"), {"id": report_id, "job": f"job_{n}", "at": CREATED, "body": json.dumps(body)})
+    command.upgrade(config, "0012")
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT id, track_version, seed_epoch, device_class, public_data FROM reports "
+                                 "ORDER BY id")).all()
+    engine.dispose()
+    assert [tuple(r) for r in rows] == [("rep_1", 1, 3, "cuda", True), ("rep_2", None, None, "cpu", False)]
+    command.downgrade(config, "0011")
+    command.upgrade(config, "head")

@@ -1,8 +1,14 @@
-"""The tabular track: scikit-learn's bundled diabetes regression (442 patients, 10 features).
+"""The tabular track: the covariates of scikit-learn's bundled diabetes data (442 patients, 10
+features) and an outcome drawn by a secret teacher (version 2).
 
-The data ship inside scikit-learn (nothing is downloaded). Each split seed permutes
-the rows and cuts train / validation / test; features and target are then standardised
-with the mean and standard deviation of that seed's training rows.
+The data ship inside scikit-learn (nothing is downloaded). The outcome is no longer the public
+progression measure: a file could embed those rows and answer test rows from them (a partial
+lookup of 190 rows on three-number keys fits tabular@1's caps and scored MSE 0.34 against
+the linear fit's 0.51: issue 25.4, tests/security/test_public_data.py). Version 2 draws, per seed epoch (``task_seed``,
+secret), a teacher that is close to linear with a smooth nonlinear part, and per split seed
+the outcome's noise; knowing the public rows tells a file nothing about any label. Each split
+seed permutes the rows and cuts train / validation / test; features and outcome are then
+standardised with the mean and standard deviation of that seed's training rows.
 """
 
 from __future__ import annotations
@@ -30,14 +36,37 @@ def _diabetes() -> tuple[np.ndarray, np.ndarray]:
     ]
 
 
+def teacher(task_seed: int | None) -> np.ndarray:
+    """The outcome's mean for each of the 442 patients, drawn from ``task_seed`` (the card's
+    public ``data_seed_base`` when None: tests and docs only): a random linear map of the
+    standardised covariates carrying ``linear_share`` of the variance, and a smooth random
+    ridge (a sine of another projection) the rest; unit variance over the patients."""
+    features, _ = _diabetes()
+    z = (features - features.mean(0)) / features.std(0)
+    gen = torch.Generator().manual_seed(CARD["data_seed_base"] if task_seed is None else task_seed)
+    beta = torch.randn(z.shape[1], generator=gen, dtype=torch.float64).numpy()
+    u = torch.randn(z.shape[1], generator=gen, dtype=torch.float64).numpy()
+
+    def unit(v: np.ndarray) -> np.ndarray:
+        return (v - v.mean()) / v.std()
+
+    share = float(CARD["teacher"]["linear_share"])
+    ridge = unit(np.sin(float(CARD["teacher"]["frequency"]) * unit(z @ u)))
+    return unit(share**0.5 * unit(z @ beta) + (1.0 - share) ** 0.5 * ridge)
+
+
 def make_splits(split_seed: int, task_seed: int | None = None) -> Splits:
-    """Permute rows with a generator seeded by ``split_seed``; standardise on the train rows.
-    ``task_seed`` is unused: the task has no constants to draw."""
-    features, target = _diabetes()
+    """Permute rows with a generator seeded by ``split_seed``; the outcome is the teacher's
+    (``task_seed``) plus noise of the card's ``noise_sd`` from the same generator; standardise
+    on the train rows."""
+    features, _ = _diabetes()
+    mean = teacher(task_seed)
     sizes = CARD["sizes"]
     gen = torch.Generator().manual_seed(CARD["data_seed_base"] * 1_000_003 + split_seed)
-    order = torch.randperm(len(target), generator=gen).numpy()
-    x, y = features[order], target[order]
+    order = torch.randperm(len(mean), generator=gen).numpy()
+    noise = torch.randn(len(mean), generator=gen, dtype=torch.float64).numpy()
+    x = features[order]
+    y = (mean[order] + float(CARD["teacher"]["noise_sd"]) * noise)[:, None]
     a, b = sizes["train"], sizes["train"] + sizes["val"]
     c = b + sizes["test"]
     x = (x - x[:a].mean(0)) / x[:a].std(0)
