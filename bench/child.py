@@ -200,6 +200,7 @@ class ArmRunner:
 
         from bench.capture import graph_path, tensor_path
         from bench.graph import CapturedModel, build_graph
+        from bench.redraw import redraw
 
         config = self.configs.index(json.dumps(hparams, sort_keys=True))
         seed = self.init_seeds.index(init_seed)
@@ -216,6 +217,9 @@ class ArmRunner:
             )
             for j, target in enumerate(targets)
         }
+        # The initial values are the bench's (bench.redraw): what a file ships is a scheme.
+        parameters = [t for kind, t in graphs["train"][1].inputs if kind == "parameter"]
+        tensors = redraw(tensors, parameters, init_seed)
         model = CapturedModel(graphs, tensors, self.device)
         n_params, _ = model.counts()
         if n_params > self.param_cap:
@@ -231,7 +235,7 @@ class ArmRunner:
         from bench.trainer import check_output_shape, flops_per_example
 
         x = self._arrays(cmd["data_dir"])["x_train"]
-        counts, buffers, flops = [], [], []
+        counts, buffers, flops, tensors = [], [], [], []
         for hparams in cmd["configs"]:
             model = self._build(hparams, init_seed=self.init_seeds[0])
             try:
@@ -254,11 +258,12 @@ class ArmRunner:
             n_params, n_buffers = model.counts()
             counts.append(n_params)
             buffers.append(n_buffers)
+            tensors.append(len(model._parameters))
             try:
                 flops.append(flops_per_example(model, x))
             except Exception as exc:
                 raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
-        answer: dict[str, Any] = {"n_params": counts, "n_buffers": buffers, "flops": flops}
+        answer: dict[str, Any] = {"n_params": counts, "n_buffers": buffers, "flops": flops, "n_tensors": tensors}
         if cmd.get("probe"):
             answer["vectorizable"], answer["why"] = self._probe(cmd)
         return answer

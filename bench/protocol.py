@@ -45,6 +45,7 @@ from bench.contract import check_hparams, check_measurable, check_source
 from bench.errors import BenchError, ErrorCode
 from bench.metrics import ROW_CHECKS, check_predictions, check_rows_alone, score
 from bench.options import EngineOptions
+from bench.redraw import max_tensors
 from bench.registry import load_track
 from bench.runner import ArmSession, load_npy, open_output
 from bench.sandbox import Limits
@@ -112,6 +113,8 @@ class JudgeRequest:
     # How long building every config and init seed of one arm may take (a build_model that
     # sleeps held the only worker for the whole job timeout).
     capture_timeout_s: float = CAPTURE_TIMEOUT_S
+    # A check before the queue (``check``): capture and the checks before training, no run.
+    check_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -404,23 +407,40 @@ class _Job:
             return MAX_TENSOR_ELEMENTS
         return 4 * int(self.card["param_cap"]) + int(self.card.get("buffer_cap") or 0)
 
-    def check_parity(self, checked: dict[str, dict[str, Any]]) -> None:
-        """Parity as a rule (PROTOCOL.md section 1), on the trusted trainers' counts: every idea
-        config holds at most ``param_parity_ratio`` times the baseline's parameters, and at
-        most ``buffer_cap`` buffer and constant elements (default: the baseline's parameters
-        plus its own buffers and constants, so an idea may hold the fixed maps its baseline
-        holds, as seed 000's exact derivative maps match its baseline's finite-difference
-        ones), room for normalisation statistics and fixed maps, none for a table of the data."""
+    def parity_limits(self, checked: dict[str, dict[str, Any]]) -> tuple[int, float, int]:
+        """(the baseline's parameters, the parity ratio, the buffer cap in words) ``check_parity``
+        holds the idea to: against the track's canonical baseline for a matched one."""
         base = max(int(n) for n in checked["baseline"]["n_params"])
         base_buffers = max(int(n) for n in checked["baseline"]["n_buffers"])
         if self.request.canonical is not None:  # a matched baseline: parity against the track's own
             base, base_buffers = int(self.request.canonical["n_params"]), int(self.request.canonical["n_buffers"])
-        ratio = float(self.card.get("param_parity_ratio", 1.10))
-        cap = int(self.card.get("buffer_cap") or base + base_buffers)
-        for hparams, n_params, n_buffers in zip(
-            self.grids["idea"], checked["idea"]["n_params"], checked["idea"]["n_buffers"], strict=True
+        cap = int(self.card.get("buffer_cap") or base_buffers + max(MIN_BUFFER_ROOM, base // 8))
+        return base, float(self.card.get("param_parity_ratio", 1.10)), cap
+
+    def check_parity(self, checked: dict[str, dict[str, Any]]) -> None:
+        """Parity as a rule (PROTOCOL.md section 1), on the trusted trainers' counts: every idea
+        config holds at most ``param_parity_ratio`` times the baseline's parameters, at most
+        ``max_tensors`` parameter tensors (the bench redraws their values: bench.redraw), and
+        at most ``buffer_cap`` words of buffers, constants and literals (default: the baseline's
+        own plus an eighth of its parameters, at least ``MIN_BUFFER_ROOM``: room for
+        normalisation statistics and fixed maps, as seed 000's exact derivative maps match its
+        baseline's finite-difference ones; none for a table of the data or a trained network:
+        a cap of the baseline's whole parameter count held a frozen copy of it, pretrained)."""
+        base, ratio, cap = self.parity_limits(checked)
+        tensor_cap = max_tensors(max(int(n) for n in checked["baseline"].get("n_tensors", [0])))
+        for hparams, n_params, n_buffers, n_tensors in zip(
+            self.grids["idea"], checked["idea"]["n_params"], checked["idea"]["n_buffers"],
+            checked["idea"].get("n_tensors", [0] * len(self.grids["idea"])), strict=True
         ):
             where = f" (config {hparams})" if hparams else ""
+            if n_tensors > tensor_cap:
+                raise BenchError(
+                    ErrorCode.PARAMETER_PARITY,
+                    f"The idea holds {n_tensors} parameter tensors{where}; this track allows {tensor_cap} "
+                    "(four times the baseline's, at least 64): the bench redraws every tensor's initial "
+                    "values and keeps only its scheme, two numbers a tensor.",
+                    "Hold related weights in one tensor (a (k, n) parameter, not k of shape (n,)).",
+                )
             if n_params > ratio * base:
                 raise BenchError(
                     ErrorCode.PARAMETER_PARITY,
@@ -437,6 +457,11 @@ class _Job:
         self.buffers = {arm: max(int(n) for n in checked[arm]["n_buffers"]) for arm in ARMS}
         self.check_compute(checked, base)
 
+    def compute_limit(self, flops: dict[str, list[float]], base_params: int) -> tuple[float, float]:
+        """(the baseline's forward FLOPs per example, the compute ratio) ``check_compute`` uses."""
+        reference = max(flops["baseline"]) if self.request.canonical is None else float(self.request.canonical["flops"])
+        return max(reference, 2.0 * base_params), float(self.card.get("compute_ratio", COMPUTE_RATIO))
+
     def check_compute(self, checked: dict[str, dict[str, Any]], base_params: int) -> None:
         """Compute parity (PROTOCOL.md 1): every idea config's forward FLOPs per example, counted
         by the trusted trainer, at most the track's ``compute_ratio`` (default
@@ -445,9 +470,7 @@ class _Job:
         flops = {arm: [float(f) for f in checked[arm]["flops"]] for arm in ARMS}
         if not all(math.isfinite(f) and f >= 0 for arm in ARMS for f in flops[arm]):
             raise BenchError(ErrorCode.INTERNAL, "a trainer counted FLOPs that are not finite")
-        reference = max(flops["baseline"]) if self.request.canonical is None else float(self.request.canonical["flops"])
-        base = max(reference, 2.0 * base_params)
-        ratio = float(self.card.get("compute_ratio", COMPUTE_RATIO))
+        base, ratio = self.compute_limit(flops, base_params)
         for hparams, cost in zip(self.grids["idea"], flops["idea"], strict=True):
             if cost > ratio * base:
                 where = f" (config {hparams})" if hparams else ""
@@ -994,6 +1017,48 @@ class _Job:
     first_look: Stage | None = None  # the confirmation's first look, when one ran
 
 
+def check(request: JudgeRequest, cancel: threading.Event | None = None) -> dict[str, Any]:
+    """Everything ``judge`` checks before it trains, and no training (POST /v1/ideas/check): the
+    contract, both arms' capture in the sandbox, the graphs against the allowlist, the configs,
+    parameter, buffer and compute parity, output shapes, the mechanism's probe. Returns what it
+    found (``check_answer``); raises ``BenchError`` with the code the job would end with.
+
+    It builds the models of the sweep's seeds under a throwaway secret: nothing of the epoch's
+    seeds or data is touched, so a check tells a file nothing a job would use. A matched
+    baseline is not judged against the canonical one here (a job does that first)."""
+    if request.custom_track is not None:
+        raise BenchError(ErrorCode.INVALID_HPARAMS, "A check runs on built-in tracks only.",
+                         "Submit the idea to the custom track as a job; its errors come back the same way.")
+    return judge(dataclasses.replace(request, check_only=True), cancel=cancel)
+
+
+def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, seconds: float) -> dict[str, Any]:
+    """What a check found: the configs, each arm's counts against the limits the job would
+    enforce, the execution path, the declared mechanism and the runs a job would make."""
+    base, ratio, cap = job.parity_limits(checked)
+    flops = {arm: [float(f) for f in checked[arm]["flops"]] for arm in ARMS}
+    base_flops, compute_ratio = job.compute_limit(flops, base)
+    planned = plan_mod.plan(len(job.defaults["lr_grid"]), len(job.sweep_seed_list), n_seeds,
+                            len(job.grids["idea"]), len(job.grids["baseline"]))
+    return {
+        "passed": True,
+        "track": f"{job.track.name}@{job.track.version}",
+        "configs": job.grids["idea"],
+        "baseline_configs": job.grids["baseline"],
+        "parameters": {"idea": [int(n) for n in checked["idea"]["n_params"]], "baseline": base,
+                       "limit": math.floor(ratio * base)},
+        "buffer_words": {"idea": [int(n) for n in checked["idea"]["n_buffers"]], "limit": cap},
+        "flops_per_example": {"idea": flops["idea"], "baseline": base_flops,
+                              "limit": compute_ratio * base_flops},
+        "graph_sha256": list(job.capture_info["idea"].graph_sha256),
+        "execution": {"path": job.path, "why": job.path_reason or None},
+        "mechanism": job.mechanism,
+        "runs": {"planned": planned.planned, "at_most": planned.at_most},
+        "seconds": round(seconds, 2),
+        "warnings": list(job.warnings),
+    }
+
+
 def densify(lrs: list[float], factor: int, part: str) -> list[float]:
     """``factor`` times as many learning rates as ``lrs``, geometrically over the same range.
 
@@ -1055,7 +1120,7 @@ def judge(
     track = custom_mod.as_track(custom, options.tracks_dir) if custom is not None else load_track(request.track)
     n_seeds = _check_request(request, track)
     _check_space()
-    if request.baseline_code is not None and request.canonical is None:
+    if request.baseline_code is not None and request.canonical is None and not request.check_only:
         request = check_matched_baseline(request, on_progress, cancel, started)
     limits = Limits(memory_mb=request.memory_mb)
     slot = warm.take(limits) if keep_warm else None
@@ -1128,6 +1193,7 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
     return dataclasses.replace(request, canonical=found, timeout_s=max(1.0, remaining))
 
 
+MIN_BUFFER_ROOM = 256  # words of buffers and constants any idea may hold beyond its baseline's
 MIN_FREE_BYTES = 64 * 2**20  # below this on the temporary directory's disk, no job starts
 
 
@@ -1156,11 +1222,13 @@ def _judge(
 ) -> dict[str, Any]:
     tmpdir = slot.tmp if slot is not None else warm.JobDir()
     with tmpdir as tmp:
-        secret = request.seed_secret or deployment_secret()
+        # a check draws under a throwaway secret: it touches nothing of the epoch's seeds
+        secret = (SeedSecret(key=secrets.token_bytes(32), epoch=0) if request.check_only
+                  else request.seed_secret or deployment_secret())
         job = _Job(request, options, track, Path(tmp), on_progress, cancel or threading.Event(), secret)
         try:
             job.sweep_seed_list = sweep_seeds(int(track.card["defaults"]["sweep_seeds"]))
-            job.screening_seed_list = screening_seeds(n_seeds, secret, job.job_key)
+            job.screening_seed_list = [] if request.check_only else screening_seeds(n_seeds, secret, job.job_key)
             all_seeds = job.sweep_seed_list + job.screening_seed_list
             if custom is not None:
                 job.tracker.emit("generating the custom track's data in the sandbox")
@@ -1224,6 +1292,8 @@ def _judge(
             }))
             job.check_parity(checked)
             job.choose_path(checked, want_vectorized)
+            if request.check_only:
+                return check_answer(job, checked, n_seeds, time.monotonic() - started)
             device = str(trainers["idea"]["device"])
             job.enable_cache(device)
             job.run_sweep_with_edges()

@@ -1,0 +1,52 @@
+"""The bench draws every model's initial parameter values (PROTOCOL.md 1; issue 25.4).
+
+A file's ``build_model`` chooses the architecture and the *scheme* of its initial values; the
+values themselves are the bench's. The red team trained the track's own baseline architecture
+offline on the public digits, through the track's own redraw, and shipped those 1,898 weights as
+the "initial" values of an idea: trained by the bench from there, it got ``worked / helps`` on
+vision@2 (0.041 against the baseline's 0.251, confirmed), as a copy of any track's baseline
+pretrained on its public generator would. Parameter parity bounds how many weights a file ships,
+not what they learned, so the trusted trainer replaces them:
+
+- each parameter tensor whose entries are not all equal is redrawn from a normal distribution
+  with the submitted tensor's own mean and standard deviation, from a generator seeded by the
+  model's init seed: a scheme (Kaiming, a small scale, an offset) survives as its first two
+  moments; positions, structure and anything learned do not (an orthogonal or identity init is
+  a structure: build it in ``forward`` from a buffer or ``torch.eye``, with a parameter that
+  starts at zero);
+- a constant tensor (zeros, ones, one value: biases, norm gains, a gate or a temperature) is
+  kept exactly;
+- what survives is two numbers per tensor (one for a constant), so the number of parameter
+  tensors is bounded too (``max_tensors``): a file cannot ship a network as a thousand
+  two-entry constants.
+
+Buffers, tensor constants and literals are not redrawn: they are counted against the track's
+buffer cap instead (bench.protocol.check_parity).
+"""
+
+from __future__ import annotations
+
+import torch
+
+SCHEME = "normal-moments/v1"  # in the baseline cache's key: a new scheme is a new model
+MIN_MAX_TENSORS = 64
+
+
+def max_tensors(baseline_tensors: int) -> int:
+    """How many parameter tensors an idea may hold: four times its baseline's, at least 64."""
+    return max(MIN_MAX_TENSORS, 4 * baseline_tensors)
+
+
+def redraw(tensors: dict[str, torch.Tensor], parameters: list[str], init_seed: int) -> dict[str, torch.Tensor]:
+    """``tensors`` with each non-constant tensor named in ``parameters`` (in graph order, which
+    fixes the draws) replaced by a fresh normal draw of its mean and standard deviation."""
+    generator = torch.Generator().manual_seed(int(init_seed) * 2_654_435_761 % 2**63 + 1)
+    out = dict(tensors)
+    for name in parameters:
+        value = tensors[name]
+        flat = value.detach().to(torch.float64).flatten()
+        if flat.numel() < 2 or bool((flat == flat[0]).all()) or not bool(torch.isfinite(flat).all()):
+            continue  # a constant is kept; a non-finite init fails the run as it would have
+        fresh = torch.randn(value.shape, generator=generator, dtype=torch.float64)
+        out[name] = (fresh * flat.std(unbiased=False) + flat.mean()).to(value.dtype)
+    return out

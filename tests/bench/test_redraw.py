@@ -1,0 +1,66 @@
+"""The bench draws the initial parameter values (bench.redraw): a scheme survives, what a file
+learned offline does not (issue 25.4, red team: pretrained weights won on vision@2)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import tracks.vision.track as vision
+from bench.graph import build_graph, rebuild
+from bench.redraw import max_tensors, redraw
+from tests.capture_helpers import capture_docs
+
+
+def parameters_of(docs: dict[str, Any]) -> list[str]:
+    return [t for kind, t in build_graph(docs["train"], torch.device("cpu"))[1].inputs if kind == "parameter"]
+
+
+def test_a_scheme_survives_and_positions_do_not() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.LayerNorm(32), nn.Linear(32, 1))
+    nn.init.zeros_(model[2].bias)
+    docs, arrays = capture_docs(model, [64])
+    tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    names = parameters_of(docs)
+    fresh = redraw(tensors, names, init_seed=1234)
+    for name in names:
+        old, new = tensors[name].double().flatten(), fresh[name].double().flatten()
+        assert fresh[name].dtype == tensors[name].dtype and fresh[name].shape == tensors[name].shape
+        if bool((old == old[0]).all()):
+            assert torch.equal(fresh[name], tensors[name])  # constants (LayerNorm, a zero bias) kept
+            continue
+        assert new.mean().item() == pytest.approx(old.mean().item(), abs=4 * old.std().item() / len(old) ** 0.5)
+        assert new.std().item() == pytest.approx(old.std().item(), rel=0.3)
+        assert abs(torch.corrcoef(torch.stack([old, new]))[0, 1].item()) < 0.3  # nothing of the positions
+    again = redraw(tensors, names, init_seed=1234)
+    other = redraw(tensors, names, init_seed=1235)
+    assert all(torch.equal(again[n], fresh[n]) for n in names)  # bit for bit per seed
+    assert not all(torch.equal(other[n], fresh[n]) for n in names)
+    assert set(fresh) == set(tensors)  # buffers and constants untouched (counted instead)
+
+
+def test_pretrained_digits_know_nothing_once_redrawn() -> None:
+    """The red team's pretrained copy of vision's baseline reads redrawn digits at its
+    "initial" values; the bench's draw of the same scheme is at chance."""
+    hostile = importlib.import_module("tests.security.hostile.pretrained_digits")
+    docs, arrays = capture_docs(hostile.build_model(vision.CARD["spec"]), [1, 8, 8])
+    tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    test = vision.make_splits(1000)
+    shipped = rebuild(docs, arrays, torch.device("cpu"))
+    drawn = rebuild(docs, {k: v.numpy() for k, v in redraw(tensors, parameters_of(docs), 77).items()},
+                    torch.device("cpu"))
+    with torch.no_grad():
+        shipped.eval(), drawn.eval()
+        loss = {name: nn.functional.cross_entropy(m(test.x_test), test.y_test).item()
+                for name, m in (("shipped", shipped), ("drawn", drawn))}
+        accuracy = (drawn(test.x_test).argmax(1) == test.y_test).float().mean().item()
+    assert loss["shipped"] < 0.2 and loss["drawn"] > 1.5 and accuracy < 0.3, (loss, accuracy)
+
+
+def test_the_tensor_cap() -> None:
+    assert max_tensors(6) == 64 and max_tensors(19) == 76
