@@ -51,6 +51,8 @@ class ApiCode(StrEnum):
     FORBIDDEN_ROLE = "forbidden_role"
     NOT_OWNER = "not_owner"
     TOO_MANY_VALIDATIONS = "too_many_validations"
+    TOO_MANY_CHECKS = "too_many_checks"
+    CHECK_NOT_FOUND = "check_not_found"
     N_SEEDS_FIXED = "n_seeds_fixed"
     NO_GPU_WORKER = "no_gpu_worker"
     INVALID_CALLBACK_URL = "invalid_callback_url"
@@ -89,6 +91,9 @@ HINTS: dict[str, str] = {
     ApiCode.NOT_OWNER: "Only the author of a resource (or an operator) may change it.",
     ApiCode.TOO_MANY_VALIDATIONS: "Wait until one of your tracks leaves status validating (poll "
     "GET /v1/tracks?kind=custom&status=validating), then register again.",
+    ApiCode.TOO_MANY_CHECKS: "Wait for your open checks to end (GET /v1/checks/{check_id}?wait=30), then "
+    "check again.",
+    ApiCode.CHECK_NOT_FOUND: "Use the check_id a POST /v1/ideas/check answered with (checks are kept per key).",
     ApiCode.N_SEEDS_FIXED: "Leave n_seeds unset: it is fixed per track (GET /v1/tracks/{name}, "
     "defaults.n_seeds), so a re-roll cannot change the test; only an operator may set it.",
     ApiCode.INVALID_CALLBACK_URL: "Give a public http(s) URL without credentials (no localhost or private "
@@ -362,10 +367,11 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, object]]:
         400: "Bad request (e.g. bad_cursor)",
         401: "missing_api_key or invalid_api_key",
         403: "forbidden_role",
-        404: "Not found (job_not_found, report_not_found, unknown_track, ...)",
+        404: "Not found (job_not_found, report_not_found, check_not_found, unknown_track, ...)",
         409: "Conflict (job_finished, report_not_ready, idempotency_conflict)",
         413: "payload_too_large",
-        429: "Too many requests (rate_limited, too_many_jobs, daily_quota, too_many_validations); "
+        429: "Too many requests (rate_limited, too_many_jobs, daily_quota, too_many_validations, "
+        "too_many_checks); "
         "see Retry-After",
         422: "validation_error or an idea error (invalid_code, missing_build_model, unknown_track, ...)",
         503: "not_ready or database_unavailable; see Retry-After",

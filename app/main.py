@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from app.body_limit import BodySizeLimit
+from app.checks.routes import router as checks_router
 from app.compare.routes import router as compare_router
 from app.dashboard.routes import install_dashboard
 from app.db import make_engine, make_sessionmaker
@@ -80,7 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_dashboard(app, settings)
     install_metrics(app, app.state.sessionmaker)  # (its middleware sees every routed request)
     app.add_middleware(RequestId)  # added last: outermost, so every answer carries the id
-    for router in (discovery_router, jobs_router, reports_router, tracks_router, compare_router, keys_router,
+    for router in (discovery_router, checks_router, jobs_router, reports_router, tracks_router, compare_router, keys_router,
                    health_router):
         app.include_router(router)
     install_openapi(app)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.checks.models import IdeaCheck
 from app.db import Base
 from app.health.models import WorkerBeat
 from app.jobs.models import Job, JobEvent, JobStatus, WebhookAttempt
@@ -12,5 +13,5 @@ from app.tracks.models import CustomTrackRow
 
 metadata = Base.metadata
 
-__all__ = ["ApiKey", "Base", "CustomTrackRow", "Job", "JobEvent", "JobStatus", "Report", "SeedEpoch", "VerdictCount", "WebhookAttempt", "WorkerBeat",
+__all__ = ["ApiKey", "Base", "IdeaCheck", "CustomTrackRow", "Job", "JobEvent", "JobStatus", "Report", "SeedEpoch", "VerdictCount", "WebhookAttempt", "WorkerBeat",
            "metadata"]

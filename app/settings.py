@@ -92,6 +92,11 @@ class Settings(BaseSettings):
     device: str = Field(default="cpu", description="The worker's device: cpu, cuda or cuda:N.")
     job_timeout_s: float = 1800.0
     job_memory_mb: int = 6144
+    # Checks before the queue (POST /v1/ideas/check, app/checks): a thread of every judging worker.
+    check_timeout_s: float = Field(default=120.0, gt=0, description="How long one check may take.")
+    check_poll_s: float = Field(default=0.5, gt=0, description="How often a worker looks for pending checks.")
+    check_pending_s: float = Field(default=300.0, gt=0, description=(
+        "A check no worker took within this ends failed (not_ready)."))
     capture_timeout_s: float = Field(default=120.0, gt=0, description=(
         "How long building one arm's models (every config and init seed) may take; a build_model "
         "that takes longer ends the job capture_timeout."))

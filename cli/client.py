@@ -1,10 +1,11 @@
-"""The client verbs of ``ideabench``: ``login``, ``submit``, ``status``, ``jobs``, ``report``,
-``reports``, ``cancel``, through ``ideabench_client`` (no torch, no web stack).
+"""The client verbs of ``ideabench``: ``login``, ``check``, ``submit``, ``status``, ``jobs``,
+``report``, ``reports``, ``cancel``, through ``ideabench_client`` (no torch, no web stack).
 
 The server and key come from ``--url`` / ``--key``, else ``IDEABENCH_URL`` / ``IDEABENCH_KEY``,
 else the config file ``ideabench login`` writes (mode 0600). Exit codes: 0 done (a submitted
-idea judged), 2 an API error, 3 a job that ended failed or cancelled; errors print their
-``code`` and ``hint`` (with ``--json``, as a JSON object on stdout).
+idea judged, a checked idea passed), 2 an API error (or a check that failed: what submitting
+the idea would be refused or end with), 3 a job that ended failed or cancelled; errors print
+their ``code`` and ``hint`` (with ``--json``, as a JSON object on stdout).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ideabench_client import Client, Event, IdeabenchError, Job, config
+from ideabench_client import Check, Client, Event, IdeabenchError, Job, config
 
-VERBS = ("login", "submit", "status", "jobs", "report", "reports", "cancel", "mcp")
+VERBS = ("login", "check", "submit", "status", "jobs", "report", "reports", "cancel", "mcp")
 JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 EXIT_API_ERROR, EXIT_JOB_FAILED = 2, 3
 
@@ -32,6 +33,15 @@ def add_parsers(sub: Any) -> None:
 
     p = sub.add_parser("login", parents=[common], help="check a server and key, and store them (mode 0600)")
     p.set_defaults(client_verb="login")
+    p = sub.add_parser("check", parents=[common], help="check an idea file in seconds, before submitting it "
+                       "(no job, no training)")
+    p.add_argument("idea", help="the idea's Python file")
+    p.add_argument("--track", required=True, help="a built-in track name (GET /v1/tracks)")
+    p.add_argument("--baseline", help="a matched baseline file (same contract)")
+    p.add_argument("--hparams", type=_json_object, help='an extra sweep grid as JSON, e.g. \'{"width": [32, 64]}\' '
+                   "(else the file's HPARAMS)")
+    p.add_argument("--mechanism", type=_json_object, help="a MECHANISM as JSON (else the file's)")
+    p.set_defaults(client_verb="check")
     p = sub.add_parser("submit", parents=[common], help="submit an idea file to the service")
     p.add_argument("idea", help="the idea's Python file")
     p.add_argument("--track", required=True, help="a track name (GET /v1/tracks)")
@@ -136,6 +146,58 @@ def _login(args: argparse.Namespace, client: Client) -> int:
     return 0
 
 
+def _num(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _limit_line(label: str, block: dict[str, Any] | None) -> str:
+    """``label: idea 321 (limit 353; baseline 321)``: one block of a passed check's result."""
+    block = block or {}
+    idea = block.get("idea")
+    text = f"{label}: idea {', '.join(_num(v) for v in (idea if isinstance(idea, list) else [idea]))}"
+    text += f" (limit {_num(block.get('limit'))}"
+    return text + (f"; baseline {_num(block['baseline'])})" if block.get("baseline") is not None else ")")
+
+
+def _check_lines(found: Check, args: argparse.Namespace) -> str:
+    """A check for people: its state and, once passed, what it found against the limits a job
+    enforces, the runs a job would make and the command that submits it."""
+    head = f"{found.check_id}  {found.status:<8} {found.track}"
+    if not found.passed:
+        return head
+    result = found.result or {}
+    execution, runs = result.get("execution") or {}, result.get("runs") or {}
+    lines = [head + (f"  ({result['seconds']} s)" if result.get("seconds") is not None else ""),
+             _limit_line("parameters", result.get("parameters")),
+             _limit_line("buffer words", result.get("buffer_words")),
+             _limit_line("FLOPs per example", result.get("flops_per_example")),
+             f"configs: {len(result.get('configs') or [{}])}  runs: {runs.get('planned')} planned, at most "
+             f"{runs.get('at_most')}  execution: {execution.get('path')}"
+             + (f" ({execution['why']})" if execution.get("why") else "")]
+    mechanism = result.get("mechanism")
+    if isinstance(mechanism, dict) and mechanism.get("quantity"):
+        lines.append(f"mechanism: {mechanism['quantity']} ({(mechanism.get('expect') or {}).get('kind')})")
+    lines += [f"warning: {w.get('message', w) if isinstance(w, dict) else w}" for w in result.get("warnings") or []]
+    lines.append(f"next: ideabench submit {args.idea} --track {args.track}")
+    return "\n".join(lines)
+
+
+def _check(args: argparse.Namespace, client: Client) -> int:
+    code = Path(args.idea).read_text()
+    baseline = Path(args.baseline).read_text() if args.baseline else None
+    found = client.check(args.track, code, baseline_code=baseline, hparams=args.hparams, mechanism=args.mechanism)
+    if args.json:
+        _print_json(found.raw)
+    else:
+        print(_check_lines(found, args))
+    if found.passed:
+        return 0
+    error = found.error or {"code": "check_not_ended", "message": f"the check is still {found.status}",
+                            "hint": f"Read it later: GET /v1/checks/{found.check_id}"}
+    print(f"error [{error.get('code')}]: {error.get('message')}\nhint: {error.get('hint')}", file=sys.stderr)
+    return EXIT_API_ERROR  # what submitting the idea would be refused or end with
+
+
 def _submit(args: argparse.Namespace, client: Client) -> int:
     code = Path(args.idea).read_text()
     baseline = Path(args.baseline).read_text() if args.baseline else None
@@ -161,6 +223,8 @@ def _run(args: argparse.Namespace, client: Client) -> int:
     verb = args.client_verb
     if verb == "login":
         return _login(args, client)
+    if verb == "check":
+        return _check(args, client)
     if verb == "submit":
         return _submit(args, client)
     if verb in ("status", "cancel"):

@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("key_id")
 
     from cli.client import (
-        add_parsers,  # the client verbs: login, submit, status, report, reports, cancel
+        add_parsers,  # the client verbs: login, check, submit, status, jobs, report, reports, cancel, mcp
     )
 
     add_parsers(sub)

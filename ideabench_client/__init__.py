@@ -3,7 +3,7 @@
 Needs only httpx, httpx-sse and standardwebhooks (``pip install ideabench``: no torch, no web stack).
 """
 
-from ideabench_client.client import AsyncClient, Client, Event, Job, verify_webhook
+from ideabench_client.client import AsyncClient, Check, Client, Event, Job, verify_webhook
 from ideabench_client.errors import (
     AuthError,
     Conflict,
@@ -16,6 +16,6 @@ from ideabench_client.errors import (
 )
 
 __all__ = [
-    "AsyncClient", "AuthError", "Client", "Conflict", "Event", "IdeabenchError", "InvalidRequest", "Job",
+    "AsyncClient", "AuthError", "Check", "Client", "Conflict", "Event", "IdeabenchError", "InvalidRequest", "Job",
     "JobFailed", "NotFound", "RateLimited", "Unavailable", "verify_webhook",
 ]

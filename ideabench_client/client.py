@@ -3,6 +3,7 @@
     from ideabench_client import Client
 
     with Client("http://127.0.0.1:8000", key) as bench:
+        check = bench.check("smoke", open("idea.py").read())   # seconds, no job: passed or failed
         job = bench.submit("smoke", open("idea.py").read(), wait=True)
         report = bench.report(job.job_id)
 
@@ -29,9 +30,18 @@ from httpx_sse import aconnect_sse, connect_sse
 from standardwebhooks.webhooks import Webhook
 
 from ideabench_client import config
-from ideabench_client.errors import IdeabenchError, JobFailed, RateLimited, Unavailable, error_for
+from ideabench_client.errors import (
+    IdeabenchError,
+    InvalidRequest,
+    JobFailed,
+    RateLimited,
+    Unavailable,
+    error_for,
+)
 
 FINISHED = frozenset({"succeeded", "failed", "cancelled"})
+CHECK_ENDED = frozenset({"passed", "failed"})
+MAX_WAIT_S = 60.0  # the longest ``?wait=`` the service holds a request for
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 MAX_RETRY_AFTER_S = 60.0
 
@@ -78,6 +88,44 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Check:
+    """A check before the queue, as ``POST /v1/ideas/check`` and ``GET /v1/checks/{id}`` answer
+    it (``raw`` holds the whole answer): ``passed`` (``result``: the configs, each arm's
+    parameters, buffer words and FLOPs per example against the limits a job enforces, the
+    execution path, the runs a job would make), ``failed`` (``error``: the code, message and
+    hint a job would end with), or still ``pending`` / ``running``."""
+
+    check_id: str
+    status: str
+    track: str
+    result: dict[str, Any] | None = None
+    error: dict[str, str] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Check:
+        return cls(check_id=body["check_id"], status=body["status"], track=body.get("track", ""),
+                   result=body.get("result"), error=body.get("error"), raw=body)
+
+    @property
+    def ended(self) -> bool:
+        return self.status in CHECK_ENDED
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def raise_for_error(self) -> Check:
+        """This check, or ``InvalidRequest`` with its error's code and hint if it failed (what
+        submitting the idea would end with)."""
+        if self.status == "failed":
+            error = self.error or {}
+            raise InvalidRequest(error.get("code", "check_failed"), error.get("message", ""),
+                                 error.get("hint", ""), body=self.raw)
+        return self
+
+
+@dataclass(frozen=True)
 class Event:
     """One event of a job's stream: ``queued``, ``stage``, ``run``, ``warning`` or ``end``."""
 
@@ -96,6 +144,13 @@ def _submission(track: str, code: str, **fields: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"track": track, "code": code}
     body.update({k: v for k, v in fields.items() if v is not None})
     return body
+
+
+def _check_wait(deadline: float | None, most: float = MAX_WAIT_S) -> float:
+    """The ``?wait=`` of the next call of a check: what is left before ``deadline``, at most ``most``."""
+    if deadline is None:
+        return most
+    return max(0.0, min(most, deadline - time.monotonic()))
 
 
 def _retry_delay(attempt: int, backoff: float, response: httpx.Response | None) -> float:
@@ -214,6 +269,31 @@ class Client(_Base):
     def track(self, name: str) -> dict[str, Any]:
         """A track's card: spec, defaults, the idea contract and an example idea."""
         return dict(self.request("GET", f"/v1/tracks/{_seg(name)}"))
+
+    # -- checks -----------------------------------------------------------------
+    def check(self, track: str, code: str, *, baseline_code: str | None = None,
+              hparams: dict[str, list[Any]] | None = None, mechanism: dict[str, Any] | None = None,
+              wait: bool = True, timeout: float | None = None) -> Check:
+        """Check an idea before submitting it, in seconds and without a job: the static checks
+        (raised at once as ``InvalidRequest``, as a submission's), then the capture of both arms
+        in the sandbox and what a job checks before it trains. With ``wait`` (the default) long-poll
+        until the check ends (or ``timeout`` seconds) and return it ``passed`` or ``failed``;
+        else return it as the service first answered. A third open check of a key is
+        ``RateLimited`` (``too_many_checks``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        first = _check_wait(deadline, 30.0) if wait else 0.0
+        body = _submission(track, code, baseline_code=baseline_code, hparams=hparams, mechanism=mechanism)
+        found = Check.from_json(self.request("POST", "/v1/ideas/check", json_body=body, params={"wait": first},
+                                             timeout=self.timeout + first))
+        while wait and not found.ended and (deadline is None or time.monotonic() < deadline):
+            found = self.get_check(found.check_id, wait=_check_wait(deadline))
+        return found
+
+    def get_check(self, check_id: str, *, wait: float | None = None) -> Check:
+        """A check of this key; ``wait``: answer once it ends or after that many seconds (<= 60)."""
+        params = {"wait": wait} if wait else None
+        return Check.from_json(self.request("GET", f"/v1/checks/{_seg(check_id)}", params=params,
+                                            timeout=self.timeout + (wait or 0)))
 
     # -- jobs -------------------------------------------------------------------
     def submit(self, track: str, code: str, *, baseline_code: str | None = None, name: str | None = None,
@@ -373,6 +453,23 @@ class AsyncClient(_Base):
     async def track(self, name: str) -> dict[str, Any]:
         return dict(await self.request("GET", f"/v1/tracks/{_seg(name)}"))
 
+    async def check(self, track: str, code: str, *, baseline_code: str | None = None,
+                    hparams: dict[str, list[Any]] | None = None, mechanism: dict[str, Any] | None = None,
+                    wait: bool = True, timeout: float | None = None) -> Check:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        first = _check_wait(deadline, 30.0) if wait else 0.0
+        body = _submission(track, code, baseline_code=baseline_code, hparams=hparams, mechanism=mechanism)
+        found = Check.from_json(await self.request("POST", "/v1/ideas/check", json_body=body,
+                                                   params={"wait": first}, timeout=self.timeout + first))
+        while wait and not found.ended and (deadline is None or time.monotonic() < deadline):
+            found = await self.get_check(found.check_id, wait=_check_wait(deadline))
+        return found
+
+    async def get_check(self, check_id: str, *, wait: float | None = None) -> Check:
+        params = {"wait": wait} if wait else None
+        return Check.from_json(await self.request("GET", f"/v1/checks/{_seg(check_id)}", params=params,
+                                                  timeout=self.timeout + (wait or 0)))
+
     async def submit(self, track: str, code: str, *, baseline_code: str | None = None, name: str | None = None,
                      hypothesis: str | None = None, hparams: dict[str, list[Any]] | None = None,
                      mechanism: dict[str, Any] | None = None, n_seeds: int | None = None,
@@ -471,7 +568,7 @@ class AsyncClient(_Base):
             "baseline": baseline, "idea": idea, "lower_is_better": lower_is_better}))
 
 
-__all__ = ["AsyncClient", "Client", "Event", "IdeabenchError", "Job", "JobFailed", "RateLimited"]
+__all__ = ["AsyncClient", "Check", "Client", "Event", "IdeabenchError", "Job", "JobFailed", "RateLimited"]
 
 
 def verify_webhook(secret: str, body: bytes | str, headers: Mapping[str, str]) -> dict[str, Any]:

@@ -30,7 +30,8 @@ INSTRUCTIONS = (
     "ideabench judges an ML idea at neural-network scale: it trains your model and the track's "
     "baseline on the same learning-rate grid, then on fresh paired seeds, with an exact paired test, "
     "and confirms a win on seeds drawn for your job alone. Start with list_tracks, read one with "
-    "describe_track (its contract and example idea), submit_idea, then wait_for_job and get_report."
+    "describe_track (its contract and example idea), check_idea (seconds, no job: fix what it finds), "
+    "submit_idea, then wait_for_job and get_report."
 )
 
 
@@ -45,6 +46,8 @@ def _doc(name: str, fallback: str) -> str:
         return fallback
 
 
+CheckId = Annotated[str, Field(description="A check's id, as check_idea answered it (chk_...).",
+                               min_length=1, max_length=64)]
 JobId = Annotated[str, Field(description="A job's id, as submit_idea or list_jobs answered it (job_...).",
                              min_length=1, max_length=64)]
 TrackName = Annotated[str, Field(description="A track's name or name@version, from list_tracks (e.g. smoke).",
@@ -52,6 +55,16 @@ TrackName = Annotated[str, Field(description="A track's name or name@version, fr
 SystemVerdict = Literal["worked", "partial", "failed"]
 PracticalVerdict = Literal["helps", "harms", "inconclusive"]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+IdeaCode = Annotated[str, Field(description="The idea file: Python source that defines build_model(spec) "
+                                "returning a torch.nn.Module (see describe_track's example_idea).", min_length=1)]
+BaselineCode = Annotated[str | None, Field(description="A matched baseline file of the same contract; default: "
+                                           "the track's canonical baseline.")]
+Hparams = Annotated[dict[str, list[Any]] | None, Field(description=(
+    "An extra sweep grid, e.g. {\"width\": [32, 64]}: names are identifiers, values numbers, bools or short "
+    "tokens; it overrides the file's HPARAMS and counts as tuning budget."))]
+Mechanism = Annotated[dict[str, Any] | None, Field(description=(
+    "A MECHANISM: {quantity, prediction, expect: {kind, ...}, probe?}; see the idea contract resource. It "
+    "overrides the file's."))]
 READ = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 # The compact report: what an agent decides on, without the sweeps and per-seed tables (~14 KB).
 REPORT_KEYS = ("report_id", "job_id", "track", "name", "system_verdict", "practical_verdict", "practical_detail",
@@ -59,6 +72,18 @@ REPORT_KEYS = ("report_id", "job_id", "track", "name", "system_verdict", "practi
 BENCH_KEYS = ("decided_by", "p_helps", "smallest_effect", "warnings", "parameter_parity", "sandbox")
 COMPARISON_KEYS = ("delta_mean", "rel_delta_pct", "p_value", "ci_low", "ci_high", "mde", "mde_rel_pct",
                    "idea_wins", "n_pairs", "verdict")
+
+
+def _check_out(found: dict[str, Any], check_id: str) -> dict[str, Any]:
+    """A check as a tool answers it, with what to call next."""
+    status = found.get("status")
+    if status == "passed":
+        nxt = "call submit_idea with the same track, code, baseline_code, hparams and mechanism"
+    elif status == "failed":
+        nxt = "read error.code and error.hint, fix the idea file and call check_idea again"
+    else:
+        nxt = f"still {status}: call get_check with check_id {check_id!r}"
+    return {**found, "next": nxt}
 
 
 def compact_report(row: dict[str, Any]) -> dict[str, Any]:
@@ -120,31 +145,61 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
         write a file defining build_model(spec) like the example and call submit_idea."""
         return dict(await call(ctx, "track", name))
 
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                                             open_world_hint=False))
+    async def check_idea(
+        track: TrackName,
+        code: IdeaCode,
+        ctx: Context,
+        baseline_code: BaselineCode = None,
+        hparams: Hparams = None,
+        mechanism: Mechanism = None,
+        timeout_s: Annotated[float, Field(description="Return after this many seconds even if the check still "
+                                          "runs (then call get_check).", gt=0, le=600)] = 120.0,
+    ) -> dict[str, Any]:
+        """Check an idea file before submitting it, in seconds, without training and without a job:
+        the static checks, then both models captured in the sandbox and what a job checks before
+        it trains (op allowlist, configs, parameter, buffer and compute parity, output shapes, the
+        mechanism's probe). Returns the check: status passed (result: parameters, buffer words and
+        FLOPs per example against their limits, the execution path, the runs a job would make) or
+        failed (error: the code, message and hint the job would end with). Next: if it passed, call
+        submit_idea with the same arguments; if it failed, fix the file and call check_idea again."""
+        found = await call(ctx, "check", track, code, baseline_code=baseline_code, hparams=hparams,
+                           mechanism=mechanism, timeout=timeout_s)
+        return _check_out(found.raw, found.check_id)
+
+    @server.tool(annotations=READ)
+    async def get_check(
+        check_id: CheckId, ctx: Context,
+        wait_s: Annotated[float, Field(description="Wait up to this many seconds for the check to end.",
+                                       ge=0, le=60)] = 30.0,
+    ) -> dict[str, Any]:
+        """A check check_idea made: pending, running, passed (with its result) or failed (with its
+        error's code, message and hint)."""
+        found = await call(ctx, "get_check", check_id, wait=wait_s)
+        return _check_out(found.raw, found.check_id)
+
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                              open_world_hint=False))
     async def submit_idea(
         track: TrackName,
-        code: Annotated[str, Field(description="The idea file: Python source that defines build_model(spec) "
-                                   "returning a torch.nn.Module (see describe_track's example_idea).")],
+        code: IdeaCode,
         ctx: Context,
-        baseline_code: Annotated[str | None, Field(description="A matched baseline file of the same contract; "
-                                                   "default: the track's canonical baseline.")] = None,
+        baseline_code: BaselineCode = None,
         name: Annotated[str | None, Field(description="A short label for the idea.", max_length=200)] = None,
         hypothesis: Annotated[str | None, Field(description="What the idea should do, and why.")] = None,
-        hparams: Annotated[dict[str, list[Any]] | None, Field(description=(
-            "An extra sweep grid, e.g. {\"width\": [32, 64]}: names are identifiers, values numbers, bools or "
-            "short tokens; it overrides the file's HPARAMS and counts as tuning budget."))] = None,
-        mechanism: Annotated[dict[str, Any] | None, Field(description=(
-            "A MECHANISM: {quantity, prediction, expect: {kind, ...}, probe?}; see the idea contract "
-            "resource. It overrides the file's."))] = None,
+        hparams: Hparams = None,
+        mechanism: Mechanism = None,
         idempotency_key: Annotated[str | None, Field(description=(
             "Your own key for this submission: sending it again answers the first job instead of making "
             "another (safe retries)."), max_length=200)] = None,
         callback_url: Annotated[str | None, Field(description="A public https URL that gets a signed POST "
                                                   "when the job ends.")] = None,
     ) -> dict[str, Any]:
-        """Submit an idea file to a track. Returns the queued job. Next: call wait_for_job with its
-        job_id (judging takes seconds to minutes; each job's limits are in describe_track)."""
+        """Submit an idea file to a track to be judged. Before: call check_idea with the same
+        arguments; it finds in seconds most errors a job would end with, without spending a job.
+        Returns the queued job. Next: call wait_for_job with its job_id (judging takes seconds to
+        minutes; each job's limits are in describe_track)."""
         job = await call(ctx, "submit", track, code, baseline_code=baseline_code, name=name, hypothesis=hypothesis,
                          hparams=hparams, mechanism=mechanism, idempotency_key=idempotency_key,
                          callback_url=callback_url)

@@ -95,6 +95,7 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
     import workers.runner  # loads torch and the engine now, not on the first job
     from app.logs import configure
     from workers.celery_app import make_celery
+    from workers.checks import CheckRunner
     from workers.context import WorkerContext
     from workers.reconciler import WorkerLoop
 
@@ -127,11 +128,14 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
         log.warning("weak sandbox (a development setting): judging without %s; reports say so and count "
                     "in no totals", ", ".join(found.missing))
     celery, _holder = make_celery(settings)
+    checks = CheckRunner(loop_ctx)  # checks before the queue, answered while jobs are judged
+    checks.start()
     try:
         celery.worker_main(worker_argv(settings, queues, concurrency))
     except SystemExit as exc:
         return int(exc.code or 0) if isinstance(exc.code, int) else 1
     finally:
+        checks.stop()
         loop.stop()
         loop_ctx.close()
     return 0

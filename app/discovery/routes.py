@@ -32,9 +32,10 @@ def _links() -> dict[str, Any]:
         "service": "ideabench",
         "version": "1",
         "description": "Judges ML ideas: submit an idea file for a track, follow its job, read the report.",
-        "next": "GET /v1/tracks, then GET /v1/tracks/{name} (its contract and example idea), then POST /v1/ideas.",
+        "next": "GET /v1/tracks, then GET /v1/tracks/{name} (its contract and example idea), then POST "
+                "/v1/ideas/check (the checks a job makes before training, in seconds), then POST /v1/ideas.",
         "links": {
-            "tracks": "/v1/tracks", "submit": "/v1/ideas", "jobs": "/v1/jobs", "job": "/v1/jobs/{job_id}",
+            "tracks": "/v1/tracks", "check": "/v1/ideas/check", "submit": "/v1/ideas", "jobs": "/v1/jobs", "job": "/v1/jobs/{job_id}",
             "job_events": "/v1/jobs/{job_id}/events", "job_report": "/v1/jobs/{job_id}/report",
             "reports": "/v1/reports", "verdict_summary": "/v1/verdicts/summary", "compare": "/v1/compare",
             "keys": "/v1/keys", "mcp": "/mcp", "openapi": "/openapi.json", "docs": "/v1/docs",

@@ -32,6 +32,8 @@ ACCESS: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/readyz"): PUBLIC,
     ("GET", "/readyz/judging"): PUBLIC,
     ("POST", "/v1/ideas"): SUBMITTERS,
+    ("POST", "/v1/ideas/check"): SUBMITTERS,
+    ("GET", "/v1/checks/{check_id}"): SUBMITTERS,
     ("GET", "/v1/jobs"): SUBMITTERS,
     ("GET", "/v1/jobs/{job_id}"): SUBMITTERS,
     ("GET", "/v1/jobs/{job_id}/events"): SUBMITTERS,
@@ -56,6 +58,7 @@ ACCESS: dict[tuple[str, str], frozenset[str]] = {
 
 BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/v1/ideas"): {"track": "smoke", "code": EXAMPLE},
+    ("POST", "/v1/ideas/check"): {"track": "smoke", "code": "x = ("},  # refused at once: no worker here
     ("POST", "/v1/tracks"): {"source": "CARD = {}\n"},
     ("POST", "/v1/compare"): {"baseline": [1.0, 2.0, 3.0], "idea": [1.5, 2.5, 3.5]},
     ("POST", "/v1/keys"): {"role": "viewer"},
@@ -104,6 +107,7 @@ def test_every_operation_answers_each_role_by_the_table(world: Any, who: str) ->
     with TestClient(app, raise_server_exceptions=False) as client:
         job = client.post("/v1/ideas", json={"track": "smoke", "code": EXAMPLE}, headers=bearer(tokens["agent"]))
         ids = {"job_id": job.json()["job_id"], "report_id": "rep_missing", "ident": "smoke", "name": "protocol",
+               "check_id": "chk_missing",
                "key_id": tokens["victim_id"]}
         token = {"none": None, "bad_key": "ib_00000000_not-a-real-key"}.get(who, tokens.get(who))
         for (method, template), allowed in ACCESS.items():

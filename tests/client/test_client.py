@@ -31,7 +31,21 @@ from tests.workers.test_end_to_end import EXAMPLE, wait_for
 from tests.workers.test_webhooks import Receiver
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# The example, a little slow to build (0.4 s a model, ten in the capture): a job that outlasts
+# the stream's keep-alive and life however warm the worker is (a warm one judged smoke in 1.6 s).
+SLOW_EXAMPLE = "import time\n" + EXAMPLE.replace("def build_model(spec):\n", "def build_model(spec):\n    time.sleep(0.4)\n", 1)
 BAD = "def build_model(:\n"
+WIDE = """
+from torch import nn
+
+HPARAMS = {"width": [32, 400]}
+
+
+def build_model(spec):
+    w = spec["hparams"]["width"]
+    return nn.Sequential(nn.Linear(spec["n_features"], w), nn.ReLU(), nn.Linear(w, 1))
+"""  # its second config holds far more parameters than the smoke baseline's: parameter_parity
 
 
 def cli(*args: str, env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -77,6 +91,56 @@ def test_submit_wait_and_read_the_report_with_the_sync_client(service: tuple[str
 
 
 @pytest.mark.slow
+def test_check_an_idea_before_submitting_it(service: tuple[str, str, Path], tmp_path: Path) -> None:
+    """Issue 27.5: ``check`` answers in seconds and makes no job: passed with what it found against
+    the limits, or failed with the error a job would end with; the async twin and ``ideabench check``
+    answer the same."""
+    url, key, _log = service
+    with Client(url, key) as bench:
+        jobs_before = [j.job_id for j in bench.jobs()]
+        passed = bench.check("smoke", EXAMPLE)
+        assert passed.passed and passed.ended and passed.error is None, passed
+        assert passed.result and passed.result["parameters"] == {"idea": [321], "baseline": 321, "limit": 353}
+        assert passed.raw["links"]["submit"] == "/v1/ideas" and passed.raise_for_error() is passed
+        assert bench.get_check(passed.check_id) == passed
+        queued = bench.check("smoke", EXAMPLE, wait=False)
+        assert queued.status in ("pending", "running") and not queued.ended
+        assert bench.get_check(queued.check_id, wait=60).passed
+        with pytest.raises(InvalidRequest) as bad:  # the static checks: at once, as a submission's
+            bench.check("smoke", BAD)
+        assert bad.value.code == "invalid_code" and bad.value.status == 422
+        with pytest.raises(NotFound) as missing:
+            bench.get_check("chk_nope")
+        assert missing.value.code == "check_not_found"
+
+        async def failing() -> Any:
+            async with AsyncClient(url, key) as abench:
+                found = await abench.check("smoke", WIDE)
+                assert await abench.get_check(found.check_id) == found
+                return found
+
+        failed = asyncio.run(failing())
+        assert failed.status == "failed" and failed.result is None and failed.error, failed
+        assert failed.error["code"] == "parameter_parity" and failed.error["hint"]
+        with pytest.raises(InvalidRequest) as raised:
+            failed.raise_for_error()
+        assert raised.value.code == "parameter_parity"
+        assert [j.job_id for j in bench.jobs()] == jobs_before  # a check makes no job
+
+    env = {"IDEABENCH_URL": url, "IDEABENCH_KEY": key}
+    (tmp_path / "idea.py").write_text(EXAMPLE)
+    (tmp_path / "wide.py").write_text(WIDE)
+    ok = cli("check", str(tmp_path / "idea.py"), "--track", "smoke", env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert " passed " in ok.stdout and "parameters: idea 321 (limit 353; baseline 321)" in ok.stdout
+    assert "next: ideabench submit" in ok.stdout
+    wide = cli("check", str(tmp_path / "wide.py"), "--track", "smoke", "--json", env=env)
+    assert wide.returncode == 2, (wide.stdout, wide.stderr)  # like a submission refused
+    assert json.loads(wide.stdout)["error"]["code"] == "parameter_parity"
+    assert "error [parameter_parity]" in wide.stderr and "hint:" in wide.stderr
+
+
+@pytest.mark.slow
 def test_waits_outlast_the_keep_alive_and_the_stream_rotation(service: tuple[str, str, Path]) -> None:
     """A real job that runs longer than the server's keep-alive (``PING_S``) and its stream's
     life (``STREAM_MAX_S``): the sync and async waits and ``submit --wait`` read every event once,
@@ -92,7 +156,7 @@ def test_waits_outlast_the_keep_alive_and_the_stream_rotation(service: tuple[str
             raw.extend(response.iter_bytes())
 
     with Client(url, key) as bench:
-        job = bench.submit("smoke", EXAMPLE, name="long-wait")
+        job = bench.submit("smoke", SLOW_EXAMPLE, name="long-wait")
         reader = threading.Thread(target=read_raw, args=(job.job_id,))
         reader.start()
         started = time.monotonic()
@@ -107,7 +171,7 @@ def test_waits_outlast_the_keep_alive_and_the_stream_rotation(service: tuple[str
 
     async def follow() -> list[int]:
         async with AsyncClient(url, key) as bench:
-            job = await bench.submit("smoke", EXAMPLE, name="long-wait-async")
+            job = await bench.submit("smoke", SLOW_EXAMPLE, name="long-wait-async")
             return [e.id async for e in bench.events(job.job_id)]
 
     ids = asyncio.run(follow())

@@ -17,11 +17,12 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.client.test_client import WIDE
 from tests.workers.test_end_to_end import EXAMPLE
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = {"list_tracks", "describe_track", "submit_idea", "wait_for_job", "get_report", "search_reports",
-         "compare_numbers", "cancel_job", "list_jobs", "get_job"}
+         "compare_numbers", "cancel_job", "list_jobs", "get_job", "check_idea", "get_check"}
 
 
 def _json(result: Any) -> Any:
@@ -110,6 +111,10 @@ def test_every_tool_reads_well_for_an_llm(service: tuple[str, str, Path]) -> Non
     assert "cancelled" in json.dumps(tools["list_jobs"].input_schema["properties"]["status"])
     assert {"hparams", "mechanism", "idempotency_key"} <= set(tools["submit_idea"].input_schema["properties"])
     assert tools["get_report"].annotations.read_only_hint and tools["cancel_job"].annotations.destructive_hint
+    check = tools["check_idea"]
+    assert check.annotations.idempotent_hint and not check.annotations.destructive_hint
+    assert not check.annotations.read_only_hint and "check_idea" in (tools["submit_idea"].description or "")
+    assert {"track", "code", "baseline_code", "hparams", "mechanism"} <= set(check.input_schema["properties"])
 
     async def keyless() -> dict[str, Any]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("IDEABENCH_")}
@@ -120,6 +125,29 @@ def test_every_tool_reads_well_for_an_llm(service: tuple[str, str, Path]) -> Non
 
     missing = asyncio.run(keyless())
     assert missing["code"] == "missing_api_key" and "IDEABENCH_KEY" in missing["hint"]
+
+
+@pytest.mark.slow
+def test_check_idea_before_submit_idea(service: tuple[str, str, Path]) -> None:
+    """Issue 27.5: check_idea answers passed (what it found) or failed (the error a job would end
+    with) as structured content, and says what to call next; a static error is a tool error."""
+    url, key, _log = service
+
+    async def session() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+        async with stdio(url, key) as client:
+            passed = _json(await client.call_tool("check_idea", {"track": "smoke", "code": EXAMPLE}))
+            again = _json(await client.call_tool("get_check", {"check_id": passed["check_id"]}))
+            failed = _json(await client.call_tool("check_idea", {"track": "smoke", "code": WIDE}))
+            bad = _error(await client.call_tool("check_idea", {"track": "smoke", "code": "def build_model(:\n"}))
+            return passed, again, failed, bad
+
+    passed, again, failed, bad = asyncio.run(session())
+    assert passed["status"] == "passed" and passed["result"]["parameters"]["idea"] == [321], passed
+    assert "submit_idea" in passed["next"] and again["check_id"] == passed["check_id"]
+    assert again["status"] == "passed"
+    assert failed["status"] == "failed" and failed["error"]["code"] == "parameter_parity" and failed["error"]["hint"]
+    assert "check_idea" in failed["next"]
+    assert bad["code"] == "invalid_code" and bad["hint"]
 
 
 @pytest.mark.slow

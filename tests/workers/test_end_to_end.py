@@ -318,3 +318,16 @@ def test_sigterm_drains_the_worker_finishes_its_job_and_claims_no_other(sqlite_s
     finally:
         stop_worker(worker)
         app.state.engine.dispose()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stack", ["embedded"], indirect=True)
+def test_a_check_is_answered_by_the_workers_check_thread(stack: Any) -> None:
+    """Issue 27.5: POST /v1/ideas/check waits for a real worker's check thread, in seconds."""
+    _app, client, token, log = stack
+    started = time.monotonic()
+    answer = client.post("/v1/ideas/check?wait=60", json={"track": "smoke", "code": EXAMPLE}, headers=bearer(token))
+    assert answer.status_code == 200, (answer.text, log.read_text()[-3000:])
+    assert answer.json()["status"] == "passed" and answer.json()["result"]["parameters"]["idea"] == [321]
+    assert time.monotonic() - started < 60
+    assert client.get("/v1/jobs", headers=bearer(token)).json()["items"] == []
