@@ -34,6 +34,7 @@ from app.settings import Settings
 
 COOKIE = "ideabench_session"
 SECRET_FILE = "session_secret"
+JOB_ROLES = frozenset({Role.AGENT, Role.OPERATOR})
 
 
 def session_secret(settings: Settings) -> str:
@@ -69,6 +70,11 @@ class Viewer:
     @property
     def is_operator(self) -> bool:
         return self.caller.is_operator
+
+    @property
+    def sees_jobs(self) -> bool:
+        """Agent and operator keys (``GET /v1/jobs`` is theirs); a viewer key reads reports only."""
+        return self.caller.role in JOB_ROLES
 
 
 class Sessions:
@@ -135,6 +141,15 @@ async def current_operator(viewer: Annotated[Viewer, Depends(current_viewer)]) -
     return viewer
 
 
+async def current_submitter(viewer: Annotated[Viewer, Depends(current_viewer)]) -> Viewer:
+    """The signed-in user if an agent or operator (who may read jobs, as in the API), else 403
+    ``forbidden_role``."""
+    if not viewer.sees_jobs:
+        raise ApiError(403, ApiCode.FORBIDDEN_ROLE, "The job pages are for agent and operator keys.",
+                       "Sign in with an agent or operator key; a viewer key reads the reports.")
+    return viewer
+
+
 def origin_of(request: Request) -> tuple[str, str]:
     """(scheme, host) browsers reach this service at: ``public_origin`` when set (behind a
     proxy), else the request's own."""
@@ -162,3 +177,4 @@ def check_csrf(request: Request, viewer: Viewer, token: str) -> None:
 
 ViewerDep = Annotated[Viewer, Depends(current_viewer)]
 OperatorViewerDep = Annotated[Viewer, Depends(current_operator)]
+SubmitterViewerDep = Annotated[Viewer, Depends(current_submitter)]

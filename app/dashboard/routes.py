@@ -1,7 +1,8 @@
 """The dashboard's pages: server-rendered HTML (Jinja2) from the services the API uses.
 
 Pages: verdict history (``/dashboard``), the reports table, one report, the tracks and one
-track, and the operator page; sign-in and sign-out. Charts are Plotly figures built in
+track, the jobs table and one job (agents their own, operators every job), and the operator
+page; sign-in and sign-out. Charts are Plotly figures built in
 ``app.dashboard.charts`` and drawn by the plotly.js that ships in the ``plotly`` package,
 served from here: a page loads nothing from another host (its Content-Security-Policy says
 so to the browser as well).
@@ -29,6 +30,7 @@ from app.dashboard import charts
 from app.dashboard.auth import (
     OperatorViewerDep,
     Sessions,
+    SubmitterViewerDep,
     Viewer,
     ViewerDep,
     check_csrf,
@@ -40,7 +42,8 @@ from app.errors import ApiCode, ApiError
 from app.health.state import failures_by_day, job_stages, read_state, running_jobs
 from app.jobs import repository as jobs_repository
 from app.jobs import service as jobs_service
-from app.jobs.models import JobStatus
+from app.jobs.models import FINISHED, JobStatus
+from app.jobs.schemas import JobView
 from app.reports import service as reports_service
 from app.reports.repository import ReportFilters
 from app.reports.routes import IsoDate, ReportQueryDep
@@ -258,6 +261,56 @@ def track(request: Request, ident: str, session: SessionDep, viewer: ViewerDep,
                 defaults_json=json.dumps(card.defaults, indent=1))
 
 
+# --- jobs ------------------------------------------------------------------------------------
+
+def _duration_s(view: JobView, now: dt.datetime) -> float | None:
+    """Seconds from start to end (a running job's: so far); None before it started."""
+    if view.started_at is None:
+        return None
+    return ((view.finished_at or now) - view.started_at).total_seconds()
+
+
+@router.get("/jobs")
+def jobs(
+    request: Request, session: SessionDep, viewer: SubmitterViewerDep,
+    status: JobStatus | None = None,
+    track: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = PAGE_SIZE,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=2000)] = None,
+) -> HTMLResponse:
+    """Jobs newest first, as ``GET /v1/jobs`` lists them (an agent's own, every job for
+    operators), filtered by status and track, cursor-paged; each with its error code."""
+    found, next_cursor = jobs_service.list_visible(session, viewer.caller, status=status, track=track,
+                                                   limit=limit, cursor=cursor)
+    now = db_now(session)
+    rows = [jobs_service.job_view(j) for j in found]
+    params = dict(request.query_params)
+    params.pop("cursor", None)
+    next_url = f"/dashboard/jobs?{_query(**params, cursor=next_cursor)}" if next_cursor else None
+    first_url = f"/dashboard/jobs?{_query(**params)}" if cursor else None
+    return page(request, "jobs.html", viewer, page_rows=rows, durations={r.job_id: _duration_s(r, now) for r in rows},
+                next_url=next_url, first_url=first_url, tracks=_track_names(session), form=params,
+                statuses=[s.value for s in JobStatus])
+
+
+@router.get("/jobs/{job_id}")
+def job(request: Request, job_id: str, session: SessionDep, viewer: SubmitterViewerDep) -> HTMLResponse:
+    """One job, as ``GET /v1/jobs/{id}`` gives it: status, times, progress, its error (code,
+    message, hint), its callback's deliveries, the timeline, its report; a cancel form for operators."""
+    try:
+        found = jobs_service.get_visible_job(session, job_id, viewer.caller)
+    except ApiError as exc:  # the same 404 for a missing job and another key's, with this face's hint
+        raise ApiError(exc.status, exc.code, exc.message, "Your jobs are listed at /dashboard/jobs.") from None
+    position = jobs_repository.queue_position(session, found) if found.status == JobStatus.QUEUED.value else None
+    view = jobs_service.job_view(found, queue_position=position, session=session)
+    finished = view.status in FINISHED
+    cancelled = _job_id_or_none(request.query_params.get("cancelled"))
+    return page(request, "job.html", viewer, view=view, finished=finished,
+                duration=_duration_s(view, db_now(session)), timeline=_timeline(session, view.job_id, viewer),
+                can_cancel=viewer.is_operator and not finished and not view.cancel_requested,
+                cancelled=cancelled == view.job_id)
+
+
 # --- operator --------------------------------------------------------------------------------
 
 @router.get("/operator")
@@ -274,7 +327,7 @@ def operator(request: Request, session: SessionDep, viewer: OperatorViewerDep) -
     depth = {"cpu": 0, "gpu": 0, **state.queue_depth}
     return page(request, "operator.html", viewer, state=state, running=running, queued=queued, depth=depth,
                 figure=charts.failures_figure(by_day, since.date(), now.date()), worker_seen_s=settings.worker_seen_s,
-                cancelled=_job_id_or_none(request.query_params.get("cancelled")),
+                cancelled=_job_id_or_none(request.query_params.get("cancelled")), failed_status=JobStatus.FAILED.value,
                 n_running=sum(n for status, _, n in state.jobs if status == JobStatus.RUNNING.value))
 
 
@@ -285,12 +338,15 @@ def _job_id_or_none(value: str | None) -> str | None:
 
 @router.post("/jobs/{job_id}/cancel")
 def cancel(request: Request, job_id: str, session: SessionDep, viewer: OperatorViewerDep,
-           csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
-    """Cancel a queued job, or ask its worker to stop a running one (operators; CSRF-checked)."""
+           csrf: Annotated[str, Form(max_length=200)] = "",
+           back: Annotated[Literal["operator", "job"], Form()] = "operator") -> Response:
+    """Cancel a queued job, or ask its worker to stop a running one (operators; CSRF-checked);
+    then back to the operator page, or to the job's page (``back=job``)."""
     check_csrf(request, viewer, csrf)
     jobs_service.cancel(session, job_id, viewer.caller)
     session.commit()
-    return RedirectResponse(f"/dashboard/operator?{_query(cancelled=job_id)}", status_code=303)
+    target = f"/dashboard/jobs/{job_id}" if back == "job" else "/dashboard/operator"
+    return RedirectResponse(f"{target}?{_query(cancelled=job_id)}", status_code=303)
 
 
 # --- static files and errors -----------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The dashboard in headless Chromium, on reports a real worker judged: every page renders at a
 desktop and a phone width with nothing loaded from elsewhere; the charts hold the right number
 of points; the filters change the table; an operator cancels a running job from the page; a
-viewer cannot reach the operator page."""
+viewer cannot reach the operator page; an agent reads its own failed job's error on the job
+pages and cannot open another key's job, while an operator sees every job."""
 
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ def test_every_page_renders_with_nothing_from_elsewhere(service: Service, signed
     page = signed_in("operator", width)
     for name, path in (("history", "/dashboard"), ("reports", "/dashboard/reports"),
                        ("report", f"/dashboard/reports/{report['report_id']}"), ("tracks", "/dashboard/tracks"),
-                       ("track", "/dashboard/tracks/smoke"), ("operator", "/dashboard/operator")):
+                       ("track", "/dashboard/tracks/smoke"), ("operator", "/dashboard/operator"),
+                       ("jobs", "/dashboard/jobs"), ("job", f"/dashboard/jobs/{report['job_id']}")):
         answer = page.open(path)
         assert answer.status == 200, (path, answer.status)
         assert page.page.locator("main h1").count() == 1
@@ -211,3 +213,62 @@ def test_text_an_agent_chose_is_shown_as_text(service: Service, signed_in: Any) 
     assert HOSTILE["summary"] in page.page.inner_text("p.summary")
     assert HOSTILE["warning"] in page.page.inner_text("#warnings")
     assert HOSTILE["quantity"] in page.page.inner_text("#mechanism")  # the chart's title, as typed
+
+
+# Passes every check before the queue; its worker finds the output one wider than the spec's.
+WRONG_SHAPE = """
+from torch import nn
+
+def build_model(spec):
+    return nn.Linear(spec["input_shape"][0], spec["output_shape"][0] + 1)
+"""
+
+
+def test_job_pages_show_an_agent_its_own_errors_and_an_operator_every_job(service: Service,
+                                                                        signed_in: Any) -> None:
+    from app.db import utcnow
+    from tests.app.factories import insert_job, key_id
+
+    job = service.submit(WRONG_SHAPE, "too wide")
+    ended = service.wait_status(job, {"succeeded", "failed", "cancelled"}, timeout=120)
+    assert ended["status"] not in ("succeeded", "cancelled") and ended["error"]["hint"], ended
+    error = ended["error"]
+    with service.sessions() as session:  # another key's job (ended: no worker claims it)
+        other = insert_job(session, key_id(service.keys["operator"]), status=ended["status"], name="not yours",
+                           finished_at=utcnow(), error_code="timeout", error_message="ran past 1800 s",
+                           error_hint="make it faster").id
+        session.commit()
+
+    agent = signed_in("agent", "phone")
+    agent.page.click("nav a:text-is('Jobs')")
+    agent.page.wait_for_url("**/dashboard/jobs")
+    row = agent.page.locator(f"#jobs tr[data-job={job}]")
+    assert row.locator("code.error-code").inner_text() == error["code"]
+    assert agent.count(f"#jobs tr[data-job={other}]") == 0
+    row.locator("a").first.click()
+    agent.page.wait_for_url(f"**/dashboard/jobs/{job}")
+    assert agent.page.locator("#job-error").get_attribute("data-code") == error["code"]
+    assert agent.page.inner_text("#job-error .message") == error["message"]
+    assert error["hint"] in agent.page.inner_text("#job-error .hint")
+    assert agent.count("#timeline tbody tr") >= 3  # queued, started, ..., ended
+    assert agent.count("#cancel") == 0
+    assert agent.page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    agent.shot("job-failed")
+    assert agent.errors == []
+    answer = agent.open(f"/dashboard/jobs/{other}")
+    assert answer.status == 404 and agent.count("section.problem[data-code=job_not_found]") == 1
+    assert "not yours" not in agent.page.inner_text("main")
+
+    operator = signed_in("operator")
+    operator.open("/dashboard/jobs")
+    every = [j["job_id"] for j in service.api("GET", "/v1/jobs?limit=200")["items"]]
+    assert [r.get_attribute("data-job") for r in operator.page.locator("#jobs tbody tr[data-job]").all()] == every
+    assert {job, other} <= set(every) and len(every) > len(service.api("GET", "/v1/jobs?limit=200", "agent")["items"])
+    operator.page.select_option("select[name=status]", ended["status"])
+    operator.page.click("form.filters button[type=submit]")
+    operator.page.wait_for_url(f"**status={ended['status']}*")
+    statuses = {r.get_attribute("data-status") for r in operator.page.locator("#jobs tbody tr[data-job]").all()}
+    assert statuses == {ended["status"]}
+    assert operator.open(f"/dashboard/jobs/{other}").status == 200
+    assert operator.page.locator("#job-error").get_attribute("data-code") == "timeout"
+    assert operator.errors == []
