@@ -238,6 +238,12 @@ class ArmRunner:
         counts, buffers, flops, tensors = [], [], [], []
         for hparams in cmd["configs"]:
             model = self._build(hparams, init_seed=self.init_seeds[0])
+            # counted as built, before any forward: a train-mode forward rewrites running
+            # statistics with data, which would count as what the model holds
+            n_params, n_buffers = model.counts()
+            counts.append(n_params)
+            buffers.append(n_buffers)
+            tensors.append(len(model._parameters))
             try:
                 check_output_shape(model, x, self.spec["output_shape"], self.role)
             except BenchError:
@@ -255,10 +261,6 @@ class ArmRunner:
                                      "The submodule must exist in both arms (the baseline's too), be called "
                                      "once with one activation in and one out, train a parameter and feed "
                                      "the model's output (docs/idea-contract.md).") from None
-            n_params, n_buffers = model.counts()
-            counts.append(n_params)
-            buffers.append(n_buffers)
-            tensors.append(len(model._parameters))
             try:
                 flops.append(flops_per_example(model, x))
             except Exception as exc:

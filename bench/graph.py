@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import operator
+import zlib
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -453,17 +454,23 @@ def _fits(value: Any, jit_type: Any) -> bool:
     return False  # generators, streams, storages, anything else: never from a capture
 
 
-def _literal_words(value: Any) -> int:
-    """How many 32-bit words of the graph's own data ``value`` holds: every number (1), every
-    string (its length / 4), in any argument. Sizes, dims and indices count too: a table of
-    2,000 values written as ``select(arange(4096), 0, k)`` indices passed as "4 words" when only
-    data-typed arguments counted (red team); honest models hold 0 to 67 such numbers."""
+def _literal_bits(value: Any) -> int:
+    """How many bits of the graph's own data ``value`` holds, in any argument: an integer its
+    length in bits and a sign (a size, dim or index: a few bits), another number 32, a string 8 a
+    character. Sizes, dims and indices count too: a table of 2,000 values written as
+    ``select(arange(4096), 0, k)`` indices passed as "4 words" when only data-typed arguments
+    counted (red team); counted one word a number, honest models held 0 to 80 of them, and an
+    idea's shapes and dims beyond its baseline's filled a room meant for fixed maps."""
     if isinstance(value, list | tuple):
-        return sum(_literal_words(v) for v in value)
-    if isinstance(value, bool | int | float):
+        return sum(_literal_bits(v) for v in value)
+    if isinstance(value, bool):
         return 1
+    if isinstance(value, int):
+        return abs(value).bit_length() + 1
+    if isinstance(value, float):
+        return abs(int(value)).bit_length() + 1 if value.is_integer() and abs(value) < 2**24 else 32
     if isinstance(value, str):
-        return -(-len(value) // 4)
+        return 8 * len(value)
     return 0
 
 
@@ -471,8 +478,8 @@ def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) 
     """Deny by default: a node's arguments must bind to its op's schema (positional arguments
     at most as many as it has, keyword names among its own, each once, every argument without
     a default given) with values of the argument's type; a size-arithmetic op takes one or
-    two numbers or nodes and no keywords. ``not_capturable`` otherwise. Returns how many words
-    of literal data the node holds (``_literal_words``)."""
+    two numbers or nodes and no keywords. ``not_capturable`` otherwise. Returns how many bits
+    of literal data the node holds (``_literal_bits``)."""
     def refused(why: str) -> BenchError:
         return not_capturable(f"the graph calls {name[:80]!r} with arguments ideabench refuses: {why}")
 
@@ -486,7 +493,7 @@ def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) 
         elif not all(isinstance(a, fx.Node) or (isinstance(a, int | float) and not isinstance(a, bool))
                      for a in args):
             raise refused("size arithmetic takes nodes and numbers")
-        return _literal_words(args)
+        return _literal_bits(args)
     arguments = target._schema.arguments
     positional = [a for a in arguments if not a.kwarg_only]
     if len(args) > len(positional):
@@ -508,7 +515,7 @@ def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) 
             raise refused(f"argument {argument.name!r} is not a {argument.real_type}")
         elif argument.name in INT_ENUMS and given[argument.name] not in range(INT_ENUMS[argument.name]):
             raise refused(f"argument {argument.name!r} is none of its modes")
-    return sum(_literal_words(given[a.name]) for a in arguments if a.name in given)
+    return sum(_literal_bits(given[a.name]) for a in arguments if a.name in given)
 
 
 def _decode(value: Any, env: dict[str, fx.Node], device: torch.device) -> Any:
@@ -541,7 +548,7 @@ class Signature:
 
     inputs: tuple[tuple[str, str], ...]  # (kind, target); "user" has target ""
     mutations: tuple[str, ...]  # buffer targets the graph returns new values for, in order
-    literals: int = 0  # words of literal data the graph holds (check_call), counted with the buffers
+    literals: int = 0  # 32-bit words of literal data the graph holds (check_call's bits), counted with the buffers
 
 
 def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
@@ -575,7 +582,7 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
     if [n.get("name") for n in placeholders] != [i.get("name") for i in inputs]:
         raise not_capturable("the graph's inputs do not match its signature")
     saw_output = False
-    literals = 0
+    literal_bits = 0
     for index, node in enumerate(nodes):
         if not isinstance(node, dict) or saw_output:
             raise not_capturable("the captured graph is malformed")
@@ -597,7 +604,7 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
             decoded = {k: _decode(v, env, device) for k, v in kwargs.items() if isinstance(k, str)}
             if len(decoded) != len(kwargs):
                 raise not_capturable("the captured graph is malformed (arguments)")
-            literals += check_call(str(node.get("target")), target, args, decoded)
+            literal_bits += check_call(str(node.get("target")), target, args, decoded)
             if str(node.get("target")) in INTEGER_DIVISIONS:
                 target = _no_integer_division(target)
             env[name] = graph.call_function(target, tuple(args), decoded)
@@ -623,7 +630,7 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
     module = Program(graph)
     signature = Signature(
         inputs=tuple((str(i["kind"]), str(i.get("target", "")) if i["kind"] != "user" else "") for i in inputs),
-        mutations=mutations, literals=literals,
+        mutations=mutations, literals=-(-literal_bits // 32),
     )
     return module, signature
 
@@ -807,17 +814,31 @@ class CapturedModel(nn.Module):
         return [t for t in tensors if t is not None]
 
     def counts(self) -> tuple[int, int]:
-        """(parameters, buffers + constants + data literals) in 32-bit words (bytes / 4, rounded
-        up per tensor): what the model holds. A float32 element is one word; a float64 or int64
-        element two, a complex128 four (the diabetes rows packed into 226 complex128 elements
-        passed a cap of 385 counted by element); each literal number one."""
+        """(parameters in 32-bit words, what buffers, constants and data literals hold in 32-bit
+        words). A parameter's words are its bytes / 4, rounded up (a float64 element two, a
+        complex128 four: the diabetes rows packed into 226 complex128 elements passed a cap of
+        385 counted by element). Buffers and constants are counted by the information they hold
+        (``info_words``), each literal number as one word."""
         n_params = sum(_words(p) for p in self._parameters.values() if p is not None)
-        n_buffers = sum(_words(b) for b in self._buffers.values() if b is not None)
+        n_buffers = sum(info_words(b) for b in self._buffers.values() if b is not None)
         return n_params, n_buffers + self.literals
 
 
 def _words(tensor: torch.Tensor) -> int:
     return -(-tensor.numel() * tensor.element_size() // 4)
+
+
+def info_words(tensor: torch.Tensor) -> int:
+    """What a buffer or constant holds, in 32-bit words: one for a constant (every entry equal:
+    zeros, ones, a running statistic's start), else its bytes compressed (zlib, level 9: no
+    decodable code is shorter than the information it carries), at most its raw words. A fixed
+    map repeated per channel is cheap; a packed table or network is not (red team: vision's
+    pretrained baseline at 3 bits a weight in an int32 buffer, 190 raw words, is 190 here)."""
+    flat = tensor.detach().flatten()
+    if flat.numel() < 2 or bool((flat == flat[0]).all()):
+        return 1 if flat.numel() else 0
+    packed = zlib.compress(flat.cpu().contiguous().numpy().tobytes(), 9)
+    return min(_words(tensor), -(-len(packed) // 4))
 
 
 def rebuild(docs: dict[str, Any], tensors: dict[str, np.ndarray], device: torch.device) -> CapturedModel:

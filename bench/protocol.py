@@ -414,18 +414,17 @@ class _Job:
         base_buffers = max(int(n) for n in checked["baseline"]["n_buffers"])
         if self.request.canonical is not None:  # a matched baseline: parity against the track's own
             base, base_buffers = int(self.request.canonical["n_params"]), int(self.request.canonical["n_buffers"])
-        cap = int(self.card.get("buffer_cap") or base_buffers + max(MIN_BUFFER_ROOM, base // 8))
+        cap = int(self.card.get("buffer_cap") or base_buffers + MIN_BUFFER_ROOM)
         return base, float(self.card.get("param_parity_ratio", 1.10)), cap
 
     def check_parity(self, checked: dict[str, dict[str, Any]]) -> None:
         """Parity as a rule (PROTOCOL.md section 1), on the trusted trainers' counts: every idea
         config holds at most ``param_parity_ratio`` times the baseline's parameters, at most
         ``max_tensors`` parameter tensors (the bench redraws their values: bench.redraw), and
-        at most ``buffer_cap`` words of buffers, constants and literals (default: the baseline's
-        own plus an eighth of its parameters, at least ``MIN_BUFFER_ROOM``: room for
-        normalisation statistics and fixed maps, as seed 000's exact derivative maps match its
-        baseline's finite-difference ones; none for a table of the data or a trained network:
-        a cap of the baseline's whole parameter count held a frozen copy of it, pretrained)."""
+        at most ``buffer_cap`` words of information in buffers, constants and literals (default:
+        the baseline's own plus ``MIN_BUFFER_ROOM``: room for normalisation statistics and fixed
+        maps, as seed 000's exact derivative maps match its baseline's finite-difference ones;
+        none for a table of the data or a trained network, even packed a few bits a weight)."""
         base, ratio, cap = self.parity_limits(checked)
         tensor_cap = max_tensors(max(int(n) for n in checked["baseline"].get("n_tensors", [0])))
         for hparams, n_params, n_buffers, n_tensors in zip(
@@ -450,9 +449,11 @@ class _Job:
             if n_buffers > cap:
                 raise BenchError(
                     ErrorCode.PARAMETER_PARITY,
-                    f"The idea holds {n_buffers} words (32-bit) of buffers, constants and literal numbers"
-                    f"{where}; this track allows {cap} (its buffer_cap): room for normalisation "
-                    "statistics, not for a table.",
+                    f"The idea's buffers, constants and literal numbers hold {n_buffers} words (32-bit, "
+                    f"compressed){where}; this track allows {cap} (its buffer_cap): room for "
+                    "normalisation statistics and small fixed maps, not for a table or a network.",
+                    "Build fixed maps in forward from a few numbers (torch.eye, an outer product, "
+                    "expand per channel) instead of storing them.",
                 )
         self.buffers = {arm: max(int(n) for n in checked[arm]["n_buffers"]) for arm in ARMS}
         self.check_compute(checked, base)
@@ -1193,7 +1194,11 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
     return dataclasses.replace(request, canonical=found, timeout_s=max(1.0, remaining))
 
 
-MIN_BUFFER_ROOM = 256  # words of buffers and constants any idea may hold beyond its baseline's
+# What an idea's buffers, constants and literals may hold beyond its baseline's, in 32-bit words of
+# information (bench.graph.info_words): 1,024 bits, room for the fixed maps of every example (the
+# vision example's blur kernels 29 words, seed 002's pair indices 24), not for a network: 273
+# words held vision's pretrained baseline at 3 bits a weight (red team).
+MIN_BUFFER_ROOM = 32
 MIN_FREE_BYTES = 64 * 2**20  # below this on the temporary directory's disk, no job starts
 
 

@@ -14,20 +14,11 @@ from app.checks.models import IdeaCheck
 from app.checks.service import expire
 from app.jobs.models import Job
 from bench.catalog import get_card
+from tests.bench.test_check import WIDE
 from tests.conftest import bearer
 from workers.checks import answer_one
 
 EXAMPLE = get_card("smoke")["example_idea"]
-WIDE = """
-from torch import nn
-
-HPARAMS = {"width": [32, 400]}
-
-
-def build_model(spec):
-    w = spec["hparams"]["width"]
-    return nn.Sequential(nn.Linear(spec["n_features"], w), nn.ReLU(), nn.Linear(w, 1))
-"""
 
 
 def worker(app: Any) -> Any:

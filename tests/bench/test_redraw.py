@@ -64,3 +64,36 @@ def test_pretrained_digits_know_nothing_once_redrawn() -> None:
 
 def test_the_tensor_cap() -> None:
     assert max_tensors(6) == 64 and max_tensors(19) == 76
+
+
+def test_a_non_finite_entry_does_not_switch_the_redraw_off() -> None:
+    """Red team: one +inf appended to each pretrained tensor (sliced off in forward) made the
+    redraw skip it, and the network trained from its pretrained values (worked / helps on
+    vision@2, 0.072 vs 0.240). A non-finite initial value is refused."""
+    from bench.errors import BenchError, ErrorCode
+
+    hostile = importlib.import_module("tests.security.hostile.pretrained_inf_pad")
+    docs, arrays = capture_docs(hostile.build_model(vision.CARD["spec"]), [1, 8, 8])
+    tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    with pytest.raises(BenchError) as caught:
+        redraw(tensors, parameters_of(docs), 5)
+    assert caught.value.code is ErrorCode.NOT_CAPTURABLE and "non-finite" in caught.value.message
+
+
+def test_buffers_are_counted_by_what_they_hold() -> None:
+    """Red team: vision's pretrained baseline at 3 bits a weight, packed into an int32 buffer of
+    190 words, fitted the old cap of 273 words (worked / helps, 0.078 vs 0.248). Counted by
+    information (compressed, a constant one word) against the baseline's own plus 32 words, it
+    is parity-refused; the fixed maps of the examples still fit."""
+    from bench.graph import info_words
+    from bench.protocol import MIN_BUFFER_ROOM
+
+    hostile = importlib.import_module("tests.security.hostile.pretrained_packed")
+    model = rebuild(*capture_docs(hostile.build_model(vision.CARD["spec"]), [1, 8, 8]), torch.device("cpu"))
+    base = rebuild(*capture_docs(vision.build_baseline(vision.CARD["spec"]), [1, 8, 8]), torch.device("cpu"))
+    assert model.counts()[1] > base.counts()[1] + MIN_BUFFER_ROOM + 100
+    example = importlib.import_module("tracks.vision.example_idea")
+    blur = rebuild(*capture_docs(example.build_model(vision.CARD["spec"]), [1, 8, 8]), torch.device("cpu"))
+    assert blur.counts()[1] <= base.counts()[1] + MIN_BUFFER_ROOM
+    assert info_words(torch.zeros(1000)) == 1 and info_words(torch.ones(3, 3).expand(64, 3, 3).clone()) < 20
+    assert info_words(torch.randn(1000)) > 900  # noise hardly compresses

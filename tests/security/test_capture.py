@@ -193,7 +193,7 @@ def test_a_buffer_cannot_grow_into_a_table_of_the_data() -> None:
     with pytest.raises(BenchError) as info:
         model(torch.randn(5, 8))
     assert info.value.code == ErrorCode.NOT_CAPTURABLE and "changes shape" in info.value.message
-    assert model.counts()[1] - model.literals == 8  # the buffer did not grow (the graph holds literals too)
+    assert model.mem.shape == (1, 8) and model.counts()[1] - model.literals == 1  # it did not grow (zeros: one word)
 
 
 def test_a_graph_nested_thousands_deep_is_refused_not_a_crash(tmp_path: Path) -> None:
@@ -232,7 +232,7 @@ def test_every_parameter_trains_and_every_tensor_is_counted() -> None:
     spec = {"input_shape": [8]}
     docs, tensors = capture_docs(Frozen(), spec["input_shape"])
     rebuilt = rebuild(docs, tensors, torch.device("cpu"))
-    assert rebuilt.counts() == (8 + 1 + 800, 50 + 1)  # the buffer, and the literal 0.0
+    assert rebuilt.counts() == (8 + 1 + 800, 1 + 1)  # the buffer (a constant: one word), and the literal 0.0
     assert all(p.requires_grad for p in rebuilt.parameters())
 
 

@@ -300,7 +300,7 @@ def test_literal_numbers_count_with_the_buffers(job_tmp: Path) -> None:
 
 def test_tensors_are_counted_in_words_not_elements() -> None:
     """The 442 diabetes rows packed into a complex128 buffer of 226 elements passed a cap of 385
-    counted by element; in 32-bit words it holds 904."""
+    counted by element; in 32-bit words it holds 904 (compressed: random numbers hardly shrink)."""
     import torch
     from torch import nn
 
@@ -310,13 +310,13 @@ def test_tensors_are_counted_in_words_not_elements() -> None:
         def __init__(self) -> None:
             super().__init__()
             self.read = nn.Linear(8, 1)
-            self.register_buffer("table", torch.zeros(226, dtype=torch.complex128))
+            self.register_buffer("table", torch.randn(226, dtype=torch.complex128, generator=torch.Generator().manual_seed(0)))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.read(x) + self.table.real.sum() * 0.0
 
     n_params, n_buffers = through_capture(Packed(), [8]).counts()
-    assert n_params == 9 and n_buffers == 226 * 4 + 1  # the table, and the literal 0.0
+    assert n_params == 9 and 800 < n_buffers <= 226 * 4 + 1  # the table (hardly compressible), and the literal 0.0
 
 
 @pytest.mark.parametrize("name", ["tied_block.py", "broadcast_dense.py"])
