@@ -1028,7 +1028,7 @@ def check(request: JudgeRequest, cancel: threading.Event | None = None) -> dict[
     seeds or data is touched, so a check tells a file nothing a job would use. A matched
     baseline is not judged against the canonical one here (a job does that first)."""
     if request.custom_track is not None:
-        raise BenchError(ErrorCode.INVALID_HPARAMS, "A check runs on built-in tracks only.",
+        raise BenchError(ErrorCode.UNKNOWN_TRACK, "A check runs on built-in tracks only.",
                          "Submit the idea to the custom track as a job; its errors come back the same way.")
     return judge(dataclasses.replace(request, check_only=True), cancel=cancel)
 
@@ -1049,6 +1049,8 @@ def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, se
         "parameters": {"idea": [int(n) for n in checked["idea"]["n_params"]], "baseline": base,
                        "limit": math.floor(ratio * base)},
         "buffer_words": {"idea": [int(n) for n in checked["idea"]["n_buffers"]], "limit": cap},
+        "parameter_tensors": {"idea": [int(n) for n in checked["idea"]["n_tensors"]],
+                              "limit": max_tensors(max(int(n) for n in checked["baseline"]["n_tensors"]))},
         "flops_per_example": {"idea": flops["idea"], "baseline": base_flops,
                               "limit": compute_ratio * base_flops},
         "graph_sha256": list(job.capture_info["idea"].graph_sha256),

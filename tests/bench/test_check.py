@@ -34,6 +34,7 @@ def test_a_check_answers_what_a_job_would_enforce_and_touches_no_epoch_seed(monk
     assert found["passed"] is True and found["track"] == "smoke@1" and not events
     assert found["parameters"] == {"idea": [321], "baseline": 321, "limit": 353}
     assert found["buffer_words"] == {"idea": [0], "limit": 32}
+    assert found["parameter_tensors"] == {"idea": [4], "limit": 64}
     assert found["flops_per_example"]["limit"] == pytest.approx(4 * found["flops_per_example"]["baseline"])
     assert found["runs"]["planned"] > 0 and found["runs"]["at_most"] >= found["runs"]["planned"]
     assert found["execution"]["path"] in ("vectorized", "sequential") and len(found["graph_sha256"]) == 1
