@@ -1198,8 +1198,8 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
 
 # What an idea's buffers, constants and literals may hold beyond its baseline's, in 32-bit words of
 # information (bench.graph.info_words): 1,024 bits, room for the fixed maps of every example (the
-# vision example's blur kernels 29 words, seed 002's pair indices 24), not for a network: 273
-# words held vision's pretrained baseline at 3 bits a weight (red team).
+# vision example's blur kernels 16 words beyond its baseline's, seed 002's pair indices 21), not
+# for a network: 273 words held vision's pretrained baseline at 3 bits a weight (red team).
 MIN_BUFFER_ROOM = 32
 MIN_FREE_BYTES = 64 * 2**20  # below this on the temporary directory's disk, no job starts
 

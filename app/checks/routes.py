@@ -24,7 +24,8 @@ Wait = Annotated[float, Query(ge=0, le=60, description=(
 async def _answer(request: Request, response: Response, caller: SubmitterDep, check_id: str, wait: float
                   ) -> CheckView:
     sessions = request.app.state.sessionmaker
-    deadline = time.monotonic() + wait
+    # no answer held longer than the service's long-poll limit (as GET /v1/jobs/{id}?wait=)
+    deadline = time.monotonic() + min(wait, request.app.state.settings.long_poll_max_s)
 
     def read() -> CheckView:
         with sessions() as session:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.jobs.schemas import JobError
+from app.jobs.schemas import JobError, no_nul
 
 
 class IdeaCheckRequest(BaseModel):
@@ -22,6 +22,13 @@ class IdeaCheckRequest(BaseModel):
     baseline_code: str | None = Field(default=None, description="A matched baseline file (same contract).")
     hparams: dict[str, list[Any]] | None = Field(default=None, description="Extra sweep grid (as in POST /v1/ideas).")
     mechanism: dict[str, Any] | None = Field(default=None, description="A mechanism signature (as in POST /v1/ideas).")
+
+    @field_validator("track", "hparams", "mechanism")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        """The submission's rule (a fuzzed NUL in a mechanism key failed the IdeaSubmission the
+        static checks are made from: a 500)."""
+        return no_nul(value)
 
 
 class CheckLinks(BaseModel):

@@ -74,11 +74,16 @@ class IdeaSubmission(BaseModel):
     @field_validator("track", "name", "hypothesis", "hparams", "mechanism", "callback_url")
     @classmethod
     def _no_nul(cls, value: Any) -> Any:
-        """No NUL character in a text the database stores (Postgres refuses it in text and
-        JSON: that was a 500). The idea files are checked as source (``invalid_code``)."""
-        if _has_nul(value):
-            raise ValueError("must not contain the NUL character (\\u0000)")
-        return value
+        return no_nul(value)
+
+
+def no_nul(value: Any) -> Any:
+    """``value``, unless it holds a NUL character anywhere: none in a text the database stores
+    (Postgres refuses it in text and JSON: that was a 500). The idea files are checked as
+    source (``invalid_code``)."""
+    if _has_nul(value):
+        raise ValueError("must not contain the NUL character (\\u0000)")
+    return value
 
 
 def _has_nul(value: Any) -> bool:

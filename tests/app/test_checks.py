@@ -33,6 +33,9 @@ def test_static_errors_come_back_at_once_and_make_nothing(app: Any, client: Any,
     assert custom.status_code == 422 and custom.json()["code"] == "unknown_track" and "POST /v1/ideas" in custom.json()["hint"]
     assert client.post("/v1/ideas/check", json={"track": "smoke", "code": EXAMPLE},
                        headers=bearer(keys["viewer"])).status_code == 403
+    nul = client.post("/v1/ideas/check", json={"track": "smoke", "code": EXAMPLE, "mechanism": {"a\u0000": 1}},
+                      headers=bearer(keys["agent"]))  # the fuzzer's: a 500 once
+    assert nul.status_code == 422 and nul.json()["code"] == "validation_error", nul.text
     with app.state.sessionmaker() as session:
         assert session.scalar(select(func.count()).select_from(IdeaCheck)) == 0
 
