@@ -221,7 +221,7 @@ class ArmRunner:
         parameters = [t for kind, t in graphs["train"][1].inputs if kind == "parameter"]
         tensors = redraw(tensors, parameters, init_seed)
         model = CapturedModel(graphs, tensors, self.device)
-        n_params, _ = model.counts()
+        n_params = model.param_words()
         if n_params > self.param_cap:
             raise BenchError(
                 ErrorCode.TOO_MANY_PARAMETERS,
@@ -369,7 +369,7 @@ class ArmRunner:
                 np.save(f"kept_{run['run_id']}_{j}.npy", tensor.detach().cpu().numpy(), allow_pickle=False)
         send({
             "event": "run", "run_id": run["run_id"], "diverged": result.diverged,
-            "seconds": result.seconds, "n_params": result.model.counts()[0], "path": path,
+            "seconds": result.seconds, "n_params": result.model.param_words(), "path": path,
         })
 
     def _train_one(self, run: dict[str, Any], send: Any) -> None:

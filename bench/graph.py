@@ -819,9 +819,13 @@ class CapturedModel(nn.Module):
         complex128 four: the diabetes rows packed into 226 complex128 elements passed a cap of
         385 counted by element). Buffers and constants are counted by the information they hold
         (``info_words``), each literal number as one word."""
-        n_params = sum(_words(p) for p in self._parameters.values() if p is not None)
         n_buffers = sum(info_words(b) for b in self._buffers.values() if b is not None)
-        return n_params, n_buffers + self.literals
+        return self.param_words(), n_buffers + self.literals
+
+    def param_words(self) -> int:
+        """The parameters in 32-bit words (``counts()[0]``, without compressing the buffers:
+        what every build and run needs)."""
+        return sum(_words(p) for p in self._parameters.values() if p is not None)
 
 
 def _words(tensor: torch.Tensor) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from app.checks import service
 from app.errors import ApiCode
@@ -15,6 +16,7 @@ from bench.protocol import JudgeRequest, check
 from workers.context import WorkerContext
 
 log = logging.getLogger("ideabench.checks")
+EXPIRE_EVERY_S = 30.0  # how often a worker ends stale checks (each worker polls every check_poll_s)
 
 
 def answer_one(ctx: WorkerContext) -> bool:
@@ -56,10 +58,13 @@ class CheckRunner(threading.Thread):
 
     def run(self) -> None:
         settings = self.ctx.settings
+        expired_at = float("-inf")
         while not self._stop_event.is_set():
             try:
-                with self.ctx.sessions() as session:
-                    service.expire(session, settings.check_pending_s, 2 * settings.check_timeout_s + 60)
+                if time.monotonic() - expired_at >= EXPIRE_EVERY_S:  # an UPDATE, not every poll
+                    with self.ctx.sessions() as session:
+                        service.expire(session, settings.check_pending_s, 2 * settings.check_timeout_s + 60)
+                    expired_at = time.monotonic()
                 busy = answer_one(self.ctx)
             except Exception:  # the database may be briefly away; keep the thread alive
                 log.warning("check pass failed", exc_info=True)
