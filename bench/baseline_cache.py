@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.npy import read_npy
+
 FORMAT = 2  # 2: trained on the captured graph; a kept model's tensors as .npz
 # The engine code a baseline run's numbers depend on (hashed into every key).
 CODE_FILES = ("trainer.py", "vectorized.py", "child.py", "data.py", "seeding.py", "metrics.py", "graph.py", "redraw.py")
@@ -99,7 +101,7 @@ class BaselineCache:
             meta = json.loads(meta_path.read_text())
             if meta.get("format") != FORMAT or meta.get("key") != key:
                 return None
-            predictions = np.load(npy, allow_pickle=False)
+            predictions = read_npy(npy.read_bytes())
         except (OSError, ValueError):
             return None
         state = self._state(key)

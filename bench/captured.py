@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import math
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from bench.capture import graph_path, tensor_path
 from bench.errors import BenchError, ErrorCode
 from bench.family import graph_family
 from bench.graph import DTYPES, build_graph, eval_mutation, not_capturable
+from bench.npy import read_npy
 from bench.runner import ArmSession, load_npy, npy_header, open_output, write_new_file
 
 MAX_GRAPH_BYTES = 8 << 20
@@ -216,7 +218,7 @@ def import_more(session: ArmSession, capture: ArmCapture, config: int, first: in
                 max_elements: int = MAX_TENSOR_ELEMENTS) -> None:
     """Check and copy the tensors of ``count`` more init seeds (numbers ``first``...) of one
     captured config: each of the shape and dtype its first capture had, drawn like its first seed's."""
-    firsts = [np.load(capture.directory / tensor_path(config, 0, j), allow_pickle=False)
+    firsts = [read_npy((capture.directory / tensor_path(config, 0, j)).read_bytes())
               for j in range(len(capture.shapes[config]))]  # read once, not once per seed
     max_elements = min(max_elements, MAX_TENSOR_ELEMENTS)
     for seed in range(first, first + count):
@@ -256,9 +258,9 @@ def pack(arrays: list[np.ndarray]) -> bytes:
 def unpack(data: bytes, expected: tuple[tuple[tuple[int, ...], str], ...]) -> list[np.ndarray] | None:
     """``pack``'s arrays, or None when they do not match ``expected`` (a stale cache entry)."""
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            arrays = [archive[f"arr_{j}"] for j in range(len(expected))]
-    except (OSError, ValueError, KeyError):
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:  # np.savez's layout, read without np.load
+            arrays = [read_npy(archive.read(f"arr_{j}.npy")) for j in range(len(expected))]
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return None
     if [(tuple(a.shape), a.dtype.name) for a in arrays] != list(expected):
         return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.errors import BenchError, ErrorCode
+from bench.pyast import AST_LOCK
 
 MAX_SOURCE_BYTES = 64 * 1024
 MAX_RTOL, MAX_ATOL = 0.25, 0.01  # a close_to expectation's tolerances, at most
@@ -53,8 +54,9 @@ def parse_source(source: str, *, role: str = "idea", max_bytes: int = MAX_SOURCE
             "Send one Python file under the size limit; data must come from the track.",
         )
     try:
-        tree = ast.parse(source, filename=f"{role}.py")
-        compile(tree, f"{role}.py", "exec")
+        with AST_LOCK:
+            tree = ast.parse(source, filename=f"{role}.py")
+            compile(tree, f"{role}.py", "exec")
     except SyntaxError as exc:
         raise BenchError(
             ErrorCode.INVALID_CODE,

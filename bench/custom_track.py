@@ -29,6 +29,7 @@ from bench.catalog import planned_runs
 from bench.child import SPLIT_NAMES
 from bench.errors import BenchError, ErrorCode
 from bench.metrics import score
+from bench.npy import read_npy
 from bench.options import EngineOptions
 from bench.runner import ArmSession, directory_usage, load_npy, open_output
 from bench.sandbox import Limits
@@ -281,7 +282,7 @@ def as_track(track: CustomTrack, root: Path) -> Track:
         seed_dir = directory / str(split_seed)
         if not seed_dir.is_dir():
             raise BenchError(ErrorCode.INTERNAL, f"split seed {split_seed} of {track.id} was not generated.")
-        tensors = [torch.from_numpy(np.load(seed_dir / f"{name}.npy")) for name in SPLIT_NAMES]
+        tensors = [torch.from_numpy(read_npy((seed_dir / f"{name}.npy").read_bytes())) for name in SPLIT_NAMES]
         return Splits(*tensors)
 
     return Track(

@@ -25,6 +25,8 @@ import hashlib
 import json
 from typing import Any
 
+from bench import pyast
+
 SCHEME = "ast-v1"
 
 
@@ -115,7 +117,7 @@ def _bound_names(tree: ast.Module) -> tuple[set[str], set[str]]:
 def normalized(code: str, tree: ast.Module | None = None) -> str:
     """The normalized syntax tree of ``code`` as text (what ``family_of`` hashes); ``tree``:
     the file already parsed, which this then normalizes in place (saves a second parse)."""
-    tree = tree if tree is not None else ast.parse(code)
+    tree = tree if tree is not None else pyast.parse(code)
     body = tree.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         tree.body = body[1:]  # the module docstring

@@ -44,6 +44,7 @@ from bench.captured import (
 from bench.contract import check_hparams, check_measurable, check_source
 from bench.errors import BenchError, ErrorCode
 from bench.metrics import ROW_CHECKS, check_predictions, check_rows_alone, score
+from bench.npy import read_npy
 from bench.options import EngineOptions
 from bench.redraw import max_tensors
 from bench.registry import load_track
@@ -948,7 +949,7 @@ class _Job:
             session = self.captures[arm]
             runs = []
             for record in finals[arm]:
-                probe = np.load(self.seed_data[record.seed].probe_path, allow_pickle=False)
+                probe = read_npy(self.seed_data[record.seed].probe_path.read_bytes())
                 names = hand_over_for_measure(session, record.run_id, self.kept[record.run_id], probe)
                 runs.append({"config": self._config_index(record),
                              "seed_index": self.capture_seeds.index(record.seed), **names})

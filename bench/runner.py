@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 from bench import sandbox
 from bench.child import LOG_NAME
 from bench.errors import BenchError, ErrorCode
+from bench.npy import NPY_MAX_HEADER, parse_npy_header
 
 log = logging.getLogger("ideabench.runner")
 POLL_S = 0.2
@@ -109,43 +110,44 @@ SPARSE_MIN_BYTES = 1 << 20  # files this large must hold most of their size in b
 
 def npy_header(fh: BinaryIO, role: str, what: str,
                code: ErrorCode = ErrorCode.TRAINING_ERROR) -> tuple[tuple[int, ...], Any]:
-    """(shape, dtype) of a child's ``.npy`` file, read from its header alone, refusing (with
-    ``code``) what the parent must never load: a header that promises more data than the file
-    holds (a small file must not make the parent allocate gigabytes), objects, a byte order
-    that is not this machine's (big-endian float32 passed as float32 and ended ``internal``);
-    and, as a ``sandbox_violation``, a sparse file (a hole of 255 MB on 4 KB of disk: the
-    child's disk check counts blocks, so only the parent's reading would pay for it)."""
-    from numpy.lib import format as npy_format
-
+    """(shape, dtype) of a child's ``.npy`` file, read from its header alone (``parse_npy_header``),
+    refusing (with ``code``) what the parent must never load: a header that promises more data
+    than the file holds (a small file must not make the parent allocate gigabytes), objects, a
+    byte order that is not this machine's (big-endian float32 passed as float32 and ended
+    ``internal``); and, as a ``sandbox_violation``, a sparse file (a hole of 255 MB on 4 KB of
+    disk: the child's disk check counts blocks, so only the parent's reading would pay for it).
+    Leaves ``fh`` at the start of the array's data."""
     stat_ = os.fstat(fh.fileno())
     if stat_.st_size > SPARSE_MIN_BYTES and stat_.st_blocks * 512 < stat_.st_size // 2:
         raise BenchError(ErrorCode.SANDBOX_VIOLATION, f"The {role} process wrote its {what} as a sparse file "
                          f"({stat_.st_size} bytes on {stat_.st_blocks * 512} of disk).")
-    bad = BenchError(code, f"The {role} process wrote an unusable {what}.")
     try:
-        version = npy_format.read_magic(fh)
-        read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
-        shape, _fortran, dtype = read_header(fh)
-    except (ValueError, OSError, EOFError):
-        raise bad from None
-    if dtype.hasobject or math.prod(shape) * dtype.itemsize > stat_.st_size:
-        raise bad
+        fh.seek(0)
+        shape, dtype, offset = parse_npy_header(fh.read(NPY_MAX_HEADER + 12))
+    except (ValueError, OSError):
+        raise BenchError(code, f"The {role} process wrote an unusable {what}.",
+                         "The bench reads only what np.save writes for a C-ordered array of a number "
+                         "or bool dtype in native byte order.") from None
+    if math.prod(shape) * dtype.itemsize > stat_.st_size - offset:
+        raise BenchError(code, f"The {role} process wrote an unusable {what}.")
     if dtype.byteorder not in ("=", "|"):
         raise BenchError(code, f"The {role} process wrote its {what} in a byte order that is not this "
                          f"machine's ({dtype.str}).", "Keep tensors in torch's native byte order.")
-    fh.seek(0)
+    fh.seek(offset)
     return tuple(shape), dtype
 
 
 def load_npy(fh: BinaryIO, role: str, what: str, code: ErrorCode = ErrorCode.TRAINING_ERROR) -> Any:
-    """``np.load`` of a child's ``.npy`` file once its header passed ``npy_header``."""
+    """A child's ``.npy`` file as an array, once its header passed ``npy_header`` (no ``np.load``:
+    see ``parse_npy_header``)."""
     import numpy as np
 
-    npy_header(fh, role, what, code)
-    try:
-        return np.load(fh, allow_pickle=False)
-    except (ValueError, OSError, EOFError):
-        raise BenchError(code, f"The {role} process wrote an unusable {what}.") from None
+    shape, dtype = npy_header(fh, role, what, code)
+    array = np.empty(shape, dtype)
+    if fh.readinto(array.reshape(-1).view(np.uint8)) != array.nbytes:  # type: ignore[attr-defined]
+        raise BenchError(code, f"The {role} process wrote an unusable {what}.")
+    return array
+
 
 
 # The codes a child may end a command with: its side's (the submitted file's faults). Never the

