@@ -10,7 +10,7 @@ Two kinds, read two ways:
   and any process's ``/metrics`` sums them all); without it each process counts alone.
 - The service's state, read from the database at scrape time (the database is the truth, so
   every API process answers the same): jobs by status and track, queue depth per queue, each
-  worker's heartbeat age, failed jobs by error code (the sandbox's refusals among them:
+  worker's heartbeat age, errored jobs by error code (the sandbox's refusals among them:
   ``timeout``, ``out_of_memory``, ``output_limit``, ``sandbox_violation``, ...), webhooks by
   state, and the durations of the jobs that ended in the last hour and of each of their stages
   (``app.health.state``, which the operator's dashboard page reads too).
@@ -94,7 +94,7 @@ class StateCollector(Collector):
         depth = GaugeMetricFamily("ideabench_queue_depth", "Queued jobs per queue.", labels=["queue"])
         for queue, n in state.queue_depth.items():
             depth.add_metric([queue], n)
-        failures = GaugeMetricFamily("ideabench_job_failures", "Jobs that ended failed, by error code "
+        failures = GaugeMetricFamily("ideabench_job_failures", "Jobs that ended errored, by error code "
                                      "(the sandbox's refusals among them).", labels=["code"])
         for code, n in state.failures.items():
             failures.add_metric([code], n)

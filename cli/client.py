@@ -4,7 +4,7 @@
 The server and key come from ``--url`` / ``--key``, else ``IDEABENCH_URL`` / ``IDEABENCH_KEY``,
 else the config file ``ideabench login`` writes (mode 0600). Exit codes: 0 done (a submitted
 idea judged, a checked idea passed), 2 an API error (or a check that failed: what submitting
-the idea would be refused or end with), 3 a job that ended failed or cancelled; errors print
+the idea would be refused or end with), 3 a job that ended errored or cancelled; errors print
 their ``code`` and ``hint`` (with ``--json``, as a JSON object on stdout).
 """
 
@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ideabench_client import Check, Client, Event, IdeabenchError, Job, config
+from ideabench_client.client import ENDED_UNSUCCESSFUL
 
 VERBS = ("login", "check", "submit", "status", "jobs", "report", "reports", "cancel", "mcp")
-JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+JOB_STATUSES = ("queued", "running", "succeeded", "errored", "cancelled")
 EXIT_API_ERROR, EXIT_JOB_FAILED = 2, 3
 
 
@@ -216,7 +217,7 @@ def _submit(args: argparse.Namespace, client: Client) -> int:
             report = client.report(job.job_id)
             print(f"system_verdict={report['system_verdict']}  practical_verdict={report['practical_verdict']}"
                   f"  q_value={report.get('q_value')}\n\n{report['report']['summary']}")
-    return EXIT_JOB_FAILED if job.status in ("failed", "cancelled") else 0
+    return EXIT_JOB_FAILED if job.status in ENDED_UNSUCCESSFUL else 0
 
 
 def _run(args: argparse.Namespace, client: Client) -> int:
@@ -232,7 +233,7 @@ def _run(args: argparse.Namespace, client: Client) -> int:
         _print_json(job.raw) if args.json else print(_job_line(job))
         if verb == "cancel" and not args.json and job.status == "running":  # not yet its new state
             print(f"cancel requested: the worker stops it within seconds (`ideabench status {job.job_id} --wait`)")
-        return EXIT_JOB_FAILED if verb == "status" and job.status in ("failed", "cancelled") else 0
+        return EXIT_JOB_FAILED if verb == "status" and job.status in ENDED_UNSUCCESSFUL else 0
     if verb == "jobs":
         jobs = list(client.jobs(status=args.status, track=args.track, since=args.since, limit=args.limit))
         if args.json:

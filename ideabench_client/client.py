@@ -39,7 +39,8 @@ from ideabench_client.errors import (
     error_for,
 )
 
-FINISHED = frozenset({"succeeded", "failed", "cancelled"})
+ENDED_UNSUCCESSFUL = frozenset({"errored", "failed", "cancelled"})  # "failed": servers before migration 0014
+FINISHED = frozenset({"succeeded"}) | ENDED_UNSUCCESSFUL
 CHECK_ENDED = frozenset({"passed", "failed"})
 MAX_WAIT_S = 60.0  # the longest ``?wait=`` the service holds a request for
 RETRY_STATUS = frozenset({429, 502, 503, 504})
@@ -81,7 +82,7 @@ class Job:
 
     def raise_for_error(self) -> Job:
         """This job, or ``JobFailed`` (with the job's error code and hint) if it did not succeed."""
-        if self.status in ("failed", "cancelled"):
+        if self.status in ENDED_UNSUCCESSFUL:
             error = self.error or {}
             raise JobFailed(self, error.get("code", self.status), error.get("message", ""), error.get("hint", ""))
         return self
@@ -366,8 +367,8 @@ class Client(_Base):
     def jobs(self, *, status: str | None = None, track: str | None = None, since: str | None = None,
              page_size: int = 100, limit: int | None = None) -> Iterator[Job]:
         """Your jobs (every job, for an operator), newest first, filtered by ``status`` (queued,
-        running, succeeded, failed, cancelled), ``track`` and ``since`` (ISO 8601 with a zone),
-        every page followed; ``limit``: stop after that many. A failed job carries its error."""
+        running, succeeded, errored, cancelled), ``track`` and ``since`` (ISO 8601 with a zone),
+        every page followed; ``limit``: stop after that many. An errored job carries its error."""
         for row in self._paged("/v1/jobs", {"status": status, "track": track, "since": since}, page_size, limit):
             yield Job.from_json(row)
 

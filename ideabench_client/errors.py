@@ -47,7 +47,8 @@ class Unavailable(IdeabenchError):
 
 
 class JobFailed(IdeabenchError):
-    """A job that ended ``failed`` or ``cancelled``: ``code`` is the job's error code."""
+    """A job that ended ``errored`` (``failed`` on servers before it was renamed) or ``cancelled``:
+    ``code`` is the job's error code."""
 
     def __init__(self, job: Any, code: str, message: str, hint: str = "") -> None:
         super().__init__(code, message, hint)

@@ -54,7 +54,7 @@ TrackName = Annotated[str, Field(description="A track's name or name@version, fr
                                  min_length=1, max_length=64)]
 SystemVerdict = Literal["worked", "partial", "failed"]
 PracticalVerdict = Literal["helps", "harms", "inconclusive"]
-JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+JobStatus = Literal["queued", "running", "succeeded", "errored", "cancelled"]
 IdeaCode = Annotated[str, Field(description="The idea file: Python source that defines build_model(spec) "
                                 "returning a torch.nn.Module (see describe_track's example_idea).", min_length=1)]
 BaselineCode = Annotated[str | None, Field(description="A matched baseline file of the same contract; default: "
@@ -213,7 +213,7 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
     ) -> dict[str, Any]:
         """Wait until the job ends (or timeout_s), sending a progress notification as each run
         ends (runs done of runs total); returns the job. Next: if it succeeded, call get_report; if
-        it failed, read error.code and error.hint, fix the file and submit again."""
+        it errored, read error.code and error.hint, fix the file and submit again."""
         client = client_for(ctx)
         total: float | None = None  # the stage's runs_total, from its stage event
         try:
@@ -258,7 +258,7 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
         limit: Annotated[int, Field(description="At most this many jobs.", ge=1, le=200)] = 20,
     ) -> dict[str, Any]:
         """Your jobs, newest first (an operator's key: every job), each with its status and, for a
-        failed one, its error code and hint. Next: get_report for a succeeded one."""
+        errored one, its error code and hint. Next: get_report for a succeeded one."""
         jobs = await collect(ctx, "jobs", status=status, track=track, since=since, limit=limit, page_size=limit)
         return {"jobs": [job.raw for job in jobs]}
 

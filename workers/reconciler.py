@@ -45,7 +45,7 @@ class Reconciled:
 
     requeued: list[str] = field(default_factory=list)
     resent: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
+    errored: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     tracks_resent: list[str] = field(default_factory=list)
     beats_pruned: int = 0
@@ -99,8 +99,8 @@ def reconcile_once(ctx: WorkerContext, now: datetime | None = None) -> Reconcile
                     ErrorCode.INTERNAL,
                     f"The worker running this job stopped responding {job.attempts} times; giving up.",
                 )
-                if leases.release_expired(session, job, now, JobStatus.FAILED, error):
-                    done.failed.append(job.id)
+                if leases.release_expired(session, job, now, JobStatus.ERRORED, error):
+                    done.errored.append(job.id)
             elif leases.release_expired(session, job, now, JobStatus.QUEUED):
                 done.requeued.append(job.id)
                 to_send.append((job.id, job.queue))
@@ -120,7 +120,7 @@ def reconcile_once(ctx: WorkerContext, now: datetime | None = None) -> Reconcile
         ctx.queue.enqueue(job_id, queue)
     for track_id in done.tracks_resent:
         ctx.queue.enqueue_track(track_id, settings.default_job_device)
-    if to_send or done.failed or done.cancelled or done.tracks_resent:
+    if to_send or done.errored or done.cancelled or done.tracks_resent:
         log.info("reconciled: %s", done)
     return done
 

@@ -59,7 +59,7 @@ class Outcome(StrEnum):
     NOT_CLAIMED = "not_claimed"
     REFUSED = "refused"  # this worker's seed secret is not the deployment's: left for another
     SUCCEEDED = "succeeded"
-    FAILED = "failed"
+    ERRORED = "errored"
     CANCELLED = "cancelled"
     LOST = "lost"
 
@@ -153,14 +153,14 @@ def _execute_claimed(ctx: WorkerContext, claim: Claim, job: Job) -> Outcome:
     except BenchError as exc:
         writer.flush()
         cancelled = exc.code is ErrorCode.CANCELLED or beat.cancel_requested
-        status = JobStatus.CANCELLED if cancelled else JobStatus.FAILED
+        status = JobStatus.CANCELLED if cancelled else JobStatus.ERRORED
         return _finish_unsuccessful(ctx, claim, status, exc.to_dict(), beat)
     except Exception as exc:
         log.exception("job %s crashed the worker's runner", job_id)
         if beat.cancel_requested:
             return _finish_unsuccessful(ctx, claim, JobStatus.CANCELLED, _cancelled(), beat)
         error = BenchError(ErrorCode.INTERNAL, f"The judge failed unexpectedly ({type(exc).__name__}).")
-        return _finish_unsuccessful(ctx, claim, JobStatus.FAILED, error.to_dict(), beat)
+        return _finish_unsuccessful(ctx, claim, JobStatus.ERRORED, error.to_dict(), beat)
     finally:
         beat.stop()
     return _finish_succeeded(ctx, claim, job, report)
@@ -185,7 +185,7 @@ def _store_report(ctx: WorkerContext, claim: Claim, job: Job, report: dict[str, 
         except InvalidReport as exc:
             session.rollback()
             error = BenchError(ErrorCode.INTERNAL, f"The engine returned an unusable report: {exc}.")
-            return _finish_unsuccessful(ctx, claim, JobStatus.FAILED, error.to_dict(), None)
+            return _finish_unsuccessful(ctx, claim, JobStatus.ERRORED, error.to_dict(), None)
         if not leases.finish_succeeded(session, claim, row, now):
             session.rollback()
             log.warning("job %s: lease lost before the report was stored; discarding it", claim.job_id)
@@ -211,4 +211,4 @@ def _store_end(ctx: WorkerContext, claim: Claim, status: JobStatus, error: dict[
             return Outcome.LOST
         session.commit()
     log.info("job %s %s: %s", claim.job_id, status.value, error.get("code"))
-    return Outcome.CANCELLED if status is JobStatus.CANCELLED else Outcome.FAILED
+    return Outcome.CANCELLED if status is JobStatus.CANCELLED else Outcome.ERRORED

@@ -26,7 +26,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.dashboard import charts
+from app.dashboard import charts, readout
 from app.dashboard.auth import (
     OperatorViewerDep,
     Sessions,
@@ -42,7 +42,7 @@ from app.errors import ApiCode, ApiError
 from app.health.state import failures_by_day, job_stages, read_state, running_jobs
 from app.jobs import repository as jobs_repository
 from app.jobs import service as jobs_service
-from app.jobs.models import FINISHED, JobStatus
+from app.jobs.models import FINISHED, JobStatus, status_filter
 from app.jobs.schemas import JobView
 from app.reports import service as reports_service
 from app.reports.repository import ReportFilters
@@ -55,6 +55,9 @@ from bench.errors import BenchError
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
+templates.env.filters["human"] = readout.human  # numbers, flags and blocks as a person reads them
+templates.env.filters["entries"] = readout.entries
+templates.env.filters["p_method"] = readout.method_of
 router = APIRouter(prefix="/dashboard", include_in_schema=False)
 PAGE_SIZE = 50
 FAILURE_DAYS = 30
@@ -223,8 +226,8 @@ def report(request: Request, report_id: str, session: SessionDep, viewer: Viewer
     except (BenchError, KeyError, TypeError):  # a track no longer known: the report still renders
         metric = "metric"
     stages = charts.stages_of(bench)
-    deciding = next((s.comparison for s in stages if s.name == (bench.get("decided_by") or "screening")),
-                    bench.get("comparison") or {})
+    decision = readout.decision_of(bench)
+    deciding = next((s.comparison for s in stages if s.name == decision.stage), bench.get("comparison") or {})
     figures = {"paired": charts.paired_figure(stages, metric),
                "diffs": charts.diffs_figure(stages, deciding, str(bench.get("metric_direction") or "")),
                "sweep": charts.sweep_figure(bench, metric)}
@@ -234,7 +237,10 @@ def report(request: Request, report_id: str, session: SessionDep, viewer: Viewer
     if mechanism is not None:
         figures["mechanism"] = mechanism
     return page(request, "report.html", viewer, view=view, body=body, bench=bench, stages=stages,
-                deciding=deciding, level_pct=level_pct, figures=figures, metric=metric, timeline=_timeline(session, view.job_id, viewer),
+                deciding=deciding, decision=decision, screening_test=readout.screening_test(bench),
+                confirmation_test=readout.confirmation_of(bench),
+                rows=readout.stage_rows(bench, decision), level_pct=level_pct,
+                figures=figures, metric=metric, timeline=_timeline(session, view.job_id, viewer),
                 raw_json=json.dumps(body, indent=1, sort_keys=True))
 
 
@@ -273,14 +279,14 @@ def _duration_s(view: JobView, now: dt.datetime) -> float | None:
 @router.get("/jobs")
 def jobs(
     request: Request, session: SessionDep, viewer: SubmitterViewerDep,
-    status: JobStatus | None = None,
+    status: JobStatus | Literal["failed"] | None = None,
     track: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = PAGE_SIZE,
     cursor: Annotated[str | None, Query(min_length=1, max_length=2000)] = None,
 ) -> HTMLResponse:
     """Jobs newest first, as ``GET /v1/jobs`` lists them (an agent's own, every job for
     operators), filtered by status and track, cursor-paged; each with its error code."""
-    found, next_cursor = jobs_service.list_visible(session, viewer.caller, status=status, track=track,
+    found, next_cursor = jobs_service.list_visible(session, viewer.caller, status=status_filter(status), track=track,
                                                    limit=limit, cursor=cursor)
     now = db_now(session)
     rows = [jobs_service.job_view(j) for j in found]
@@ -327,7 +333,7 @@ def operator(request: Request, session: SessionDep, viewer: OperatorViewerDep) -
     depth = {"cpu": 0, "gpu": 0, **state.queue_depth}
     return page(request, "operator.html", viewer, state=state, running=running, queued=queued, depth=depth,
                 figure=charts.failures_figure(by_day, since.date(), now.date()), worker_seen_s=settings.worker_seen_s,
-                cancelled=_job_id_or_none(request.query_params.get("cancelled")), failed_status=JobStatus.FAILED.value,
+                cancelled=_job_id_or_none(request.query_params.get("cancelled")), errored_status=JobStatus.ERRORED.value,
                 n_running=sum(n for status, _, n in state.jobs if status == JobStatus.RUNNING.value))
 
 

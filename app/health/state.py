@@ -34,7 +34,7 @@ class ServiceState:
     now: dt.datetime
     jobs: list[tuple[str, str, int]]  # (status, track, count)
     queue_depth: dict[str, int]
-    failures: dict[str, int]  # failed jobs by error code
+    failures: dict[str, int]  # errored jobs by error code
     webhooks: dict[str, int]
     beats: list[WorkerBeat]
     durations_s: list[float]  # start to end of the jobs that ended within ENDED_WINDOW
@@ -83,7 +83,7 @@ def read_state(session: Session, now: dt.datetime) -> ServiceState:
     depth = {q: n for q, n in session.execute(select(Job.queue, func.count()).where(
         Job.status == JobStatus.QUEUED.value).group_by(Job.queue))}
     failures = {(c or "unknown"): n for c, n in session.execute(select(Job.error_code, func.count()).where(
-        Job.status == JobStatus.FAILED.value).group_by(Job.error_code))}
+        Job.status == JobStatus.ERRORED.value).group_by(Job.error_code))}
     webhooks = {(s or "none"): n for s, n in session.execute(select(Job.callback_state, func.count()).where(
         Job.callback_state.is_not(None)).group_by(Job.callback_state))}
     beats = list(session.scalars(select(WorkerBeat).order_by(WorkerBeat.id)))
@@ -104,7 +104,7 @@ def failures_by_day(session: Session, since: dt.datetime) -> dict[dt.date, dict[
     """Failed jobs by day (UTC) of their end and error code, since ``since``."""
     out: dict[dt.date, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for finished, code in session.execute(select(Job.finished_at, Job.error_code).where(
-            Job.status == JobStatus.FAILED.value, Job.finished_at >= since)):
+            Job.status == JobStatus.ERRORED.value, Job.finished_at >= since)):
         if finished is not None:
             out[finished.date()][code or "unknown"] += 1
     return {day: dict(codes) for day, codes in sorted(out.items())}

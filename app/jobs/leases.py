@@ -122,7 +122,7 @@ def finish_succeeded(session: Session, claim: Claim, report: Report, now: dateti
 def finish_unsuccessful(
     session: Session, claim: Claim, status: JobStatus, error: dict[str, str], now: datetime
 ) -> bool:
-    """Mark the job failed or cancelled with ``error`` (code, message, hint)."""
+    """Mark the job errored or cancelled with ``error`` (code, message, hint)."""
     result = session.execute(
         update(Job)
         .where(_owned(claim))

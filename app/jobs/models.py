@@ -24,16 +24,30 @@ from app.types import JsonType
 
 
 class JobStatus(StrEnum):
-    """``queued -> running -> succeeded | failed | cancelled``."""
+    """``queued -> running -> succeeded | errored | cancelled``.
+
+    ``errored``: the job ended with an error and no report (its ``error`` says why). It was
+    called ``failed`` until migration 0014, a word that also names a judged idea's
+    ``system_verdict``; ``GET /v1/jobs?status=failed`` still lists errored jobs (``LEGACY``)."""
 
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
-    FAILED = "failed"
+    ERRORED = "errored"
     CANCELLED = "cancelled"
 
 
-FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.ERRORED, JobStatus.CANCELLED})
+LEGACY = {"failed": JobStatus.ERRORED}  # old status words a filter still accepts, for one version
+STATUS_FILTER_HELP = ("Only jobs in this status. `failed` is the old name of `errored` (a job that ended "
+                      "with an error and no report), accepted until the next API version.")
+
+
+def status_filter(value: str | None) -> JobStatus | None:
+    """A status filter's value, its legacy words (``LEGACY``) read as today's."""
+    if value is None:
+        return None
+    return LEGACY[value] if value in LEGACY else JobStatus(value)
 
 
 _UNSENT = text("status = 'queued' AND enqueued_at IS NULL")

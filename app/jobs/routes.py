@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from app.db import SessionDep
 from app.errors import ApiCode, ApiError, error_responses
 from app.jobs import events, intake, repository, service
-from app.jobs.models import Job, JobStatus
+from app.jobs.models import STATUS_FILTER_HELP, Job, JobStatus, status_filter
 from app.jobs.schemas import IdeaSubmission, JobAccepted, JobPage, JobView
 from app.keys.deps import SubmitterDep
 
@@ -144,7 +144,7 @@ def _moment(text: str | None) -> datetime | None:
 def list_jobs(
     session: SessionDep,
     caller: SubmitterDep,
-    status: JobStatus | None = None,
+    status: Annotated[JobStatus | Literal["failed"] | None, Query(description=STATUS_FILTER_HELP)] = None,
     track: Annotated[str | None, Query(max_length=64)] = None,
     since: Annotated[str | None, Query(pattern=SINCE_PATTERN, max_length=40, description=(
         "Only jobs created at or after this moment (ISO 8601 with a time zone, e.g. "
@@ -156,7 +156,8 @@ def list_jobs(
     """Jobs newest first, filtered by status, track and creation time; agents see their own,
     operators all. Each carries its error (code, message, hint) when it ended without a report."""
     jobs, next_cursor = service.list_visible(
-        session, caller, status=status, track=track, limit=limit, cursor=cursor, since=_moment(since)
+        session, caller, status=status_filter(status), track=track, limit=limit, cursor=cursor,
+        since=_moment(since),
     )
     return JobPage(items=[service.job_view(j) for j in jobs], next_cursor=next_cursor)
 

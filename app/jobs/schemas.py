@@ -97,7 +97,7 @@ def _has_nul(value: Any) -> bool:
 
 
 class JobError(BaseModel):
-    """Why a job failed: the same shape as every API error."""
+    """Why a job errored (or was cancelled): the same shape as every API error."""
 
     code: str
     message: str

@@ -125,7 +125,7 @@ def test_job_listing_filters_and_cursor_pagination(app: Any, client: Any, keys: 
     with app.state.sessionmaker() as session:
         made = []
         for i in range(25):
-            status = JobStatus.FAILED.value if i % 5 == 0 else JobStatus.QUEUED.value
+            status = JobStatus.ERRORED.value if i % 5 == 0 else JobStatus.QUEUED.value
             # Two jobs share each timestamp: the id breaks the tie in the keyset.
             made.append(insert_job(session, agent, status=status, created_at=start + dt.timedelta(seconds=i // 2),
                                    track="smoke" if i % 2 else "tabular").id)
@@ -144,8 +144,13 @@ def test_job_listing_filters_and_cursor_pagination(app: Any, client: Any, keys: 
     assert sorted(seen) == sorted(made) and len(seen) == len(set(seen)) == 25
     times = [client.get(f"/v1/jobs/{j}", headers=bearer(keys["agent"])).json()["created_at"] for j in seen]
     assert times == sorted(times, reverse=True)
-    failed = client.get("/v1/jobs", params={"status": "failed"}, headers=bearer(keys["agent"])).json()["items"]
-    assert len(failed) == 5 and all(j["status"] == "failed" for j in failed)
+    errored = client.get("/v1/jobs", params={"status": "errored"}, headers=bearer(keys["agent"])).json()["items"]
+    assert len(errored) == 5 and all(j["status"] == "errored" for j in errored)
+    # the status's old name (issue 27.7) still lists them, as they are called now
+    legacy = client.get("/v1/jobs", params={"status": "failed"}, headers=bearer(keys["agent"])).json()["items"]
+    assert [j["job_id"] for j in legacy] == [j["job_id"] for j in errored]
+    nonsense = client.get("/v1/jobs", params={"status": "lost"}, headers=bearer(keys["agent"]))
+    assert nonsense.status_code == 422 and nonsense.json()["code"] == "validation_error"
     tabular = client.get("/v1/jobs", params={"track": "tabular", "status": "queued"},
                          headers=bearer(keys["agent"])).json()["items"]
     assert len(tabular) == 10 and all(j["track"] == "tabular" for j in tabular)
@@ -177,7 +182,7 @@ def test_cancel_a_running_job_flags_it_for_its_worker(app: Any, client: Any, key
 
 def test_job_view_shows_progress_and_error(app: Any, client: Any, keys: dict[str, str]) -> None:
     with app.state.sessionmaker() as session:
-        job = insert_job(session, key_id(keys["agent"]), status=JobStatus.FAILED.value, stage="sweep",
+        job = insert_job(session, key_id(keys["agent"]), status=JobStatus.ERRORED.value, stage="sweep",
                          runs_done=3, runs_total=40, eta_s=12.5, error_code="bad_output_shape",
                          error_message="The model returned (B, 2).", error_hint="Read the spec.")
         session.commit()

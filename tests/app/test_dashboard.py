@@ -314,3 +314,197 @@ def test_odd_report_shapes_render_instead_of_failing(app: Any, client: TestClien
     sign_in(client, keys["viewer"])
     page = client.get(f"/dashboard/reports/{report.id}")
     assert page.status_code == 200 and "95 % CI" in page.text
+
+
+# --- reports that read true (issue 27.7) -----------------------------------------------------
+
+EXACT = "exact sign-flip (2^8 = 256 patterns)"
+
+
+def _comparison(delta: float, p: float, p_better: float, verdict: str, n: int = 8, **extra: Any) -> dict[str, Any]:
+    return {"delta_mean": delta, "idea_wins": n if delta < 0 else 0, "n_pairs": n, "p_value": p, "p_better": p_better,
+            "p_method": EXACT, "alpha": 0.05, "ci_level": 0.95, "ci_low": min(delta * 1.8, delta * 0.2),
+            "ci_high": max(delta * 1.8, delta * 0.2),
+            "rel_delta_pct": delta / 0.31 * 100, "mde": 0.006, "mde_rel_pct": 1.9, "effect_size": -1.23456,
+            "baseline_mean": 0.31, "idea_mean": 0.31 + delta, "verdict": verdict, **extra}
+
+
+def _stage(comparison: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
+    n = len(seeds)
+    return {"comparison": comparison, "seeds": seeds, "matched_lr": None,
+            "per_seed": {"baseline": [0.31] * n, "idea": [0.31 + comparison["delta_mean"]] * n},
+            "seed_commitment": {"scheme": "hmac-sha256/v1", "epoch": 1, "commitment": "0" * 64}}
+
+
+def screened_body() -> dict[str, Any]:
+    """A report the screening decided (no confirmation ran), with the provenance blocks a real
+    report has: parameter parity, execution, wall times, and a mechanism with its rule."""
+    body = report_body("partial", "harms", p_value=0.03125, delta=0.148)
+    bench = body["bench_report"]
+    screening = _comparison(0.148, 0.03125, 0.984375, "idea worse (significant)")
+    bench.update(
+        comparison=screening, screening=_stage(screening, list(range(8))), confirmation=None,
+        decided_by="screening", pooled=None, metric_direction="lower is better",
+        parameter_parity={"baseline": 321, "idea": 321, "ratio": 1.0, "buffers": {"baseline": 0, "idea": 0},
+                          "max_ratio": 1.1, "counted_by": "bench", "flops_per_example": {"baseline": 641.0,
+                                                                                         "idea": 641.0},
+                          "compute_ratio": 1.0, "max_compute_ratio": 4.0},
+        execution={"path": "vectorized", "arms_in_parallel": True, "baseline_cache": False,
+                   "baseline_cache_hits": 0, "baseline_cache_misses": 16},
+        wall_time_s={"baseline": 0.09060905900014404, "idea": 0.1023597600001267, "total": 5.1752831140001945},
+        mechanism_signature={
+            "quantity": "input sensitivity", "prediction": "smoother", "expect": {"kind": "lower_than_baseline"},
+            "probe": {"kind": "input_gradient"}, "self_measured": False,
+            "idea_values": [0.35] * 8, "baseline_values": [0.41] * 8,
+            "baseline_mean": 0.40621040761470795, "idea_mean": 0.3510233499109745, "confirmed": True,
+            "detail": {"kind": "lower_than_baseline", "idea_mean": 0.3510233499109745,
+                       "baseline_mean": 0.40621040761470795, "p_value": 0.00390625, "p_method": EXACT, "n": 8,
+                       "rule": "one-sided paired sign-flip test: idea lower than baseline, p <= 0.05"}})
+    return body
+
+
+def confirmed_body() -> dict[str, Any]:
+    """A screened win that replicated on the second look of its confirmation: one-sided p
+    0.0306 at look 2's level 0.04, while the confirmation's own two-sided test, which decides
+    nothing, says "no significant win". The looks' levels carry float noise, as 0.05 * 0.2 does."""
+    body = screened_body()
+    body.update(system_verdict="worked", practical_verdict="helps", practical_detail=None, worked=True,
+                summary="A test report: worked/helps, replicated on the confirmation's second look.")
+    bench = body["bench_report"]
+    screening = _comparison(-0.01, 0.0078125, 0.00390625, "idea better (significant)")
+    confirmation = _comparison(-0.0043, 0.0612, 0.0306, "no significant win", n=16)
+    bench.update(
+        comparison=screening, screening=_stage(screening, list(range(8))), decided_by="confirmation", p_helps=0.03825,
+        confirmation={**_stage(confirmation, list(range(2000, 2016))), "p_value": 0.03825, "significant": True,
+                      "job_key": "job_x", "model_key": "m" * 16,
+                      "looks": [{"n_pairs": 8, "p_better": 0.0703125, "alpha": 0.05 * 0.2},
+                                {"n_pairs": 16, "p_better": 0.0306, "alpha": 0.05 * 0.8}]},
+        pooled={"delta_mean": -0.006200000000000001, "idea_wins": 19, "n_pairs": 24, "p_value": 0.0123,
+                "p_method": "Monte Carlo (100000 draws)", "ci_low": -0.0101, "ci_high": -0.0019,
+                "rel_delta_pct": -2.0, "decides": False, "note": "screening and confirmation pairs pooled"})
+    return body
+
+
+def visible(html: str) -> str:
+    """A page's HTML without its scripts (the charts' data) and the collapsed whole-report JSON."""
+    html = re.sub(r"<script\b.*?</script>", "", html, flags=re.S)
+    return re.sub(r"<details><summary>The whole report \(JSON\).*?</details>", "", html, flags=re.S)
+
+
+def inner(html: str, element_id: str) -> str:
+    """The text of the element ``element_id`` (its nested elements' too), spaces collapsed,
+    entities kept as the page sends them."""
+    start = re.search(rf'<(\w+)[^>]* id="{element_id}"[^>]*>', html)
+    assert start, f"no #{element_id} on the page"
+    tag, depth, at = start.group(1), 1, start.end()
+    for found in re.finditer(rf"<(/?){tag}\b[^>]*>", html[at:]):
+        depth += -1 if found.group(1) else 1
+        if depth == 0:
+            return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html[at:at + found.start()]))
+    raise AssertionError(f"#{element_id} does not end")
+
+
+def stored_page(app: Any, client: TestClient, keys: dict[str, str], body: dict[str, Any]) -> tuple[str, str]:
+    with app.state.sessionmaker() as session:
+        report = insert_report(session, key_id(keys["agent"]), body)
+        session.commit()
+    sign_in(client, keys["viewer"])
+    page = client.get(f"/dashboard/reports/{report.id}")
+    assert page.status_code == 200, page.text[-2000:]
+    return report.id, page.text
+
+
+def test_the_headline_names_the_one_sided_look_adjusted_test_that_decided(app: Any, client: TestClient,
+                                                                           keys: dict[str, str]) -> None:
+    _, html = stored_page(app, client, keys, confirmed_body())
+    headline = inner(html, "headline")
+    assert "p (two-sided, exact)" not in html
+    test = inner(html, "deciding-test")
+    assert "one-sided exact paired sign-flip" in test and "2 looks" in test and "at α = 0.05" in test, test
+    assert "(looks at 0.01 and 0.04)" in test
+    confirmation = inner(html, "confirmation")
+    assert confirmation.startswith("replicated: p 0.03825 (one-sided, adjusted for 2 looks) ≤ 0.05"), confirmation
+    assert "look 1: 8 pairs, one-sided p 0.07031 at 0.01" in confirmation
+    assert "look 2: 16 pairs, one-sided p 0.0306 at 0.04" in confirmation
+    assert inner(html, "delta-screening").strip().startswith("screening -0.01 (-3.23 %)")
+    assert inner(html, "delta-confirmation").strip().startswith("confirmation -0.0043 (-1.39 %)")
+    assert "two-sided p 0.007812 ≤ 0.05 · idea wins 8/8: idea better (significant), so a confirmation ran" in headline
+    # the confirmation's two-sided p and CI (and the pooled ones) are labelled descriptive
+    rows = dict(re.findall(r'<tr data-comparison="(\w+)"[^>]*>(.*?)</tr>', inner_table := visible(html), re.S))
+    assert set(rows) >= {"screening", "confirmation", "pooled"}, inner_table[:200]
+    assert "descriptive" not in rows["screening"] and rows["confirmation"].count(">descriptive<") == 2
+    assert "Monte Carlo" in rows["pooled"] and "decides nothing" in rows["pooled"]
+
+
+def test_no_words_on_a_confirmed_page_contradict_its_decision(app: Any, client: TestClient,
+                                                              keys: dict[str, str]) -> None:
+    _, html = stored_page(app, client, keys, confirmed_body())
+    shown = visible(html)
+    assert "no significant win" not in shown  # the confirmation's two-sided verdict decides nothing
+    assert "not replicated" not in shown and "replicated" in inner(html, "confirmation")
+    assert "two-sided, descriptive: the one-sided test above decided" in shown  # the differences chart's band
+
+
+def test_numbers_are_formatted_for_people_and_no_block_is_raw_json(app: Any, client: TestClient,
+                                                                   keys: dict[str, str]) -> None:
+    _, html = stored_page(app, client, keys, confirmed_body())
+    shown = visible(html)
+    assert not re.search(r"\d\.\d*0000000\d", shown), re.findall(r"\S*\d\.\d*0000000\d\S*", shown)
+    assert not re.search(r"\d{9,}", re.sub(r"[0-9a-f]{16,}", "", shown))  # no 0.09060905900014404
+    assert "\\u003c" not in shown and "u003c" not in shown  # (the charts' JSON in their scripts may escape)
+    assert '{"' not in shown and "{&#34;" not in shown and "&#34;:" not in shown
+    assert "p &lt;= 0.05" in inner(html, "mechanism-facts")  # the rule, as text
+    assert inner(html, "mechanism-confirmed").strip() == "yes" and "True" not in shown and "False" not in shown
+    provenance = inner(html, "provenance")
+    for words in ("max ratio 1.1", "flops per example baseline 641 · idea 641", "arms in parallel yes",
+                  "baseline cache no", "total 5.175", "baseline 0.09061"):
+        assert words in provenance, (words, provenance)
+
+
+def test_a_screened_report_names_its_two_sided_test_and_one_stage(app: Any, client: TestClient,
+                                                                  keys: dict[str, str]) -> None:
+    _, html = stored_page(app, client, keys, screened_body())
+    test = inner(html, "deciding-test")
+    assert test.startswith("two-sided exact paired sign-flip test, 1 look, at α = 0.05"), test
+    assert inner(html, "decided-by").strip() == "screening"
+    result = inner(html, "screening-result")
+    assert "two-sided p 0.03125 ≤ 0.05" in result and "idea worse (significant)" in result
+    assert 'id="confirmation"' not in html and 'id="delta-confirmation"' not in html
+    assert inner(html, "delta-screening").strip().startswith("screening 0.148")
+    assert ">descriptive<" not in visible(html)
+    assert inner(html, "mechanism-confirmed").strip() == "yes"
+
+
+def test_the_listing_and_the_page_name_the_stage_of_their_numbers(app: Any, client: TestClient,
+                                                                  keys: dict[str, str]) -> None:
+    report_id, html = stored_page(app, client, keys, confirmed_body())
+    listing = client.get("/dashboard/reports").text
+    assert "Δ mean (screening)" in listing and "p (screening, two-sided)" in listing
+    row = re.search(rf'<tr data-report="{report_id}">(.*?)</tr>', listing, re.S)
+    assert row
+    cells = re.findall(r'<td class="n">(.*?)</td>', row.group(1), re.S)
+    assert cells[:2] == ["-0.01", "0.007812"], cells
+    assert inner(html, "delta-screening").split()[1] == cells[0]  # the page's screening Δ is the listing's
+    assert "two-sided p 0.007812" in inner(html, "screening-result")
+
+
+def test_an_old_report_does_not_claim_an_exact_test_or_a_level(app: Any, client: TestClient,
+                                                               keys: dict[str, str]) -> None:
+    seed = read_seed(SEED_FILES[2])  # a hand-run report: Monte Carlo p, no alpha, no screening block
+    with app.state.sessionmaker() as session:
+        report = insert_report(session, key_id(keys["agent"]), seed, track=seed["bench_report"]["track"])
+        session.commit()
+    sign_in(client, keys["viewer"])
+    html = client.get(f"/dashboard/reports/{report.id}").text
+    test = inner(html, "deciding-test")
+    assert test.startswith("two-sided paired sign-flip test, 1 look, level not recorded"), test
+    assert "p method not recorded" in test
+
+
+def test_values_read_as_words_and_short_numbers() -> None:
+    from app.dashboard.readout import human
+
+    assert human(0.05 * 0.2) == "0.01" and human(0.05 * 0.8) == "0.04" and human(641.0) == "641"
+    assert human(True) == "yes" and human(False) == "no" and human(None) == "–"
+    assert human(2 / 65536) == "3.052e-05" and human(float("inf")) == "∞"
+    assert human({"baseline": 0, "max_ratio": 1.1}) == "baseline 0 · max ratio 1.1"

@@ -30,11 +30,11 @@ def stage(app: Any, keys: dict[str, str]) -> dict[str, str]:
     made: dict[str, str] = {}
     with app.state.sessionmaker() as session:
         specs: list[tuple[str, str, dict[str, Any]]] = [
-            ("failed", "agent", {"status": "failed", "started_at": now - dt.timedelta(minutes=5, seconds=-1),
+            ("failed", "agent", {"status": "errored", "started_at": now - dt.timedelta(minutes=5, seconds=-1),
                                  "finished_at": now - dt.timedelta(minutes=4), "attempts": 1, "runs_done": 3,
                                  "runs_total": 40, **ERROR}),
             ("queued", "agent", {"callback_url": "https://hooks.example.org/ib", "callback_state": "pending"}),
-            ("other", "agent2", {"status": "failed", "finished_at": now, **ERROR}),
+            ("other", "agent2", {"status": "errored", "finished_at": now, **ERROR}),
             ("mine", "operator", {"track": "tabular"}),
         ]
         for i, (label, role, columns) in enumerate(specs):
@@ -67,7 +67,7 @@ def test_an_agent_sees_its_own_jobs_as_the_api_lists_them(app: Any, client: Test
     sign_in(client, keys["agent"])
     home = client.get("/dashboard")
     assert 'href="/dashboard/jobs"' in home.text
-    for query in ("", "status=failed", "status=queued", "track=smoke", "track=tabular"):
+    for query in ("", "status=errored", "status=failed", "status=queued", "track=smoke", "track=tabular"):
         page = client.get(f"/dashboard/jobs?{query}&track=&status=")  # a form's "all": empty
         assert page.status_code == 200, (query, page.text[-1500:])
         api = client.get(f"/v1/jobs?{query}", headers=bearer(keys["agent"])).json()["items"]

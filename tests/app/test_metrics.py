@@ -38,7 +38,7 @@ def test_metrics_count_requests_by_route_and_read_the_state(tmp_path: Any) -> No
         session.flush()
         insert_report(session, agent.id)
         insert_job(session, agent.id)  # queued
-        insert_job(session, agent.id, status=JobStatus.FAILED.value, error_code="timeout",
+        insert_job(session, agent.id, status=JobStatus.ERRORED.value, error_code="timeout",
                    started_at=now - dt.timedelta(seconds=40), finished_at=now)
         health_repository.record_beat(session, "host:7", "cpu", "cpu", now - dt.timedelta(seconds=3), sandbox="complete")
         session.commit()

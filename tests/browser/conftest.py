@@ -79,7 +79,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
             wait_for(lambda: httpx.get(f"{url}/readyz/judging").status_code == 200, 90, "a ready service", found.log)
             jobs = [found.submit(EXAMPLE, "example"), found.submit(WIDER, "wider")]
             for job in jobs:
-                assert found.wait_status(job, {"succeeded", "failed"})["status"] == "succeeded"
+                assert found.wait_status(job, {"succeeded", "errored"})["status"] == "succeeded"
             yield found
         finally:
             stop_worker(worker)

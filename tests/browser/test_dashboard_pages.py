@@ -151,7 +151,7 @@ def test_an_operator_cancels_a_running_job_from_the_page(service: Service, signe
     row.locator("button", has_text="Cancel").click()
     page.page.wait_for_url("**/dashboard/operator?cancelled=*")
     assert job in page.page.inner_text("#cancelled")
-    ended = service.wait_status(job, {"cancelled", "succeeded", "failed"}, timeout=120)
+    ended = service.wait_status(job, {"cancelled", "succeeded", "errored"}, timeout=120)
     assert ended["status"] == "cancelled" and ended["error"]["code"] == "cancelled"
     page.open("/dashboard/operator")
     assert page.page.locator(f"#running tr[data-job={job}]").count() == 0
@@ -230,7 +230,7 @@ def test_job_pages_show_an_agent_its_own_errors_and_an_operator_every_job(servic
     from tests.app.factories import insert_job, key_id
 
     job = service.submit(WRONG_SHAPE, "too wide")
-    ended = service.wait_status(job, {"succeeded", "failed", "cancelled"}, timeout=120)
+    ended = service.wait_status(job, {"succeeded", "errored", "cancelled"}, timeout=120)
     assert ended["status"] not in ("succeeded", "cancelled") and ended["error"]["hint"], ended
     error = ended["error"]
     with service.sessions() as session:  # another key's job (ended: no worker claims it)

@@ -100,7 +100,7 @@ class Stack:
         raise AssertionError("the database stayed away")
 
     def all_ended(self) -> bool:
-        return all(status in ("succeeded", "failed", "cancelled") for status, _, _ in self.statuses().values())
+        return all(status in ("succeeded", "errored", "cancelled") for status, _, _ in self.statuses().values())
 
     def assert_exactly_once(self, jobs: list[str]) -> None:
         """Every job succeeded, with one report each, counted once in the verdict counts."""
@@ -280,7 +280,7 @@ def test_a_full_temp_disk_fails_the_job_with_no_space_and_the_worker_goes_on(sta
         first = stack.submit(client, 1)[0]
         wait_for(stack.all_ended, 120, "the job on a full disk to end", stack.log)
         view = client.get(f"/v1/jobs/{first}", headers=bearer(stack.token)).json()
-        assert view["status"] == "failed" and view["error"]["code"] == "no_space", view
+        assert view["status"] == "errored" and view["error"]["code"] == "no_space", view
         assert "Not your idea's fault" in view["error"]["hint"]
         filler.unlink()  # an operator frees the space: the same worker judges the next job
         second = stack.submit(client, 1)[0]

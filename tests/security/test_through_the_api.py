@@ -13,7 +13,7 @@ from tests.conftest import bearer
 from tests.workers.test_end_to_end import EXAMPLE, make_key, poll_job, stack  # noqa: F401 - the fixture
 
 HOSTILE = Path(__file__).parent / "hostile"
-ENDED = {"succeeded", "failed", "cancelled"}
+ENDED = {"succeeded", "errored", "cancelled"}
 
 
 def submit(client: Any, token: str, code: str, n_seeds: int = 2) -> str:
@@ -39,7 +39,7 @@ def test_hostile_files_through_the_api_with_a_real_worker(stack: Any) -> None:  
     }
     for name, code in expected.items():
         job = poll_job(client, token, submit(client, token, (HOSTILE / name).read_text()), ENDED, 180, log)
-        assert job["status"] == "failed" and job["error"]["code"] == code, (name, job)
+        assert job["status"] == "errored" and job["error"]["code"] == code, (name, job)
         assert "DATABASE_URL" not in job["error"]["message"] and "sqlite" not in job["error"]["message"]
     good = poll_job(client, token, submit(client, token, EXAMPLE), ENDED, 180, log)
     assert good["status"] == "succeeded", good

@@ -58,7 +58,7 @@ def test_a_reconciler_with_a_fast_clock_requeues_no_healthy_job(ctx: WorkerConte
         lease = session.get(Job, job.id).lease_until  # type: ignore[union-attr]
     assert lease is not None and dt.timedelta(seconds=20) < lease - dt.datetime.now(dt.UTC) < dt.timedelta(seconds=40)
     done = reconcile_once(ctx)
-    assert done.requeued == [] and done.failed == [] and done.resent == []
+    assert done.requeued == [] and done.errored == [] and done.resent == []
     with ctx.sessions() as session:
         assert session.get(Job, job.id).status == "running"  # type: ignore[union-attr]
     # what judging by the host's own clock did (the failure): the lease looks expired

@@ -130,7 +130,7 @@ def test_smoke_example_end_to_end(stack: Any) -> None:
                            headers={**bearer(token), "X-Request-ID": "e2e-submit-1"})
     assert response.status_code == 202, response.text
     job_id = response.json()["job_id"]
-    job = poll_job(client, token, job_id, {"succeeded", "failed", "cancelled"}, 240, log)
+    job = poll_job(client, token, job_id, {"succeeded", "errored", "cancelled"}, 240, log)
     assert job["status"] == "succeeded", job
     assert job["progress"]["runs_total"] and job["progress"]["runs_done"] == job["progress"]["runs_total"]
     assert "request e2e-submit-1" in log.read_text()  # the submission's id in the worker's lines
@@ -177,7 +177,7 @@ def test_cancel_a_running_job(stack: Any) -> None:
     response = client.post(f"/v1/jobs/{job_id}/cancel", headers=bearer(token))
     assert response.status_code == 202, response.text
     started = time.monotonic()
-    job = poll_job(client, token, job_id, {"cancelled", "failed", "succeeded"}, 60, log)
+    job = poll_job(client, token, job_id, {"cancelled", "errored", "succeeded"}, 60, log)
     assert job["status"] == "cancelled", job
     assert job["error"]["code"] == "cancelled"
     assert time.monotonic() - started < 30
@@ -209,19 +209,19 @@ def test_hostile_ideas_through_the_api_fail_cleanly_and_the_worker_goes_on(stack
     token = make_key(app, "operator")  # n_seeds is an operator's override
     net = client.post("/v1/ideas", json={"track": "smoke", "code": NETWORK_IDEA, "n_seeds": 2},
                       headers=bearer(token)).json()["job_id"]
-    job = poll_job(client, token, net, {"succeeded", "failed", "cancelled"}, 120, log)
-    assert job["status"] == "failed" and job["error"]["code"] == "sandbox_violation", job
+    job = poll_job(client, token, net, {"succeeded", "errored", "cancelled"}, 120, log)
+    assert job["status"] == "errored" and job["error"]["code"] == "sandbox_violation", job
     assert "network" in job["error"]["message"]
     env = client.post("/v1/ideas", json={"track": "smoke", "code": ENVIRON_IDEA, "n_seeds": 2},
                       headers=bearer(token)).json()["job_id"]
-    job = poll_job(client, token, env, {"succeeded", "failed", "cancelled"}, 120, log)
-    assert job["status"] == "failed", job
+    job = poll_job(client, token, env, {"succeeded", "errored", "cancelled"}, 120, log)
+    assert job["status"] == "errored", job
     # Nothing of the worker's environment (database or broker URLs) reaches the idea.
     assert "DATABASE_URL" not in job["error"]["message"] and "BROKER_URL" not in job["error"]["message"]
     assert "sqlite" not in job["error"]["message"]
     good = client.post("/v1/ideas", json={"track": "smoke", "code": EXAMPLE, "n_seeds": 2},
                        headers=bearer(token)).json()["job_id"]
-    job = poll_job(client, token, good, {"succeeded", "failed", "cancelled"}, 120, log)
+    job = poll_job(client, token, good, {"succeeded", "errored", "cancelled"}, 120, log)
     assert job["status"] == "succeeded", job
 
 
@@ -249,7 +249,7 @@ def test_custom_track_registered_validated_and_judged(stack: Any) -> None:
     operator = make_key(app, "operator")  # n_seeds is an operator's override
     job_id = client.post("/v1/ideas", json={"track": "sum_of_squares", "code": idea, "n_seeds": 4},
                          headers=bearer(operator)).json()["job_id"]
-    job = poll_job(client, operator, job_id, {"succeeded", "failed", "cancelled"}, 240, log)
+    job = poll_job(client, operator, job_id, {"succeeded", "errored", "cancelled"}, 240, log)
     assert job["status"] == "succeeded", job
     assert job["track"] == track_id
     report = client.get(f"/v1/jobs/{job_id}/report", headers=bearer(operator)).json()["report"]
@@ -307,13 +307,13 @@ def test_sigterm_drains_the_worker_finishes_its_job_and_claims_no_other(sqlite_s
             worker.send_signal(signal.SIGTERM)
             second = client.post("/v1/ideas", json={**body, "name": "after-sigterm"},
                                  headers=bearer(operator)).json()["job_id"]
-            job = poll_job(client, operator, first, {"succeeded", "failed", "cancelled", "queued"}, 240, log)
+            job = poll_job(client, operator, first, {"succeeded", "errored", "cancelled", "queued"}, 240, log)
             assert job["status"] == "succeeded" and job["attempts"] == 1, job
             assert worker.wait(60) == 0, log.read_text()[-3000:]
             assert client.get(f"/v1/jobs/{second}", headers=bearer(operator)).json()["status"] == "queued"
             # Its message went back to the queue: the next worker judges it, first try.
             worker = start_worker(sqlite_settings, tmp_path)
-            job = poll_job(client, operator, second, {"succeeded", "failed", "cancelled"}, 240, log)
+            job = poll_job(client, operator, second, {"succeeded", "errored", "cancelled"}, 240, log)
             assert job["status"] == "succeeded" and job["attempts"] == 1, job
     finally:
         stop_worker(worker)

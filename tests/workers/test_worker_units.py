@@ -116,15 +116,15 @@ def test_bench_error_fails_the_job_with_its_code(ctx: WorkerContext, job_id: str
         raise BenchError(ErrorCode.BAD_OUTPUT_SHAPE, "The model returned (B, 2); expected (B, 1).")
 
     monkeypatch.setattr(runner, "judge", fake_judge)
-    assert runner.execute_job(ctx, job_id) is runner.Outcome.FAILED
+    assert runner.execute_job(ctx, job_id) is runner.Outcome.ERRORED
     job = load(ctx, job_id)
-    assert (job.status, job.error_code) == ("failed", "bad_output_shape")
+    assert (job.status, job.error_code) == ("errored", "bad_output_shape")
     assert job.error_message and job.error_hint
 
 
 def test_unexpected_error_fails_with_internal(ctx: WorkerContext, job_id: str, monkeypatch: Any) -> None:
     monkeypatch.setattr(runner, "judge", lambda *a, **k: 1 / 0)
-    assert runner.execute_job(ctx, job_id) is runner.Outcome.FAILED
+    assert runner.execute_job(ctx, job_id) is runner.Outcome.ERRORED
     assert load(ctx, job_id).error_code == "internal"
 
 
@@ -171,9 +171,9 @@ def test_reconciler_requeues_expired_leases_then_gives_up(ctx: WorkerContext, jo
     with ctx.sessions() as session:  # second attempt dies too: attempts reach max_attempts=2
         assert leases.claim_job(session, job_id, "dead:2", now - dt.timedelta(minutes=4), 30)
         session.commit()
-    assert reconcile_once(ctx, now).failed == [job_id]
+    assert reconcile_once(ctx, now).errored == [job_id]
     job = load(ctx, job_id)
-    assert (job.status, job.error_code) == ("failed", "internal")
+    assert (job.status, job.error_code) == ("errored", "internal")
 
 
 def test_reconciler_prunes_beats_of_workers_gone_for_a_day(ctx: WorkerContext) -> None:
