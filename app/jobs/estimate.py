@@ -1,17 +1,27 @@
 """Rough estimates for a submission: runs to train, seconds, and the queue ahead.
 
-Judging trains both arms on the sweep grid and then on the final seeds, so the
-number of runs is known up front; seconds per run come from the track's recent
-successful jobs, else a default. Both the per-run time and the queue depth are
-cached briefly: an estimate need not cost a query per submission.
+Judging trains both arms on the sweep grid and then on the final seeds, so the number of runs
+is known up front (``bench.plan``). A job's seconds are a fixed part (children started, both
+arms captured and checked) plus seconds per training run, per track (issue 27.2):
+
+- ``history``: the median over the track's recent succeeded jobs on this deployment of their
+  seconds beyond the fixed part, per run (at least ``MIN_HISTORY`` jobs);
+- ``card``: else the track card's ``timing``, measured by ``benchmarks/track_timing.py`` on the
+  reference machine (a custom track's from its validation: its baseline's smoke run);
+- ``default``: else the deployment's ``estimate_run_s`` per run (a track with neither).
+
+Both the timing and the queue depth are cached briefly: an estimate need not cost a query per
+submission.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
@@ -31,6 +41,39 @@ def seeds_of(card: dict[str, Any], n_seeds: int | None) -> int:
     return n_seeds or int(card.get("defaults", {}).get("n_seeds", 8))
 
 
+MIN_HISTORY = 3  # succeeded jobs of a track before its own history replaces the card's figure
+Basis = Literal["history", "card", "default"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What one job on a track costs: ``fixed_s`` before it trains, ``run_s`` per training run."""
+
+    fixed_s: float
+    run_s: float
+    basis: Basis
+
+    def seconds(self, runs: int) -> float:
+        return self.fixed_s + runs * self.run_s
+
+
+def card_timing(timing: Any, default_run_s: float) -> Timing:
+    """A card's measured ``timing`` ({fixed_s, run_s}), else the deployment's default per run."""
+    if isinstance(timing, dict):
+        fixed, run = timing.get("fixed_s"), timing.get("run_s")
+        if (isinstance(fixed, int | float) and isinstance(run, int | float) and not isinstance(fixed, bool)
+                and not isinstance(run, bool) and math.isfinite(fixed + run) and min(fixed, run) >= 0):
+            return Timing(float(fixed), float(run), "card")
+    return Timing(0.0, default_run_s, "default")
+
+
+def history_timing(durations: list[tuple[float, int | None]], fixed_s: float) -> float | None:
+    """Median seconds per run beyond ``fixed_s`` over ``(seconds, runs)`` of recent jobs; None
+    with fewer than ``MIN_HISTORY`` usable jobs."""
+    rates = [max(0.0, seconds - fixed_s) / runs for seconds, runs in durations if runs]
+    return statistics.median(rates) if len(rates) >= MIN_HISTORY else None
+
+
 class Estimator:
     """Cached inputs of estimates: seconds per run by track, queued jobs by queue."""
 
@@ -38,19 +81,20 @@ class Estimator:
         self.default_run_s = default_run_s
         self.runtime_ttl_s = runtime_ttl_s
         self.depth_ttl_s = depth_ttl_s
-        self._runtime: dict[str, tuple[float, float | None]] = {}
+        self._runtime: dict[str, tuple[float, Timing]] = {}
         self._depth: dict[str, tuple[float, int]] = {}
         self._lock = threading.Lock()
 
-    def seconds_per_run(self, session: Session, track: str) -> float | None:
-        """Mean seconds per run over the track's recent jobs; None with no history."""
+    def timing(self, session: Session, track: str, card: dict[str, Any]) -> Timing:
+        """The track's ``Timing``: its recent jobs' median (``history_timing``), else its card's."""
         now = time.monotonic()
         with self._lock:
             hit = self._runtime.get(track)
         if hit is not None and now - hit[0] < self.runtime_ttl_s:
             return hit[1]
-        rates = [s / r for s, r in repository.recent_durations(session, track) if r]
-        value = sum(rates) / len(rates) if rates else None
+        measured = card_timing(card.get("timing"), self.default_run_s)
+        run_s = history_timing(repository.recent_durations(session, track), measured.fixed_s)
+        value = measured if run_s is None else Timing(measured.fixed_s, run_s, "history")
         with self._lock:
             self._runtime[track] = (now, value)
         return value

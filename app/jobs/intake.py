@@ -79,6 +79,7 @@ class Pending:
     quota: int | None = None
     runs: int = 0
     confirmation_runs: int = 0
+    card: dict[str, Any] = field(default_factory=dict)  # the track's, for the estimate
     # Set by the writer (anew in each transaction it tries), read by the request once woken.
     outcome: service.Submitted | Exception | None = None
     replay: bool = False  # answered with the job its Idempotency-Key made (not inserted)
@@ -267,11 +268,11 @@ class Intake:
             try:
                 if item.accepted and item.values is not None:
                     item.outcome = service.submitted(session, Job(**item.values), False, item.runs,
-                                                     item.confirmation_runs, self.settings, self.estimator)
+                                                     item.confirmation_runs, item.card, self.estimator)
                 elif item.replay and item.pair is not None:
                     first = made.get(item.pair)
                     job = batch.existing.get(item.pair) or (Job(**first.values) if first and first.values else None)
-                    item.outcome = (service.replay(session, job, item.digest, self.settings, self.estimator)
+                    item.outcome = (service.replay(session, job, item.digest, self.estimator)
                                     if job is not None else item.error or RuntimeError("a replay without its job"))
             except (ApiError, BenchError) as exc:
                 item.outcome = exc
@@ -351,6 +352,7 @@ def check(
     }
     pending.runs = planned_runs(checked.card, grid_size(checked.hparams), body.n_seeds)
     pending.confirmation_runs = service.confirmation_runs(checked.card, body.n_seeds)
+    pending.card = checked.card
     return pending
 
 

@@ -176,9 +176,17 @@ class Estimate(BaseModel):
     """A rough estimate of the run: runs to train and seconds."""
 
     runs_total: int
-    run_s: float = Field(description="Estimated seconds of judging once started.")
-    wait_s: float = Field(description="Estimated seconds waiting in the queue.")
-    basis: Literal["history", "default"] = Field(description="From recent jobs of the track, or a default.")
+    run_s: float = Field(description="Estimated seconds of judging once started, without a confirmation: "
+                         "fixed_s + runs_total x seconds_per_run.")
+    run_s_max: float | None = Field(default=None, description="Up to this many seconds when the screening finds "
+                                    "a win and the confirmation runs too (its confirmation_runs added).")
+    fixed_s: float | None = Field(default=None, description="Seconds before training: the sandboxed children "
+                                  "started, both arms captured and checked.")
+    seconds_per_run: float | None = Field(default=None, description="Seconds per training run on this track.")
+    wait_s: float = Field(description="Estimated seconds waiting in the queue (jobs ahead x run_s).")
+    basis: Literal["history", "card", "default"] = Field(description=(
+        "history: the median of this track's recent jobs on this deployment; card: the track card's timing, "
+        "measured on the reference machine (a custom track's at its validation); default: neither exists."))
     confirmation_runs: int = Field(
         default=0,
         description="The most runs added, beyond runs_total, only if the screening finds a win: both arms' "

@@ -6,7 +6,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -87,7 +87,7 @@ def confirmation_runs(card: dict[str, Any], n_seeds: int | None) -> int:
     return plan_for_card(card, n_seeds=seeds_of(card, n_seeds)).confirmation_max
 
 
-def replay(session: Session, job: Job, digest: str, settings: Settings, estimator: Estimator) -> Submitted:
+def replay(session: Session, job: Job, digest: str, estimator: Estimator) -> Submitted:
     """The answer to a retry of the request that made ``job`` (409 when its body differs)."""
     if job.request_sha256 != digest:
         raise ApiError(
@@ -97,24 +97,25 @@ def replay(session: Session, job: Job, digest: str, settings: Settings, estimato
         )
     card = tracks_service.card_of_job_track(session, job.track)
     runs = job.runs_total or planned_runs(card, grid_size(job.hparams), job.n_seeds)
-    return submitted(session, job, True, runs, confirmation_runs(card, job.n_seeds), settings, estimator)
+    return submitted(session, job, True, runs, confirmation_runs(card, job.n_seeds), card, estimator)
 
 
 def submitted(
-    session: Session, job: Job, replay: bool, runs: int, confirmation_runs: int, settings: Settings,
+    session: Session, job: Job, replay: bool, runs: int, confirmation_runs: int, card: dict[str, Any],
     estimator: Estimator,
 ) -> Submitted:
     """The answer for ``job``: its estimate and queue position (a new job's from a cached depth)."""
-    per_run = estimator.seconds_per_run(session, job.track)
-    basis: Literal["history", "default"] = "history" if per_run is not None else "default"
-    run_s = runs * (per_run if per_run is not None else settings.estimate_run_s)
+    timing = estimator.timing(session, job.track, card)
+    run_s = timing.seconds(runs)
     queued = job.status == JobStatus.QUEUED.value
     ahead = None
     if queued:
         # A new job's position comes from a briefly cached queue depth; a replay's is exact.
         ahead = repository.queue_position(session, job) if replay else estimator.position_of_new(session, job)
     estimate = Estimate(runs_total=runs, run_s=round(run_s, 1), wait_s=round((ahead or 0) * run_s, 1),
-                        basis=basis, confirmation_runs=confirmation_runs)
+                        basis=timing.basis, confirmation_runs=confirmation_runs,
+                        run_s_max=round(timing.seconds(runs + confirmation_runs), 1),
+                        fixed_s=round(timing.fixed_s, 1), seconds_per_run=round(timing.run_s, 3))
     return Submitted(job=job, replay=replay, estimate=estimate, queue_position=ahead)
 
 

@@ -124,9 +124,17 @@ def get(session: Session, ident: str) -> CustomTrackRow | None:
 def engine_card(row: CustomTrackRow) -> dict[str, Any]:
     """The card the engine and the estimates use (version, id and measured sizes filled in)."""
     card = dict(row.card, version=row.version, id=row.id)
-    sizes = (row.validation or {}).get("sizes")
-    if sizes:
-        card["sizes"] = sizes
+    validation = row.validation or {}
+    if validation.get("sizes"):
+        card["sizes"] = validation["sizes"]
+    smoke_s = (validation.get("baseline_smoke") or {}).get("seconds")
+    data_s = validation.get("data_seconds_per_seed")
+    defaults = card.get("defaults") or {}
+    if isinstance(smoke_s, int | float) and isinstance(data_s, int | float):
+        # as validation estimated the protocol: runs two at a time, each seed's data generated once
+        seeds = int(defaults.get("sweep_seeds", 2)) + int(defaults.get("n_seeds", 8))
+        card["timing"] = {"fixed_s": round(seeds * data_s, 1), "run_s": round(smoke_s / 2, 3),
+                          "measured": "at validation (the baseline's smoke run)"}
     return card
 
 

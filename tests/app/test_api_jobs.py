@@ -39,7 +39,7 @@ def test_submit_commits_a_job_that_the_dispatcher_sends_once(app: Any, client: A
                              "cancel": f"/v1/jobs/{job_id}/cancel"}
     assert response.headers["location"] == f"/v1/jobs/{job_id}"
     assert body["queue_position"] == 0
-    assert body["estimate"]["runs_total"] > 0 and body["estimate"]["basis"] == "default"
+    assert body["estimate"]["runs_total"] > 0 and body["estimate"]["basis"] == "card"
     assert body["idempotent_replay"] is False
     assert app.state.queue.sent == []  # the API publishes nothing: it committed the job
     with app.state.sessionmaker() as session:

@@ -13,7 +13,8 @@ from tests.conftest import bearer
 ROOT = Path(__file__).resolve().parents[2]
 TINY = (ROOT / "tests" / "data" / "tracks" / "tiny_quadratic.py").read_text()
 IDEA = "from torch import nn\n\ndef build_model(spec):\n    return nn.Linear(4, 1)\n"
-VALIDATION = {"sizes": {"train": 256, "val": 64, "test": 64}, "deterministic": True, "warnings": []}
+VALIDATION = {"sizes": {"train": 256, "val": 64, "test": 64}, "deterministic": True, "warnings": [],
+              "baseline_smoke": {"seconds": 0.8}, "data_seconds_per_seed": 0.05}
 
 
 def register(client: Any, token: str, source: str = TINY) -> Any:
@@ -73,7 +74,10 @@ def test_lifecycle_validating_active_deprecated(app: Any, client: Any, keys: dic
     accepted = submit(client, token, "tiny_quadratic")
     assert accepted.status_code == 202, accepted.text
     assert accepted.json()["track"] == "tiny_quadratic@1"  # the exact version is stored
-    assert accepted.json()["estimate"]["runs_total"] == 2 * 2 * 2 + 2 * 8
+    estimate = accepted.json()["estimate"]
+    assert estimate["runs_total"] == 2 * 2 * 2 + 2 * 8
+    # timed from its validation: runs two at a time, each of its 10 seeds' data made once
+    assert (estimate["basis"], estimate["seconds_per_run"], estimate["fixed_s"]) == ("card", 0.4, 0.5)
     one = client.get("/v1/tracks/tiny_quadratic@1", headers=bearer(keys["viewer"])).json()
     assert one["status"] == "active" and one["source"] == TINY and one["validation"]["sizes"]["train"] == 256
     # Version 2, then deprecate version 1: it takes no new jobs, and the hint names v2.

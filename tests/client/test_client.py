@@ -230,8 +230,19 @@ def test_the_cli_verbs_and_login(service: tuple[str, str, Path], tmp_path: Path)
     assert first.returncode == again.returncode == 0, first.stderr
     queued = json.loads(first.stdout)["job"]["job_id"]
     assert json.loads(again.stdout)["job"]["job_id"] == queued
-    assert cli("cancel", queued, env=env).returncode == 0
-    wait_for(lambda: cli("status", queued, "--json", env=env).returncode == 3, 60, "the cancel to land")
+    cancel = cli("cancel", queued, "--json", env=env)
+    assert cancel.returncode == 0, cancel.stderr
+    at_cancel = json.loads(cancel.stdout)["status"]
+
+    def ended() -> Any:
+        shown = cli("status", queued, "--json", env=env)
+        return shown if json.loads(shown.stdout)["status"] in ("succeeded", "errored", "cancelled") else None
+    final = wait_for(ended, 120, "the cancelled job to end")
+    outcome = (json.loads(final.stdout)["status"], final.returncode)
+    if at_cancel == "cancelled":  # it was still queued: cancelled at once
+        assert outcome == ("cancelled", 3)
+    else:  # a worker had taken it: it stops the job, unless the job ended first
+        assert at_cancel == "running" and outcome in {("cancelled", 3), ("succeeded", 0)}, outcome
     bad = tmp_path / "bad.py"
     bad.write_text(BAD)
     refused = cli("submit", str(bad), "--track", "smoke", env=env)

@@ -1,0 +1,81 @@
+"""Estimates per track (issue 27.2): the track's own recent jobs, else its card's measured
+timing, never one global default where either exists; the confirmation counted as "up to"."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.db import utcnow
+from app.jobs.estimate import MIN_HISTORY, Timing, card_timing, history_timing
+from app.jobs.models import JobStatus
+from tests.app.factories import insert_job, key_id
+from tests.conftest import bearer
+
+TRACKS = Path(__file__).resolve().parents[2] / "tracks"
+IDEA = (TRACKS / "smoke" / "example_idea.py").read_text()
+
+
+@pytest.mark.parametrize("timing", [None, {}, {"fixed_s": 1.0}, {"fixed_s": "3", "run_s": 1.0},
+                                    {"fixed_s": -1.0, "run_s": 1.0}, {"fixed_s": 1.0, "run_s": float("nan")},
+                                    {"fixed_s": True, "run_s": 1.0}, [1, 2]])
+def test_a_card_without_a_usable_timing_falls_back_to_the_default(timing: Any) -> None:
+    assert card_timing(timing, 0.7) == Timing(0.0, 0.7, "default")
+
+
+def test_a_cards_timing_and_the_history_median() -> None:
+    measured = card_timing({"fixed_s": 10, "run_s": 0.5, "measured": "..."}, 0.7)
+    assert measured == Timing(10.0, 0.5, "card") and measured.seconds(40) == 30.0
+    jobs = [(30.0, 40), (50.0, 40), (1000.0, 40)]  # one job held up by a busy machine
+    assert history_timing(jobs[:MIN_HISTORY - 1], 10.0) is None  # too few to trust
+    assert history_timing(jobs, 10.0) == 1.0  # the median of 0.5, 1.0, 24.75: not the mean
+    assert history_timing([(5.0, 40), (5.0, 40), (5.0, 40)], 10.0) == 0.0
+    assert history_timing([(5.0, None), (5.0, 0), (9.0, 3)], 0.0) is None  # no runs: unusable
+
+
+def test_every_builtin_card_carries_its_measured_timing() -> None:
+    """cifar10's data is not on the reference machine: its estimate is the default until its
+    jobs make a history."""
+    for card_path in sorted(TRACKS.glob("*/card.json")):
+        card = json.loads(card_path.read_text())
+        if card["name"] == "cifar10":
+            assert "timing" not in card
+            continue
+        timing = card_timing(card.get("timing"), 0.0)
+        assert timing.basis == "card" and timing.run_s > 0, card_path.parent.name
+        assert "track_timing.py" in card["timing"]["measured"]
+
+
+def test_a_submission_is_estimated_from_the_card_then_from_the_tracks_history(app: Any, client: Any,
+                                                                            keys: dict[str, str]) -> None:
+    card = json.loads((TRACKS / "smoke" / "card.json").read_text())["timing"]
+
+    def estimate() -> dict[str, Any]:
+        app.state.estimator._runtime.clear()  # a minute's cache in production
+        answer = client.post("/v1/ideas", json={"track": "smoke", "code": IDEA}, headers=bearer(keys["agent"]))
+        assert answer.status_code == 202, answer.text
+        return answer.json()["estimate"]
+
+    first = estimate()
+    runs, confirmation = first["runs_total"], first["confirmation_runs"]
+    assert first["basis"] == "card" and first["fixed_s"] == round(card["fixed_s"], 1)
+    assert first["seconds_per_run"] == round(card["run_s"], 3)
+    assert first["run_s"] == pytest.approx(card["fixed_s"] + runs * card["run_s"], abs=0.1)
+    assert first["run_s_max"] == pytest.approx(card["fixed_s"] + (runs + confirmation) * card["run_s"], abs=0.1)
+    assert first["run_s_max"] > first["run_s"]
+
+    now = utcnow()
+    with app.state.sessionmaker() as session:
+        for seconds in (card["fixed_s"] + 40 * 2.0, card["fixed_s"] + 40 * 3.0, card["fixed_s"] + 40 * 2.5):
+            insert_job(session, key_id(keys["agent"]), status=JobStatus.SUCCEEDED.value, runs_total=40,
+                       started_at=now - dt.timedelta(seconds=seconds), finished_at=now)
+        insert_job(session, key_id(keys["agent"]), track="tabular", status=JobStatus.SUCCEEDED.value,
+                   runs_total=40, started_at=now - dt.timedelta(hours=1), finished_at=now)  # another track's
+        session.commit()
+    second = estimate()
+    assert second["basis"] == "history" and second["seconds_per_run"] == pytest.approx(2.5, abs=1e-3)
+    assert second["run_s"] == pytest.approx(card["fixed_s"] + runs * 2.5, abs=0.1)
