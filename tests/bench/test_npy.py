@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from numpy.lib import format as npy_format
 
 from bench.captured import pack, unpack
@@ -125,3 +127,25 @@ def test_many_threads_read_at_once(no_ast: None) -> None:
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_what_the_parser_accepts_numpy_reads_the_same_way(data: st.DataObject) -> None:
+    """Differential fuzz: mutate a valid header byte by byte; whatever ``parse_npy_header``
+    admits, numpy's own parser reads as the same shape and dtype at the same offset (a
+    hostile child cannot make the two disagree about what a file holds)."""
+    descr = data.draw(st.sampled_from(sorted(NPY_DESCRS)))
+    shape = tuple(data.draw(st.lists(st.integers(0, 5), max_size=3)))
+    raw = bytearray(saved(np.zeros(shape, dtype=np.dtype(descr))))
+    for _ in range(data.draw(st.integers(0, 3))):
+        raw[data.draw(st.integers(0, min(len(raw), 128) - 1))] = data.draw(st.integers(0, 255))
+    try:
+        ours = parse_npy_header(bytes(raw))
+    except ValueError:
+        return
+    fh = io.BytesIO(bytes(raw))
+    version = npy_format.read_magic(fh)
+    read = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
+    theirs_shape, fortran, theirs_dtype = read(fh)
+    assert (ours[0], ours[1], ours[2]) == (tuple(theirs_shape), theirs_dtype, fh.tell()) and not fortran
