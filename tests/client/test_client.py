@@ -241,8 +241,10 @@ def test_the_cli_verbs_and_login(service: tuple[str, str, Path], tmp_path: Path)
     outcome = (json.loads(final.stdout)["status"], final.returncode)
     if at_cancel == "cancelled":  # it was still queued: cancelled at once
         assert outcome == ("cancelled", 3)
-    else:  # a worker had taken it: it stops the job, unless the job ended first
-        assert at_cancel == "running" and outcome in {("cancelled", 3), ("succeeded", 0)}, outcome
+    else:  # a worker had taken it: it stops the job, unless the job ended first (a smoke job
+        # takes seconds: it can even end between the cancel's read and its answer)
+        assert at_cancel in ("running", "succeeded") and outcome in {("cancelled", 3), ("succeeded", 0)}, \
+            (at_cancel, outcome)
     bad = tmp_path / "bad.py"
     bad.write_text(BAD)
     refused = cli("submit", str(bad), "--track", "smoke", env=env)
