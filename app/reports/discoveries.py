@@ -24,7 +24,7 @@ from the ``(track, p_helps)`` index, so they reflect every idea stored up to tha
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +84,17 @@ def _hypotheses(rows: list[_Row]) -> dict[tuple[str, str], tuple[float, bool, li
         grouped[row.hypothesis].append(row)
     return {h: (min(1.0, len(members) * min(m.p for m in members)), any(m.worked for m in members),
                 [m.report_id for m in members]) for h, members in grouped.items()}
+
+
+def stream_qvalues(attempts: Sequence[tuple[Hashable, float]]) -> list[float]:
+    """The q-value of each attempt of one stream, in order: ``attempts`` are ``(hypothesis, p)``
+    (the hypothesis a key and family), each hypothesis' p Bonferroni's over its attempts, BH over
+    the hypotheses. The rule ``qvalues`` applies to stored reports, as a pure function
+    (``benchmarks/null_stream.py``'s adaptive agent reads its own stream with it)."""
+    rows = [_Row(str(i), "", CANONICAL, float(p), False, ("", repr(h)), None, ("", None, None, "cpu"), False)
+            for i, (h, p) in enumerate(attempts)]
+    q = _stream_q(rows)
+    return [q[str(i)] for i in range(len(rows))]
 
 
 def _stream_q(rows: list[_Row]) -> dict[str, float]:
