@@ -34,6 +34,7 @@ from torch import fx, nn
 
 from bench.contract import MODULE_PATH
 from bench.errors import BenchError, ErrorCode, user_frame
+from bench.oplist import KIND
 
 FORMAT = 1
 MAX_NODES = 20_000
@@ -56,6 +57,16 @@ EXTRA_OPS = frozenset({
     "aten.imag.default",
     "aten.conj_physical.default",
     "aten._conj.default",
+    # pure ops of everyday models with kernels of their own (F.normalize, torch.randn_like,
+    # cumprod, hypot, median, AdaptiveMaxPool2d): on bench.oplist under their kinds
+    "aten.linalg_vector_norm.default",
+    "aten.randn_like.default",
+    "aten.rand_like.default",
+    "aten.cumprod.default",
+    "aten.hypot.default",
+    "aten.median.dim",
+    "aten.adaptive_max_pool2d.default",
+    "aten._assert_tensor_metadata.default",  # what .float() / .long() leave in a graph
 })
 # Ops that read uninitialised memory or reinterpret storage: results that depend on
 # whatever the trainer's memory held. Decompositions of ordinary models do not need them.
@@ -338,9 +349,10 @@ def _is_composite(op: Any) -> bool:
 def resolve_op(name: Any) -> Any:
     """The callable of an op name, if the allowlist has it; else ``not_capturable``.
 
-    Allowed: integer arithmetic on sizes (``PYTHON_OPS``), and ATen ops that are core ATen,
-    or that core ATen decomposes, or that are composites of other ATen ops, or
-    ``EXTRA_OPS``; never an in-place op or ``DENIED_OPS``.
+    Allowed: integer arithmetic on sizes (``PYTHON_OPS``), and the ATen ops ``bench.oplist``
+    names (each under its reason). Every one of those must also pass the schema rules, a
+    second wall: core ATen, or decomposed by core ATen, or a composite of other ATen ops, or
+    ``EXTRA_OPS``; never an in-place op, ``DENIED_OPS`` or what ``_impure`` finds.
     """
     if not isinstance(name, str):
         raise not_capturable("a graph node names no op")
@@ -349,8 +361,8 @@ def resolve_op(name: Any) -> Any:
     parts = name.split(".")
     refused = not_capturable(f"the graph calls {name[:80]!r}, which is not on ideabench's op allowlist",
                              "Use ordinary torch tensor operations; see docs/idea-contract.md.")
-    if len(parts) != 3 or parts[0] != "aten" or name in DENIED_OPS:
-        raise refused
+    if len(parts) != 3 or parts[0] != "aten" or name in DENIED_OPS or name not in KIND:
+        raise refused  # deny by default: only the ops bench.oplist names, each under its reason
     try:
         op = getattr(getattr(torch.ops.aten, parts[1]), parts[2])
     except (AttributeError, RuntimeError):

@@ -1,0 +1,113 @@
+"""The op allowlist as a list (issue 25.2, ``bench.oplist``): every op on it under a reason,
+every op on it also through the schema rules, ordinary models' graphs all on it, and ops the
+rules alone admitted refused because the list does not name them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+from bench import graph
+from bench.errors import BenchError
+from bench.oplist import ALLOWED_OPS, KIND, REASONS
+from tests.capture_helpers import capture_docs, through_capture
+
+
+def test_every_kind_has_its_reason_and_every_op_one_kind() -> None:
+    assert set(ALLOWED_OPS) == set(REASONS)
+    assert all(len(reason) > 30 for reason in REASONS.values())
+    assert sum(len(ops) for ops in ALLOWED_OPS.values()) == len(KIND)  # no op under two kinds
+    assert all(name.startswith("aten.") and name.count(".") == 2 for name in KIND)
+
+
+def test_every_listed_op_also_passes_the_schema_rules() -> None:
+    """The list is inside the rules: each op exists in this torch, is core ATen, decomposed
+    by it, a composite or on EXTRA_OPS, is not mutable and not what ``_impure`` finds."""
+    for name in sorted(KIND):
+        op = graph.resolve_op(name)
+        assert isinstance(op, torch._ops.OpOverload), name
+        assert not op._schema.is_mutable, name
+        assert graph._impure(op) == "", name
+
+
+# Ops the schema rules alone admitted (895 overloads in all): each refused now because the list
+# does not name it, and each would pass if it did (so the list, not another rule, refuses it).
+ADMITTED_BY_THE_RULES_ALONE = [
+    "aten._cufft_set_plan_cache_max_size.default",  # changes the process's state
+    "aten.sym_is_contiguous.default",  # a layout query: a row alone vs a batch
+    "aten._unsafe_index.Tensor",  # no bounds check, by name
+    "aten.unsafe_split.Tensor",  # views its schema does not declare
+    "aten.convolution_backward.default",  # gradients inside a forward
+    "aten.nonzero.default",  # a data-dependent size
+    "aten._sobol_engine_draw.default",
+    "aten.to.device",
+    "aten.is_nonzero.default",
+    "aten._add_batch_dim.default",
+]
+
+
+@pytest.mark.parametrize("name", ADMITTED_BY_THE_RULES_ALONE)
+def test_an_op_the_rules_admit_but_the_list_does_not_name_is_refused(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(BenchError, match="not on ideabench's op allowlist"):
+        graph.resolve_op(name)
+    monkeypatch.setattr(graph, "KIND", {**KIND, name: "pointwise"})
+    assert isinstance(graph.resolve_op(name), torch._ops.OpOverload)
+
+
+class Apply(nn.Module):
+    def __init__(self, fn: Callable[..., torch.Tensor], *modules: nn.Module) -> None:
+        super().__init__()
+        self.fn, self.parts = fn, nn.ModuleList(modules)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x, *self.parts)
+
+
+def _everyday() -> dict[str, tuple[nn.Module, list[int]]]:
+    """Ordinary models an agent writes: every layer family the list was made for."""
+    f = torch.nn.functional
+    return {
+        "mlp": (nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Dropout(0.1), nn.BatchNorm1d(16),
+                              nn.SiLU(), nn.Linear(16, 16), nn.Tanh(), nn.Softplus(), nn.Mish(), nn.Hardswish(),
+                              nn.RMSNorm(16), nn.PReLU(), nn.Linear(16, 1)), [8]),
+        "conv": (nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+                               nn.Conv2d(4, 4, 3, padding="same", groups=2), nn.GroupNorm(2, 4), nn.AvgPool2d(2),
+                               nn.Upsample(scale_factor=2, mode="bilinear"), nn.ReflectionPad2d(1),
+                               nn.PixelShuffle(2), nn.ConvTranspose2d(1, 2, 2, stride=2), nn.AdaptiveAvgPool2d(3),
+                               nn.Flatten(), nn.Linear(18, 10)), [1, 8, 8]),
+        "recurrent": (Apply(lambda x, gru, lstm, lin: lin(gru(x)[0][:, -1] + lstm(x)[0][:, -1]),
+                            nn.GRU(4, 8, batch_first=True), nn.LSTM(4, 8, batch_first=True), nn.Linear(8, 1)), [6, 4]),
+        "attention": (Apply(lambda x, mha, enc, lin: lin(mha(x, x, x)[0] + enc(x)).mean(1),
+                            nn.MultiheadAttention(8, 2, batch_first=True),
+                            nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), nn.Linear(8, 1)), [6, 8]),
+        "tensor_ops": (Apply(lambda x, lin: lin(
+            torch.einsum("bij,bjk->bik", x, x.transpose(1, 2) @ x) / 10 + torch.cdist(x, x) @ x
+            + torch.cat([x, x], -1)[..., :8] + torch.stack([x, x]).mean(0) + x.roll(1, -1) + torch.sort(x, -1).values
+            + torch.gather(x, 1, torch.zeros(x.shape[0], 6, 8, dtype=torch.long)) + x.masked_fill(x > 1, 0.0)
+            + torch.tril(x[:, :, :6]) @ x[:, :6, :] + torch.softmax(x, -1) + x.cumsum(-1) + f.normalize(x, dim=-1)
+            + torch.where(x > 0, x, 0.5 * x) + x.clamp(-1, 1).abs().sqrt() + torch.fft.irfft(torch.fft.rfft(x), n=8)
+            + 0.1 * torch.randn_like(x)
+        ).mean(1), nn.Linear(8, 1)), [6, 8]),
+        "embedding": (Apply(lambda x, emb, lin: lin(emb((x.abs() * 10).long().clamp(0, 9)).mean(1)),
+                            nn.Embedding(10, 8), nn.Linear(8, 1)), [5]),
+    }
+
+
+@pytest.mark.parametrize("label", list(_everyday()))
+def test_ordinary_models_capture_to_listed_ops_only(label: str) -> None:
+    model, shape = _everyday()[label]
+    torch.manual_seed(0)
+    docs, _ = capture_docs(model, shape)
+    called = {node["target"] for doc in docs.values() for node in doc["nodes"] if node["op"] == "call_function"}
+    aten = {name for name in called if name.startswith("aten.")}
+    assert aten and aten <= set(KIND), sorted(aten - set(KIND))
+    model.eval()
+    rebuilt = through_capture(model, shape)  # and the trusted side rebuilds and runs them
+    rebuilt.eval()
+    x = torch.randn(3, *shape)
+    assert rebuilt(x).shape == model(x).shape
