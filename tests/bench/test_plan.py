@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from bench.catalog import get_card, list_cards, planned_runs
 from bench.plan import budget_factor, plan, plan_for_card
 from bench.protocol import densify
@@ -39,3 +41,26 @@ def test_every_card_is_counted_alike_by_the_catalog_and_the_plan() -> None:
     assert plan_for_card(get_card("smoke"), n_seeds=4).screening == 8
     assert math.isclose(plan_for_card(get_card("smoke"), idea_configs=2).sweep,
                         2 * plan_for_card(get_card("smoke")).sweep)
+
+
+def test_time_left_counts_seconds_per_run_from_the_start_of_training() -> None:
+    """The children's start and the capture (here 60 s) come once per job: the time left is
+    the runs left times the seconds per run since training began, not since the job began."""
+    from bench.protocol import Progress, _Tracker
+
+    now = [100.0]
+    seen: list[Progress] = []
+    tracker = _Tracker(seen.append, total=0, clock=lambda: now[0])
+    tracker.add_total(40)
+    now[0] += 60.0  # children and capture
+    tracker.emit("capturing")
+    assert seen[-1].eta_s is None  # no run yet: no estimate
+    tracker.start_training()
+    for _ in range(10):
+        now[0] += 2.0
+        tracker.run_finished({"arm": "idea"})
+    assert seen[-1].done == 10 and seen[-1].eta_s == pytest.approx(30 * 2.0)  # not (80 / 10) * 30
+    tracker.start_training()  # a second call moves nothing
+    tracker.add_total(8)  # a confirmation's runs join the count when it starts
+    tracker.emit()
+    assert seen[-1].eta_s == pytest.approx(38 * 2.0)

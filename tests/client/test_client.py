@@ -231,8 +231,12 @@ def test_the_cli_verbs_and_login(service: tuple[str, str, Path], tmp_path: Path)
     queued = json.loads(first.stdout)["job"]["job_id"]
     assert json.loads(again.stdout)["job"]["job_id"] == queued
     cancel = cli("cancel", queued, "--json", env=env)
-    assert cancel.returncode == 0, cancel.stderr
-    at_cancel = json.loads(cancel.stdout)["status"]
+    if cancel.returncode == 2:  # a warm worker judged the smoke job before the cancel arrived
+        assert json.loads(cancel.stdout)["error"]["code"] == "job_finished", cancel.stdout
+        at_cancel = "succeeded"
+    else:
+        assert cancel.returncode == 0, cancel.stderr
+        at_cancel = json.loads(cancel.stdout)["status"]
 
     def ended() -> Any:
         shown = cli("status", queued, "--json", env=env)
