@@ -50,9 +50,6 @@ EXTRA_OPS = frozenset({
     "aten.complex.default",
     "aten.view_as_real.default",
     "aten.view_as_complex.default",
-    "aten._fft_r2c.default",
-    "aten._fft_c2r.default",
-    "aten._fft_c2c.default",
     "aten.real.default",
     "aten.imag.default",
     "aten.conj_physical.default",
@@ -411,19 +408,62 @@ def _impure(op: Any) -> str:
 # output unwritten (uninitialised memory, earlier tensors' values among it; red team).
 INT_ENUMS = {"interpolation_mode": 3, "padding_mode": 3, "reduction": 3}
 # Integer division of INT_MIN by -1 kills the process with SIGFPE (red team): these ops run only
-# when a floating tensor takes part.
+# when a floating tensor takes part (avg_pool with ``divisor_override=-1`` divides too).
 INTEGER_DIVISIONS = frozenset({
-    "aten.div.Tensor_mode", "aten.div.Scalar_mode", "aten.fmod.Tensor", "aten.fmod.Scalar",
-    "aten.remainder.Tensor", "aten.remainder.Scalar", "aten.remainder.Scalar_Tensor",
-    "aten.floor_divide.default", "aten.floor_divide.Scalar",
+    "aten.div.Tensor_mode", "aten.div.Scalar_mode", "aten.divide.Tensor_mode", "aten.divide.Scalar_mode",
+    "aten.fmod.Tensor", "aten.fmod.Scalar", "aten.remainder.Tensor", "aten.remainder.Scalar",
+    "aten.remainder.Scalar_Tensor", "aten.floor_divide.default", "aten.floor_divide.Scalar",
+    "aten.avg_pool2d.default", "aten.avg_pool3d.default",
 })
 
 
-def _no_integer_division(op: Any) -> Any:
+def _floating_only(op: Any, given: dict[str, Any]) -> None:
+    tensors = [a for a in given.values() if isinstance(a, torch.Tensor)]
+    if tensors and not any(t.is_floating_point() or t.is_complex() for t in tensors):
+        raise RuntimeError(f"{op} of integer tensors is refused (INT_MIN / -1 kills the process)")
+
+
+def _per_channel(op: Any, given: dict[str, Any]) -> None:
+    """A batch norm's kernel trusts its weight, bias and running statistics to hold one value
+    per channel: a longer one read past the input (a neighbour row, red team), a shorter one
+    was written past its end (a segfault)."""
+    x = given.get("input")
+    if not isinstance(x, torch.Tensor) or x.dim() < 2:
+        raise RuntimeError(f"{op} needs an input of at least two dimensions")
+    for name in ("weight", "bias", "running_mean", "running_var"):
+        value = given.get(name)
+        if value is not None and (not isinstance(value, torch.Tensor) or value.dim() != 1
+                                  or value.numel() != x.size(1)):
+            raise RuntimeError(f"{op}: {name} must hold one value per channel ({x.size(1)})")
+
+
+def _gain_per_slice(op: Any, given: dict[str, Any]) -> None:
+    """Weight norm's kernel trusts ``g`` to hold one gain per slice along ``dim``: a smaller
+    ``g`` was written past its end (a segfault, red team)."""
+    v, gain, dim = given.get("v"), given.get("g"), given.get("dim", 0)
+    if not isinstance(v, torch.Tensor) or not isinstance(gain, torch.Tensor) or not isinstance(dim, int):
+        raise RuntimeError(f"{op} needs two tensors and a dimension")
+    expected = 1 if dim == -1 else (v.size(dim) if dim in (0, v.dim() - 1) else None)
+    if expected is None or gain.numel() != expected:
+        raise RuntimeError(f"{op}: g must hold one gain per slice along dim 0 or the last dim")
+
+
+# Ops whose kernels trust arguments their public wrappers check: each runs behind its check.
+GUARDS: dict[str, Any] = {
+    **{name: _floating_only for name in INTEGER_DIVISIONS},
+    "aten._native_batch_norm_legit_functional.default": _per_channel,
+    "aten._native_batch_norm_legit_no_training.default": _per_channel,
+    "aten._native_batch_norm_legit.no_stats": _per_channel,
+    "aten._weight_norm.default": _gain_per_slice,
+    "aten._weight_norm_interface.default": _gain_per_slice,
+}
+
+
+def _guarded(op: Any, guard: Any) -> Any:
+    names = [argument.name for argument in op._schema.arguments]
+
     def call(*args: Any, **kwargs: Any) -> Any:
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if tensors and not any(t.is_floating_point() or t.is_complex() for t in tensors):
-            raise RuntimeError(f"{op} of integer tensors is refused (INT_MIN / -1 kills the process)")
+        guard(op, {**dict(zip(names, args, strict=False)), **kwargs})
         return op(*args, **kwargs)
     return call
 
@@ -617,8 +657,8 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
             if len(decoded) != len(kwargs):
                 raise not_capturable("the captured graph is malformed (arguments)")
             literal_bits += check_call(str(node.get("target")), target, args, decoded)
-            if str(node.get("target")) in INTEGER_DIVISIONS:
-                target = _no_integer_division(target)
+            if str(node.get("target")) in GUARDS:
+                target = _guarded(target, GUARDS[str(node.get("target"))])
             env[name] = graph.call_function(target, tuple(args), decoded)
             module = node.get("module", "")
             if not isinstance(module, str) or not (module == "" or MODULE_PATH.fullmatch(module)):

@@ -19,6 +19,13 @@ baselines and examples, ``examples/ideas``, and a zoo of ``torch.nn`` layers: li
 convolutions, norms, pooling, recurrent, attention, embeddings, FFTs, noise) are all here
 (``tests/security/test_oplist.py`` captures them). To add an op: put it under the kind whose
 reason it meets, with a test of its own if it is in none.
+
+"Checked by the kernel" holds for public ops; a private kernel (``_native_batch_norm_legit*``,
+``_weight_norm*``) trusts what its public wrapper checked, so it runs behind a check of its own
+(``bench.graph.GUARDS``), as integer division does. The red team of this list found five such
+kernels reading or writing past a tensor (a neighbour row, a segfault, heap bytes): the private
+FFTs, ``_scaled_dot_product_flash_attention_for_cpu`` and the embedding bags, which no model
+captures to, are off the list; batch and weight norm are guarded.
 """
 
 from __future__ import annotations
@@ -146,15 +153,15 @@ ALLOWED_OPS: dict[str, frozenset[str]] = {
         "take.default", "take_along_dim.default",
     ),
     "linear": _ops(
-        "_cdist_forward.default", "_convolution_mode.default", "_embedding_bag.default",
+        "_cdist_forward.default", "_convolution_mode.default",
         "_euclidean_dist.default", "_pdist_forward.default", "_prelu_kernel.default",
-        "_scaled_dot_product_attention_math.default", "_scaled_dot_product_flash_attention_for_cpu.default",
+        "_scaled_dot_product_attention_math.default",
         "addmm.default", "addr.default", "baddbmm.default", "baddbmm.dtype", "bilinear.default",
         "block_diag.default", "bmm.default", "cdist.default", "chain_matmul.default", "conv1d.default",
         "conv1d.padding", "conv2d.default", "conv2d.padding", "conv3d.default", "conv3d.padding",
         "conv_transpose1d.default", "conv_transpose2d.input", "conv_transpose3d.input", "convolution.default",
         "corrcoef.default", "cov.default", "cross.default", "det.default", "dot.default", "einsum.default",
-        "embedding_bag.default", "embedding_bag.padding_idx", "ger.default", "inner.default", "inverse.default",
+        "ger.default", "inner.default", "inverse.default",
         "kron.default", "linalg_cross.default", "linalg_det.default", "linalg_diagonal.default",
         "linalg_eigh.default", "linalg_eigvalsh.default", "linalg_inv.default", "linalg_matmul.default",
         "linalg_matrix_norm.default", "linalg_matrix_norm.str_ord", "linalg_matrix_power.default",
@@ -220,7 +227,7 @@ ALLOWED_OPS: dict[str, frozenset[str]] = {
         "soft_margin_loss.default", "triplet_margin_loss.default",
     ),
     "complex": _ops(
-        "_conj.default", "_fft_c2c.default", "_fft_c2r.default", "_fft_r2c.default", "complex.default",
+        "_conj.default", "complex.default",
         "conj.default", "conj_physical.default", "fft_fft.default", "fft_fft2.default", "fft_fftn.default",
         "fft_fftshift.default", "fft_hfft.default", "fft_hfft2.default", "fft_hfftn.default",
         "fft_ifft.default", "fft_ifft2.default", "fft_ifftn.default", "fft_ifftshift.default",
