@@ -43,7 +43,9 @@ class Report(Base):
     mechanism_ok: Mapped[bool | None] = mapped_column(Boolean)
     worked: Mapped[bool] = mapped_column(Boolean)
     p_value: Mapped[float | None] = mapped_column(Float)
+    # The deciding stage's mean difference: the confirmation's when one ran, else the screening's
     delta_mean: Mapped[float | None] = mapped_column(Float)
+    delta_stage: Mapped[str | None] = mapped_column(String(16))  # screening | confirmation
     # The false-discovery accounting (bench_report.p_helps; docs/statistics.md): the idea's
     # family, what it was compared against, and its one-sided p that it helps.
     family: Mapped[str | None] = mapped_column(String(40))

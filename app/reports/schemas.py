@@ -57,6 +57,7 @@ _SUMMARY_EXAMPLE: dict[str, Any] = {
     "worked": True,
     "p_value": 0.0078125,
     "delta_mean": -0.0123,
+    "delta_stage": "screening",
     "family": "ast-v1:2fdce545918b3110",
     "baseline": "canonical",
     "p_helps": 0.00390625,
@@ -93,7 +94,11 @@ class ReportSummary(BaseModel):
     mechanism_ok: bool | None
     worked: bool
     p_value: float | None
-    delta_mean: float | None
+    delta_mean: float | None = Field(description=(
+        "The idea's mean paired difference (idea - baseline) in the metric's units, of the stage "
+        "that decided the verdict (delta_stage)."))
+    delta_stage: str = Field(default="screening", description=(
+        "Which stage delta_mean is from: confirmation when one ran (it decided), else screening."))
     family: str | None = Field(default=None, description="The idea family (re-rolls of one idea share it).")
     baseline: str | None = Field(default=None, description="canonical, or matched:<sha256 prefix>.")
     p_helps: float | None = Field(

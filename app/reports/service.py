@@ -127,6 +127,7 @@ def build_report_row(
     if system not in {v.value for v in SystemVerdict} or practical not in {v.value for v in PracticalVerdict}:
         raise InvalidReport(f"report verdicts are {system!r}/{practical!r}")
     comparison = (body.get("bench_report") or {}).get("comparison") or {}
+    delta, stage = deciding_delta(body)
     p_helps = _finite_or_none((body.get("bench_report") or {}).get("p_helps"))
     mechanism = body.get("mechanism_ok")
     sandbox = (body.get("bench_report") or {}).get("sandbox")
@@ -143,7 +144,8 @@ def build_report_row(
         mechanism_ok=None if mechanism is None else bool(mechanism),
         worked=bool(body.get("worked", system == SystemVerdict.WORKED.value)),
         p_value=_finite_or_none(comparison.get("p_value")),
-        delta_mean=_finite_or_none(comparison.get("delta_mean")),
+        delta_mean=delta,
+        delta_stage=stage,
         family=job.family,
         baseline=baseline_label(job.baseline_code),
         p_helps=p_helps if p_helps is not None and 0.0 <= p_helps <= 1.0 else None,
@@ -154,6 +156,19 @@ def build_report_row(
         body=body,
         **stream_of(body),
     )
+
+
+def deciding_delta(body: dict[str, Any]) -> tuple[float | None, str]:
+    """(delta_mean, stage) of a report: the confirmation's mean difference when one ran (it
+    decided the verdict, and the report page shows it), else the screening's (issue 27.7)."""
+    raw = body.get("bench_report")
+    bench: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    stage, block = "screening", bench
+    confirmation = bench.get("confirmation")
+    if bench.get("decided_by") == "confirmation" and isinstance(confirmation, dict):
+        stage, block = "confirmation", confirmation
+    comparison = block.get("comparison")
+    return _finite_or_none(comparison.get("delta_mean") if isinstance(comparison, dict) else None), stage
 
 
 def stream_of(body: dict[str, Any]) -> dict[str, Any]:
@@ -191,6 +206,7 @@ def summary_of(report: Report, q: QValues | None = None) -> ReportSummary:
         worked=report.worked,
         p_value=report.p_value,
         delta_mean=report.delta_mean,
+        delta_stage=report.delta_stage or "screening",
         family=report.family,
         baseline=report.baseline,
         p_helps=report.p_helps,

@@ -207,3 +207,23 @@ def test_a_summary_window_at_the_first_day_of_the_calendar(client: TestClient, k
     answer = client.get("/v1/verdicts/summary", params={"since": "9999-12-01", "until": "9999-12-31"},
                         headers=bearer(keys["viewer"]))
     assert answer.status_code == 200
+
+
+def test_the_listing_shows_the_delta_of_the_stage_that_decided(env: Any) -> None:
+    """A confirmed verdict lists the confirmation's delta (the one its page shows), named as
+    such; a screening's verdict its screening's (issue 27.7)."""
+    app, client, tokens = env
+    confirmed = report_body(delta=-0.02)
+    confirmed["bench_report"].update(decided_by="confirmation",
+                                     confirmation={"comparison": {"delta_mean": -0.008}, "p_value": 0.01})
+    screened = report_body("failed", "inconclusive", delta=0.004)
+    screened["bench_report"]["decided_by"] = "screening"
+    with app.state.sessionmaker() as session:
+        ids = [insert_report(session, key_id(tokens["agent"]), body, T0).id for body in (confirmed, screened)]
+        session.commit()
+    listed = client.get("/v1/reports", params={"track": "smoke"}, headers=bearer(tokens["viewer"])).json()["items"]
+    by_id = {item["report_id"]: item for item in listed}
+    assert (by_id[ids[0]]["delta_mean"], by_id[ids[0]]["delta_stage"]) == (-0.008, "confirmation")
+    assert (by_id[ids[1]]["delta_mean"], by_id[ids[1]]["delta_stage"]) == (0.004, "screening")
+    ordered = client.get("/v1/reports", params={"track": "smoke", "sort": "delta"}, headers=bearer(tokens["viewer"]))
+    assert [i["report_id"] for i in ordered.json()["items"]] == ids  # sorted by what is listed

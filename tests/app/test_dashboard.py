@@ -479,12 +479,13 @@ def test_the_listing_and_the_page_name_the_stage_of_their_numbers(app: Any, clie
                                                                   keys: dict[str, str]) -> None:
     report_id, html = stored_page(app, client, keys, confirmed_body())
     listing = client.get("/dashboard/reports").text
-    assert "Δ mean (screening)" in listing and "p (screening, two-sided)" in listing
+    assert "Δ mean (deciding stage)" in listing and "p (screening, two-sided)" in listing
     row = re.search(rf'<tr data-report="{report_id}">(.*?)</tr>', listing, re.S)
     assert row
     cells = re.findall(r'<td class="n">(.*?)</td>', row.group(1), re.S)
-    assert cells[:2] == ["-0.01", "0.007812"], cells
-    assert inner(html, "delta-screening").split()[1] == cells[0]  # the page's screening Δ is the listing's
+    assert cells[0].startswith("-0.0043 ") and "(conf.)" in cells[0] and cells[1] == "0.007812", cells
+    # the listing's Δ is the confirmation's, as the page's confirmation Δ (issue 27.7)
+    assert inner(html, "delta-confirmation").split()[1] == cells[0].split()[0]
     assert "two-sided p 0.007812" in inner(html, "screening-result")
 
 

@@ -157,3 +157,38 @@ def test_report_streams_are_backfilled_from_stored_bodies(database_url: str) -> 
     assert [tuple(r) for r in rows] == [("rep_1", 1, 3, "cuda", True), ("rep_2", None, None, "cpu", False)]
     command.downgrade(config, "0011")
     command.upgrade(config, "head")
+
+
+def test_a_confirmed_reports_listed_delta_becomes_the_confirmations(database_url: str) -> None:
+    """Migration 0015: a report the confirmation decided lists the confirmation's delta; others
+    keep the screening's; a downgrade gives the screening's back."""
+    config = alembic_config(database_url)
+    command.upgrade(config, "0014")
+    engine = make_engine(database_url)
+    bodies = {
+        "rep_1": ({"bench_report": {"decided_by": "confirmation", "comparison": {"delta_mean": -0.02},
+                                    "confirmation": {"comparison": {"delta_mean": -0.008}}}}, -0.02),
+        "rep_2": ({"bench_report": {"decided_by": "screening", "comparison": {"delta_mean": 0.004}}}, 0.004),
+    }
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
+                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        for n, (report_id, (body, delta)) in enumerate(bodies.items()):
+            conn.execute(text(
+                "INSERT INTO jobs (id, status, queue, track, idea_code, submitter_id, request_sha256, "
+                "runs_done, attempts, cancel_requested, created_at) VALUES (:job, 'succeeded', 'cpu', 'smoke', "
+                "'x', 'key_a', :n, 0, 1, false, :at)"), {"job": f"job_{n}", "n": str(n), "at": CREATED})
+            conn.execute(text(
+                "INSERT INTO reports (id, job_id, track, submitter_id, system_verdict, practical_verdict, worked, "
+                "delta_mean, created_at, body) VALUES (:id, :job, 'smoke', 'key_a', 'failed', 'inconclusive', "
+                "false, :delta, :at, :body)"),
+                {"id": report_id, "job": f"job_{n}", "delta": delta, "at": CREATED, "body": json.dumps(body)})
+    command.upgrade(config, "0015")
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT id, delta_mean, delta_stage FROM reports ORDER BY id")).all()
+    assert [tuple(r) for r in rows] == [("rep_1", -0.008, "confirmation"), ("rep_2", 0.004, "screening")]
+    command.downgrade(config, "0014")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT delta_mean FROM reports WHERE id = 'rep_1'")).scalar_one() == -0.02
+    engine.dispose()
+    command.upgrade(config, "head")
