@@ -437,15 +437,17 @@ def _per_channel(op: Any, given: dict[str, Any]) -> None:
             raise RuntimeError(f"{op}: {name} must hold one value per channel ({x.size(1)})")
 
 
-def _gain_per_slice(op: Any, given: dict[str, Any]) -> None:
-    """Weight norm's kernel trusts ``g`` to hold one gain per slice along ``dim``: a smaller
-    ``g`` was written past its end (a segfault, red team)."""
+def _gain_per_slice(op: Any, given: dict[str, Any]) -> dict[str, Any]:
+    """Weight norm's fused kernel trusts ``g`` to hold one gain per slice along ``dim`` and both
+    tensors to be dense: a smaller ``g`` was written past its end, an expanded one (stride 0)
+    past a buffer the kernel sized by its strides, a strided one gave heap bytes (red team).
+    It gets dense copies."""
     v, gain, dim = given.get("v"), given.get("g"), given.get("dim", 0)
     if not isinstance(v, torch.Tensor) or not isinstance(gain, torch.Tensor) or not isinstance(dim, int):
         raise RuntimeError(f"{op} needs two tensors and a dimension")
-    expected = 1 if dim == -1 else (v.size(dim) if dim in (0, v.dim() - 1) else None)
-    if expected is None or gain.numel() != expected:
+    if v.dim() < 1 or dim not in (0, v.dim() - 1) or gain.numel() != v.size(dim):
         raise RuntimeError(f"{op}: g must hold one gain per slice along dim 0 or the last dim")
+    return {"v": v.contiguous(), "g": gain.contiguous()}
 
 
 # Ops whose kernels trust arguments their public wrappers check: each runs behind its check.
@@ -460,10 +462,15 @@ GUARDS: dict[str, Any] = {
 
 
 def _guarded(op: Any, guard: Any) -> Any:
+    """``op`` behind ``guard``, which sees the call's arguments by name, raises to refuse it, and
+    may return arguments to pass in their place (by name)."""
     names = [argument.name for argument in op._schema.arguments]
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        guard(op, {**dict(zip(names, args, strict=False)), **kwargs})
+        instead = guard(op, {**dict(zip(names, args, strict=False)), **kwargs}) or {}
+        if instead:
+            args = tuple(instead.get(name, value) for name, value in zip(names, args, strict=False))
+            kwargs = {name: instead.get(name, value) for name, value in kwargs.items()}
         return op(*args, **kwargs)
     return call
 

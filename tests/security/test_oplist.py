@@ -5,6 +5,7 @@ rules alone admitted refused because the list does not name them."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Callable
@@ -194,6 +195,20 @@ GUARDED_CASES = {
                   _node("c", "aten.avg_pool2d.default", _n("r"), [1, 1], [1, 1], [0, 0], False, True, -1)],
                  "integer tensors"),
 }
+# Weight norm's gain as a view (second red team): expanded (stride 0) it was written past a buffer
+# (a segfault), strided it gave heap bytes; now the kernel gets dense copies and answers exactly.
+DENSE_CASES = {
+    "expanded_gain": [_node("v", "aten.new_ones.default", _n("x"), [4096, 8]),
+                      _node("g1", "aten.new_ones.default", _n("x"), [1]),
+                      _node("g", "aten.expand.default", _n("g1"), [4096]),
+                      _node("w", "aten._weight_norm_interface.default", _n("v"), _n("g"), 0),
+                      _node("o", "operator.getitem", _n("w"), 1)],
+    "strided_gain": [_node("v", "aten.new_ones.default", _n("x"), [4, 8]),
+                     _node("g1", "aten.new_ones.default", _n("x"), [8, 2]),
+                     _node("g", "aten.select.int", _n("g1"), 1, 0),
+                     _node("w", "aten._weight_norm_interface.default", _n("v"), _n("g"), 1),
+                     _node("o", "operator.getitem", _n("w"), 1)],
+}
 INT64 = [_node("a", "aten.scalar_tensor.default", -(2**63), dtype={"$dtype": "int64"}),
          _node("b", "aten.scalar_tensor.default", -1, dtype={"$dtype": "int64"})]
 RUN_CASES = """
@@ -202,8 +217,8 @@ from bench import graph
 for label, doc in json.load(open(sys.argv[1])).items():
     program, _ = graph.build_graph(doc, torch.device("cpu"))
     try:
-        program(torch.ones(2, 2))
-        print(json.dumps([label, "ran"]), flush=True)
+        out = program(torch.ones(2, 2))[0]
+        print(json.dumps([label, "ran", sorted(set(out.flatten().tolist()))]), flush=True)
     except RuntimeError as exc:
         print(json.dumps([label, str(exc)]), flush=True)
 """
@@ -217,11 +232,15 @@ def test_private_kernels_run_behind_their_checks(tmp_path: Path) -> None:
         head = [] if label == "weight_norm" else INT64
         last = "o" if label == "weight_norm" else "c"
         docs[label] = _doc([*head, *calls], last)
+    docs.update({label: _doc(calls, "o") for label, calls in DENSE_CASES.items()})
     cases = tmp_path / "cases.json"
     cases.write_text(json.dumps(docs))
     done = subprocess.run([sys.executable, "-c", RUN_CASES, str(cases)], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+                          timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    answers = dict(json.loads(line) for line in done.stdout.splitlines())
+    answers = {line[0]: line[1:] for line in map(json.loads, done.stdout.splitlines())}
     for label, (_, words) in GUARDED_CASES.items():
-        assert words in answers[label], (label, answers[label])
+        assert words in answers[label][0], (label, answers[label])
+    assert answers["expanded_gain"][0] == "ran"  # each row's norm, and nothing else
+    assert answers["expanded_gain"][1] == pytest.approx([math.sqrt(8)])
+    assert answers["strided_gain"] == ["ran", [2.0]]
