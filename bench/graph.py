@@ -10,8 +10,9 @@ argument structure; the model's tensors go out as ``.npy`` arrays. No pickle any
 ever given to them.
 
 ``rebuild`` (in the trusted trainer, which imports no submitted code) parses that JSON,
-refuses any op that is not on the allowlist (core ATen, a few ATen ops that core
-decompositions keep, and integer arithmetic on the batch size), any non-tensor
+refuses any op that is not on the allowlist (the ATen ops ``bench.oplist`` names, each of
+which must also pass the schema rules of ``resolve_op``, and integer arithmetic on the batch
+size; private kernels that trust their wrappers run behind ``GUARDS``), any non-tensor
 constant and any input or output kind but parameters, buffers, tensor constants, one
 user input, buffer mutations and one user output, and returns a ``CapturedModel``: a
 plain ``nn.Module`` whose forward runs the graph on its own parameters, so the engine's
