@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from bench import BENCH_VERSION
+from bench.decide import block_comparisons, lr_matched, p_helps, reaches, stage_p
 from bench.report import Report
 from bench.sandbox import ALLOW_WEAK_ENV, missing_judge_layers
 from bench.stats import CONFIRMATION_LOOKS, CONFIRMATION_SHARES, compare, confirmation_p
@@ -185,21 +186,6 @@ def stage_block(outcome: Outcome, stage: Stage) -> dict[str, Any]:
     return block
 
 
-def stage_p(block: dict[str, Any]) -> float:
-    """A stage's one-sided p that the idea is better: the larger of its tests against the
-    baseline and, when run, against the baseline at the idea's lr (intersection-union)."""
-    p = float(block["comparison"]["p_better"])
-    if block["matched_lr"] is not None:
-        p = max(p, float(block["matched_lr"]["comparison"]["p_better"]))
-    return p
-
-
-def stage_better(block: dict[str, Any]) -> bool:
-    """The stage found the idea significantly better against every baseline config it ran."""
-    tests = [block["comparison"]] + ([block["matched_lr"]["comparison"]] if block["matched_lr"] else [])
-    return all(c["verdict"] == "idea better (significant)" for c in tests)
-
-
 def confirmation_block(outcome: Outcome, stage: Stage, first_look: Stage, alpha: float) -> dict[str, Any]:
     """The confirmation stage: its comparison over every pair it ran, and its looks (``look``
     pairs, then all of them when a second look ran), each tested at its share of alpha
@@ -208,7 +194,7 @@ def confirmation_block(outcome: Outcome, stage: Stage, first_look: Stage, alpha:
     block = stage_block(outcome, stage)
     look = len(first_look.seeds)
     first = block if len(stage.seeds) == look else stage_block(outcome, first_look)
-    looks = [{"n_pairs": len(b["per_seed"]["idea"]), "p_better": stage_p(b), "alpha": alpha * share}
+    looks = [{"n_pairs": len(b["per_seed"]["idea"]), "p_better": stage_p(block_comparisons(b)), "alpha": alpha * share}
              for b, share in zip([first] + ([block] if block is not first else []), CONFIRMATION_SHARES,
                                  strict=False)]
     p = confirmation_p([entry["p_better"] for entry in looks])
@@ -260,26 +246,12 @@ def build_report(outcome: Outcome) -> dict[str, Any]:
             "self_measured": "probe" not in outcome.mechanism,
         }
     m = float(card["smallest_effect_rel_pct"]) / 100.0 * abs(comparison["baseline_mean"])
-    lr_matched = None if screening["matched_lr"] is None else stage_better(screening)
-    grid = outcome.lr_grids["baseline"]
-    if float(outcome.best_cfgs["baseline"]["lr"]) in (grid[0], grid[-1]):
-        # The baseline's optimum may lie outside its (extended) grid: a win may come from an
-        # under-tuned baseline, or from an idea that rescales its own weights (under Adam an
-        # effective learning rate of its own). It cannot be "helps" (lr_confounded).
-        lr_matched = False
     self_measured = mechanism is not None and mechanism["self_measured"]
-
-    def effect(block: dict[str, Any]) -> float:  # the idea's gain, in the metric's units
-        delta = float(block["comparison"]["delta_mean"])
-        return -delta if outcome.lower_is_better else delta
-
-    reaches = effect(screening) >= m and (replication is None or effect(replication) >= m)
-    verdicts = decide(comparison, mechanism_ok, m, None if replication is None else replication["significant"],
-                      lr_matched=lr_matched, self_measured=self_measured, reaches=reaches)
-    # The evidence that the idea helps, for the false-discovery accounting across ideas: the
-    # screening's one-sided p, or the larger of both stages' when a confirmation ran (a valid
-    # p-value: both must be small, P(max <= t) <= t under the null).
-    p_helps = stage_p(screening) if replication is None else max(stage_p(screening), replication["p_value"])
+    verdicts = decide(
+        comparison, mechanism_ok, m, None if replication is None else replication["significant"],
+        lr_matched=lr_matched(screening, outcome.best_cfgs["baseline"]["lr"], outcome.lr_grids["baseline"]),
+        self_measured=self_measured, reaches=reaches(m, outcome.lower_is_better, screening, replication),
+    )
 
     tables = outcome.sweep_tables
     n_params = outcome.n_params
@@ -334,7 +306,7 @@ def build_report(outcome: Outcome) -> dict[str, Any]:
         "confirmation": replication,
         "decided_by": "screening" if replication is None else "confirmation",
         "pooled": None if replication is None else pooled_block(screening, replication, outcome.lower_is_better),
-        "p_helps": p_helps,
+        "p_helps": p_helps(screening, replication),
         "mechanism_signature": mechanism,
         "idea_sweep": tables["idea"],
         "best_idea_cfg": outcome.best_cfgs["idea"],

@@ -60,7 +60,7 @@ def plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int = 1, base
     seeds, ``n_seeds`` screening seeds and the arms' grid sizes."""
     factors = {"idea": (1, max(1, idea_configs)),
                "baseline": (budget_factor(idea_configs, baseline_configs), max(1, baseline_configs))}
-    # a grid of one value is not densified (bench.protocol.densify); an edge step always is
+    # a grid of one value is not densified (bench.decide.densify); an edge step always is
     sweep = sum(n_lrs * (factor if n_lrs > 1 else 1) * configs * sweep_seeds for factor, configs in factors.values())
     edges = sum(2 * factor * configs * sweep_seeds for factor, configs in factors.values())
     return RunPlan(sweep=sweep, edges_max=edges, screening=2 * n_seeds, matched_max=n_seeds,

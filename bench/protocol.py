@@ -42,6 +42,26 @@ from bench.captured import (
     unpack,
 )
 from bench.contract import check_hparams, check_measurable, check_source
+from bench.decide import (
+    ParityLimits,
+    SweepRow,
+    SweepRun,
+    at_edge,
+    best,
+    compute_error,
+    densify,
+    diverged_score,
+    edge_steps,
+    fill_diverged,
+    matched_config,
+    parity_error,
+    report_cfg,
+    stage_better,
+    stage_comparisons,
+    stage_p,
+    sweep_table,
+    too_many_diverged,
+)
 from bench.errors import BenchError, ErrorCode
 from bench.metrics import ROW_CHECKS, check_predictions, check_rows_alone, score
 from bench.npy import read_npy
@@ -64,7 +84,7 @@ from bench.seeding import (
     sweep_seeds,
     task_seed,
 )
-from bench.stats import ALPHA, CONFIRMATION_LOOKS, VERDICT_BETTER, compare, confirmation_continues
+from bench.stats import ALPHA, CONFIRMATION_LOOKS, confirmation_continues
 from bench.track import Track
 
 ARMS = ("baseline", "idea")
@@ -198,24 +218,6 @@ class _Tracker:
 def _grid(hparams: dict[str, list[Any]]) -> list[dict[str, Any]]:
     names = sorted(hparams)
     return [dict(zip(names, values, strict=True)) for values in itertools.product(*(hparams[n] for n in names))]
-
-
-MAX_DIVERGED_SHARE = 0.25  # more diverged final runs than this in an arm: no verdict
-
-
-def diverged_score(values: list[float], ceiling: float, lower_is_better: bool) -> float:
-    """The score of a diverged run: the track's ceiling, or the worst finite value of the
-    comparison (``values``: both arms' runs of one stage) when that is worse still. A run can
-    then never look better by diverging, whatever the arm's other runs scored."""
-    finite = [v for v in values if math.isfinite(v)]
-    if lower_is_better:
-        return max([ceiling, *finite])
-    return min([-ceiling, *finite])
-
-
-def fill_diverged(values: list[float], fill: float) -> list[float]:
-    """``values`` with every non-finite entry (a diverged run) replaced by ``fill``."""
-    return [v if math.isfinite(v) else fill for v in values]
 
 
 def _event_numbers(event: dict[str, Any], arm: str) -> tuple[bool, float, int]:
@@ -443,35 +445,15 @@ class _Job:
         maps, as seed 000's exact derivative maps match its baseline's finite-difference ones;
         none for a table of the data or a trained network, even packed a few bits a weight)."""
         base, ratio, cap = self.parity_limits(checked)
-        tensor_cap = max_tensors(max(int(n) for n in checked["baseline"].get("n_tensors", [0])))
+        limits = ParityLimits(base_params=base, ratio=ratio, buffer_cap=cap, tensor_cap=max_tensors(
+            max(int(n) for n in checked["baseline"].get("n_tensors", [0]))))
         for hparams, n_params, n_buffers, n_tensors in zip(
             self.grids["idea"], checked["idea"]["n_params"], checked["idea"]["n_buffers"],
             checked["idea"].get("n_tensors", [0] * len(self.grids["idea"])), strict=True
         ):
-            where = f" (config {hparams})" if hparams else ""
-            if n_tensors > tensor_cap:
-                raise BenchError(
-                    ErrorCode.PARAMETER_PARITY,
-                    f"The idea holds {n_tensors} parameter tensors{where}; this track allows {tensor_cap} "
-                    "(four times the baseline's, at least 64): the bench redraws every tensor's initial "
-                    "values and keeps only its scheme, two numbers a tensor.",
-                    "Hold related weights in one tensor (a (k, n) parameter, not k of shape (n,)).",
-                )
-            if n_params > ratio * base:
-                raise BenchError(
-                    ErrorCode.PARAMETER_PARITY,
-                    f"The idea holds {n_params} parameters{where}, more than {ratio:g} x the baseline's "
-                    f"{base}: it is not judged.",
-                )
-            if n_buffers > cap:
-                raise BenchError(
-                    ErrorCode.PARAMETER_PARITY,
-                    f"The idea's buffers, constants and literal numbers hold {n_buffers} words (32-bit, "
-                    f"compressed){where}; this track allows {cap} (its buffer_cap): room for "
-                    "normalisation statistics and small fixed maps, not for a table or a network.",
-                    "Build fixed maps in forward from a few numbers (torch.eye, an outer product, "
-                    "expand per channel) instead of storing them.",
-                )
+            error = parity_error(limits, hparams, n_params, n_buffers, n_tensors)
+            if error is not None:
+                raise error
         self.buffers = {arm: max(int(n) for n in checked[arm]["n_buffers"]) for arm in ARMS}
         self.check_compute(checked, base)
 
@@ -490,13 +472,9 @@ class _Job:
             raise BenchError(ErrorCode.INTERNAL, "a trainer counted FLOPs that are not finite")
         base, ratio = self.compute_limit(flops, base_params)
         for hparams, cost in zip(self.grids["idea"], flops["idea"], strict=True):
-            if cost > ratio * base:
-                where = f" (config {hparams})" if hparams else ""
-                raise BenchError(
-                    ErrorCode.COMPUTE_PARITY,
-                    f"The idea costs {cost:.4g} forward FLOPs per example{where}, more than {ratio:g} x the "
-                    f"baseline's {base:.4g}: it is not judged.",
-                )
+            error = compute_error(hparams, cost, base, ratio)
+            if error is not None:
+                raise error
         self.flops = {arm: max(flops[arm]) for arm in ARMS}
 
     def enable_cache(self, device: str) -> None:
@@ -739,37 +717,21 @@ class _Job:
                          for arm in ARMS}
         self.train(records)
 
-    def sweep_table(self, arm: str) -> list[dict[str, Any]]:
-        """Rows ``{cfg, mean, per_seed, diverged}`` of the arm's sweep, grid order."""
-        records = [r for r in self.runs if r.arm == arm and r.split == "val"]
-        filled = fill_diverged([r.value for r in records], self.diverged_value("sweep"))
-        rows: dict[str, dict[str, Any]] = {}
-        for record, value in zip(records, filled, strict=True):
-            key = report_cfg(record.cfg)
-            row = rows.setdefault(
-                str(sorted(key.items())), {"cfg": key, "per_seed": [], "diverged": 0, "_cfg": record.cfg}
-            )
-            row["per_seed"].append(value)
-            row["diverged"] += int(record.diverged)
-        table = sorted(rows.values(), key=lambda r: (r["cfg"]["lr"], str(r["cfg"])))
-        for row in table:
-            row["mean"] = float(np.mean(row["per_seed"]))
-        return table
+    def sweep_table(self, arm: str) -> list[SweepRow]:
+        """The arm's sweep, one row per config (``bench.decide.sweep_table``)."""
+        runs = [SweepRun(r.cfg, r.value, r.diverged) for r in self.runs if r.arm == arm and r.split == "val"]
+        return sweep_table(runs, self.diverged_value("sweep"))
 
-    def best(self, arm: str) -> dict[str, Any]:
-        """The sweep row with the best mean validation metric (first on ties)."""
-        sign = 1.0 if self.card["metric"]["direction"] == "lower" else -1.0
-        return min(self.sweep_table(arm), key=lambda row: sign * row["mean"])
+    def best(self, arm: str) -> SweepRow:
+        """The arm's sweep row with the best mean validation metric (first on ties)."""
+        return best(self.sweep_table(arm), self.lower_is_better)
 
     def run_sweep_with_edges(self) -> None:
         """Sweep the lr grid; extend it once (both arms) where an arm's best lr is at an edge."""
         self.tracker.start_training()
         lrs = sorted(float(v) for v in self.defaults["lr_grid"])
         self.sweep(lrs, "grid")
-        bests = {arm: self.best(arm)["cfg"]["lr"] for arm in ARMS}
-        below = any(lr == self.lr_grids[arm][0] for arm, lr in bests.items())
-        above = any(lr == self.lr_grids[arm][-1] for arm, lr in bests.items())
-        parts = [(p, [v]) for p, v, wanted in (("below", lrs[0] / 2, below), ("above", lrs[-1] * 2, above)) if wanted]
+        parts = edge_steps(lrs, {arm: self.best(arm).cfg["lr"] for arm in ARMS}, self.lr_grids)
         if not parts:
             return
         self.tracker.add_total(sum(
@@ -779,26 +741,17 @@ class _Job:
             self.sweep(values, part)
         for arm in ARMS:
             grid = self.lr_grids[arm]
-            lr = self.best(arm)["cfg"]["lr"]
-            if lr in (grid[0], grid[-1]):
+            lr = self.best(arm).cfg["lr"]
+            if at_edge(lr, grid):
                 self.warnings.append(
                     f"{arm}: best lr {lr:g} is still at the edge of the extended grid "
                     f"[{grid[0]:g}, {grid[-1]:g}]; its optimum may lie outside."
                 )
 
     def matched_cfg(self) -> dict[str, Any] | None:
-        """The baseline's best config at the idea's best learning rate, when the two differ.
-
-        Within a seed epoch every job shares the baseline's sweep (and its cache), so a sweep
-        that happened to pick a worse learning rate would stay wrong for the whole epoch, and
-        every re-roll of a null idea that picks the better one would win, on the screening and
-        on fresh seeds alike (the null-stream benchmark measured it: docs/statistics.md). So
-        the baseline is also trained at the idea's learning rate, and a win must hold against
-        both (an intersection-union test: each exact, no data-dependent choice)."""
-        base, idea = self.best("baseline")["_cfg"], self.best("idea")["_cfg"]
-        if float(base["lr"]) == float(idea["lr"]):
-            return None
-        return {**base, "lr": idea["lr"]}
+        """The baseline's best config at the idea's best lr, when the two differ
+        (``bench.decide.matched_config``)."""
+        return matched_config(self.best("baseline").config, self.best("idea").config)
 
     def runs_per_seed(self) -> int:
         """Runs of one final seed: both arms, and the baseline at the idea's lr when it differs."""
@@ -810,7 +763,7 @@ class _Job:
 
         ``stage`` screening: the protocol's final seeds; confirmation: seeds of this job alone."""
         self.tracker.stage = "final" if stage == "screening" else stage
-        cfgs = {arm: self.best(arm)["_cfg"] for arm in ARMS}
+        cfgs = {arm: dict(self.best(arm).config) for arm in ARMS}
         matched = self.matched_cfg()
         if matched is not None:
             cfgs["matched"] = matched
@@ -821,7 +774,7 @@ class _Job:
         self.train([r for seed_runs in zip(*records.values(), strict=True) for r in seed_runs])
         for key, runs in records.items():
             count = sum(r.diverged for r in runs)
-            if count > MAX_DIVERGED_SHARE * len(runs):
+            if too_many_diverged(count, len(runs)):
                 who = "baseline's (at the idea's learning rate)" if key == "matched" else f"{key}'s"
                 raise BenchError(
                     ErrorCode.DIVERGED,
@@ -861,18 +814,11 @@ class _Job:
     def screened_better(self, runs: dict[str, list[RunRecord]]) -> bool:
         """The idea is significantly better than the baseline, and than the baseline at the
         idea's learning rate when that was run (``matched_cfg``)."""
-        values = self.stage_values(runs)
-        return all(
-            compare(values[key], values["idea"], lower_is_better=self.lower_is_better)["verdict"] == VERDICT_BETTER
-            for key in ("baseline", "matched") if key in values
-        )
+        return stage_better(stage_comparisons(self.stage_values(runs), self.lower_is_better))
 
     def p_better(self, runs: dict[str, list[RunRecord]]) -> float:
-        """A stage's one-sided p that the idea is better: the larger of its tests against the
-        baseline and, when run, against the baseline at the idea's lr (intersection-union)."""
-        values = self.stage_values(runs)
-        return max(float(compare(values[key], values["idea"], lower_is_better=self.lower_is_better)["p_better"])
-                   for key in ("baseline", "matched") if key in values)
+        """A stage's one-sided p that the idea is better (``bench.decide.stage_p``)."""
+        return stage_p(stage_comparisons(self.stage_values(runs), self.lower_is_better))
 
     def confirm(self, n_seeds: int) -> dict[str, list[RunRecord]]:
         """The confirmation stage (PROTOCOL.md 2.6): the screened configs (no re-tuning) on
@@ -897,7 +843,7 @@ class _Job:
         first = len(self.capture_seeds)
 
         def extend(arm: str) -> None:
-            config = self._config_index(RunRecord(arm, self.best(arm)["_cfg"], seeds[0], "test", "confirmation"))
+            config = self._config_index(RunRecord(arm, dict(self.best(arm).config), seeds[0], "test", "confirmation"))
             self.captures[arm].request({"op": "capture_more", "config": config, "init_seeds": inits},
                                        within=capture_limit(self.request, len(inits)))
             import_more(self.captures[arm], self.capture_info[arm], config, first, len(seeds),
@@ -994,8 +940,7 @@ class _Job:
     def outcome(self, finals: dict[str, list[RunRecord]], confirmation: dict[str, list[RunRecord]] | None,
                 measured: dict[str, list[float]] | None, device: str, wall_s: float) -> Outcome:
         """Everything the report is made of, fixed now (``bench.assemble.build_report``)."""
-        tables = {arm: [{k: v for k, v in row.items() if k != "_cfg"} for row in self.sweep_table(arm)]
-                  for arm in ARMS}
+        tables = {arm: [row.report() for row in self.sweep_table(arm)] for arm in ARMS}
         digest = hashlib.sha256()
         for seed in sorted(self.seed_data):
             digest.update(self.seed_data[seed].checksum.encode())
@@ -1014,7 +959,7 @@ class _Job:
             flops=dict(self.flops),
             diverged={arm: sum(r.diverged for r in self.runs if r.arm == arm) for arm in ARMS},
             wall={arm: float(sum(r.seconds for r in self.runs if r.arm == arm)) for arm in ARMS},
-            sweep_tables=tables, best_cfgs={arm: self.best(arm)["cfg"] for arm in ARMS},
+            sweep_tables=tables, best_cfgs={arm: self.best(arm).cfg for arm in ARMS},
             lr_grids=dict(self.lr_grids), capture=self.capture_blocks(),
             data_checksum=digest.hexdigest(), sweep_seeds=list(self.sweep_seed_list),
             isolation=[layer for layer in self.sessions["idea"].layers if layer in self.sessions["baseline"].layers],
@@ -1027,7 +972,7 @@ class _Job:
         blocks = {}
         for arm in ARMS:
             info = self.capture_info[arm]
-            chosen = self._config_index(RunRecord(arm, self.best(arm)["_cfg"], 0, "test", "screening"))
+            chosen = self._config_index(RunRecord(arm, dict(self.best(arm).config), 0, "test", "screening"))
             blocks[arm] = {**info.report_block(), "family": info.families[chosen]}
         return blocks
 
@@ -1078,32 +1023,6 @@ def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, se
         "seconds": round(seconds, 2),
         "warnings": list(job.warnings),
     }
-
-
-def densify(lrs: list[float], factor: int, part: str) -> list[float]:
-    """``factor`` times as many learning rates as ``lrs``, geometrically over the same range.
-
-    ``part`` ``grid``: ``lrs`` is the track's grid ([lo, hi] gets ``factor * len(lrs)``
-    points); ``below`` / ``above``: ``lrs`` is one edge step (lo/2 or 2*hi), which becomes
-    ``factor`` points in [lo/2, lo) or (hi, 2*hi]. ``factor == 1`` returns ``lrs``.
-    """
-    if factor <= 1:
-        return list(lrs)
-    if part == "grid":
-        if lrs[0] == lrs[-1]:
-            return list(lrs)
-        return [float(v) for v in np.geomspace(lrs[0], lrs[-1], len(lrs) * factor)]
-    (lr,) = lrs
-    if part == "below":
-        return [float(v) for v in np.geomspace(lr, 2 * lr, factor + 1)[:-1]]
-    return [float(v) for v in np.geomspace(lr / 2, lr, factor + 1)[1:]]
-
-
-def report_cfg(cfg: dict[str, Any]) -> dict[str, Any]:
-    """A run config as reports show it: lr, epochs, batch_size, weight_decay, hparams flat."""
-    shown = {k: cfg[k] for k in ("lr", "epochs", "batch_size", "weight_decay")}
-    shown.update(cfg.get("hparams", {}))
-    return shown
 
 
 def _check_request(request: JudgeRequest, track: Track) -> int:

@@ -145,12 +145,12 @@ def run_one(kind: str, index: int, epoch: int, code: str | None = None) -> dict[
     ended = time.monotonic()
     trained, confirmation_runs = runs_trained(report)
     br = report["bench_report"]
-    from bench.assemble import stage_p
+    from bench.decide import block_comparisons, stage_p
 
     return {
         "kind": kind, "epoch": epoch,
         # what the agent reads and what the service's accounting keys on
-        "p_screening": stage_p(br["screening"]), "p_helps": float(br["p_helps"]),
+        "p_screening": stage_p(block_comparisons(br["screening"])), "p_helps": float(br["p_helps"]),
         "p_confirmation": None if br["confirmation"] is None else float(br["confirmation"]["p_value"]),
         "family": br["capture"]["idea"]["family"],
         # the screening's comparison with the baseline alone (the protocol before the lr guard)

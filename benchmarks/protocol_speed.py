@@ -197,7 +197,8 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
     import numpy as np
 
     from bench.contract import check_hparams
-    from bench.protocol import _grid, diverged_score, fill_diverged
+    from bench.decide import diverged_score, fill_diverged
+    from bench.protocol import _grid
     from bench.registry import load_track
     from bench.seeding import confirmation_seeds, public_secret, screening_seeds, sweep_seeds
     from bench.stats import ALPHA, CONFIRMATION_LOOKS, VERDICT_BETTER, confirmation_continues

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bench import protocol
+from bench.decide import SweepRow
 from bench.protocol import JudgeRequest, judge
 from bench.report import Report
 from bench.seeding import (
@@ -185,9 +186,9 @@ def test_a_win_that_only_came_from_the_baselines_tuning_is_not_helps(monkeypatch
     the baseline is trained at the idea's lr too, gives the same numbers, and the win is gone."""
     real_best = protocol._Job.best
 
-    def unlucky_baseline(self: protocol._Job, arm: str) -> dict[str, Any]:
+    def unlucky_baseline(self: protocol._Job, arm: str) -> SweepRow:
         if arm == "baseline":
-            return min(self.sweep_table(arm), key=lambda row: row["cfg"]["lr"])
+            return min(self.sweep_table(arm), key=lambda row: row.cfg["lr"])
         return real_best(self, arm)
 
     monkeypatch.setattr(protocol._Job, "best", unlucky_baseline)
@@ -211,8 +212,8 @@ def test_a_win_over_a_baseline_tuned_at_its_grids_edge_is_not_helps(monkeypatch:
     idea won ('worked') with a warning only. A baseline whose best lr is still at the edge of
     its extended grid may be under-tuned: a win over it is lr_confounded. Here the real win
     (an MLP over a linear model) with both arms forced onto the largest lr."""
-    def at_the_top(self: protocol._Job, arm: str) -> dict[str, Any]:
-        return max(self.sweep_table(arm), key=lambda row: row["cfg"]["lr"])
+    def at_the_top(self: protocol._Job, arm: str) -> SweepRow:
+        return max(self.sweep_table(arm), key=lambda row: row.cfg["lr"])
 
     monkeypatch.setattr(protocol._Job, "best", at_the_top)
     report = _judge("job_edge")

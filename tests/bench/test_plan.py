@@ -8,8 +8,8 @@ import math
 import pytest
 
 from bench.catalog import get_card, list_cards, planned_runs
+from bench.decide import densify
 from bench.plan import budget_factor, plan, plan_for_card
-from bench.protocol import densify
 from bench.stats import CONFIRMATION_LOOKS
 
 

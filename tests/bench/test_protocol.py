@@ -183,7 +183,7 @@ def test_cli_run_reports_a_sandbox_violation(tmp_path: Path) -> None:
 
 
 def test_densify_spreads_more_learning_rates_over_the_same_range() -> None:
-    from bench.protocol import densify
+    from bench.decide import densify
 
     assert densify([0.01, 0.03, 0.1], 1, "grid") == [0.01, 0.03, 0.1]
     dense = densify([0.01, 0.03, 0.1], 2, "grid")

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from bench.catalog import get_card
+from bench.decide import diverged_score, fill_diverged
 from bench.errors import BenchError, ErrorCode
-from bench.protocol import JudgeRequest, diverged_score, fill_diverged, judge
+from bench.protocol import JudgeRequest, judge
 from bench.runner import ArmSession, write_new_file
 from bench.sandbox import Limits
 

@@ -1,0 +1,274 @@
+"""The protocol's decisions, as pure functions (issue 26): typed values in, typed values out.
+
+No torch, no processes, no files. ``bench.protocol`` gathers the numbers (the runs' scores,
+the trainers' counts) and asks this module what they mean; ``bench.assemble`` asks it the same
+questions of a finished report's blocks, so a rule is written once and tested as a function
+(tests/bench/test_decide.py), not through sandboxed children.
+
+- **Divergence**: a diverged run scores the worst of the track's ceiling and both arms' finite
+  values (``diverged_score``); more than ``MAX_DIVERGED_SHARE`` of an arm's test runs diverged:
+  no verdict.
+- **Sweep**: the table of an arm's configs (``sweep_table``), its best row (``best``), the
+  grid's extension when an arm's best lies at an edge (``edge_steps``), and the baseline's
+  denser grid when the idea has more configs (``densify``).
+- **Matched learning rate**: the baseline is also trained at the idea's best lr when the two
+  differ (``matched_config``), and a stage's win must hold against both (intersection-union:
+  ``stage_p``, ``stage_better``).
+- **Parity**: parameters, parameter tensors, buffer words and forward FLOPs of every idea config
+  against the limits (``parity_error``, ``compute_error``).
+- **Verdict inputs**: whether the baseline's lr is trustworthy (``lr_matched``), whether the
+  effect reaches the track's smallest effect (``reaches``), and the p-value that enters the
+  false-discovery accounting (``p_helps``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bench.errors import BenchError, ErrorCode
+from bench.stats import VERDICT_BETTER, compare
+
+MAX_DIVERGED_SHARE = 0.25  # more diverged final runs than this in an arm: no verdict
+BASELINE_KEYS = ("baseline", "matched")  # a stage's baselines: the track's, and at the idea's lr
+
+
+# -- divergence ---------------------------------------------------------------------------------
+def diverged_score(values: Sequence[float], ceiling: float, lower_is_better: bool) -> float:
+    """The score of a diverged run: the track's ceiling, or the worst finite value of the
+    comparison (``values``: both arms' runs of one stage) when that is worse still. A run can
+    then never look better by diverging, whatever the arm's other runs scored."""
+    finite = [v for v in values if math.isfinite(v)]
+    if lower_is_better:
+        return max([ceiling, *finite])
+    return min([-ceiling, *finite])
+
+
+def fill_diverged(values: Sequence[float], fill: float) -> list[float]:
+    """``values`` with every non-finite entry (a diverged run) replaced by ``fill``."""
+    return [v if math.isfinite(v) else fill for v in values]
+
+
+def too_many_diverged(diverged: int, runs: int) -> bool:
+    """More than ``MAX_DIVERGED_SHARE`` of ``runs`` diverged: the comparison means nothing."""
+    return diverged > MAX_DIVERGED_SHARE * runs
+
+
+# -- the sweep ----------------------------------------------------------------------------------
+def report_cfg(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """A run config as reports show it: lr, epochs, batch_size, weight_decay, hparams flat."""
+    shown = {k: cfg[k] for k in ("lr", "epochs", "batch_size", "weight_decay")}
+    shown.update(cfg.get("hparams", {}))
+    return shown
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One sweep run of an arm: its config, validation value (NaN when it diverged), and whether
+    it diverged."""
+
+    cfg: Mapping[str, Any]
+    value: float
+    diverged: bool
+
+
+@dataclass
+class SweepRow:
+    """One config of an arm's sweep: the config run (``config``), as reports show it (``cfg``),
+    its value per sweep seed (diverged runs filled) and how many diverged."""
+
+    config: Mapping[str, Any]
+    cfg: dict[str, Any]
+    per_seed: list[float] = field(default_factory=list)
+    diverged: int = 0
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.per_seed))
+
+    def report(self) -> dict[str, Any]:
+        """The row as the report's sweep table holds it."""
+        return {"cfg": self.cfg, "per_seed": self.per_seed, "diverged": self.diverged, "mean": self.mean}
+
+
+def sweep_table(runs: Sequence[SweepRun], fill: float) -> list[SweepRow]:
+    """An arm's sweep, one row per config in (lr, config) order, diverged runs scored ``fill``."""
+    rows: dict[str, SweepRow] = {}
+    for run, value in zip(runs, fill_diverged([r.value for r in runs], fill), strict=True):
+        shown = report_cfg(run.cfg)
+        row = rows.setdefault(str(sorted(shown.items())), SweepRow(config=run.cfg, cfg=shown))
+        row.per_seed.append(value)
+        row.diverged += int(run.diverged)
+    return sorted(rows.values(), key=lambda r: (r.cfg["lr"], str(r.cfg)))
+
+
+def best(table: Sequence[SweepRow], lower_is_better: bool) -> SweepRow:
+    """The row with the best mean validation value (the first on ties)."""
+    sign = 1.0 if lower_is_better else -1.0
+    return min(table, key=lambda row: sign * row.mean)
+
+
+def densify(lrs: Sequence[float], factor: int, part: str) -> list[float]:
+    """``factor`` times as many learning rates as ``lrs``, geometrically over the same range.
+
+    ``part`` ``grid``: ``lrs`` is the track's grid ([lo, hi] gets ``factor * len(lrs)``
+    points); ``below`` / ``above``: ``lrs`` is one edge step (lo/2 or 2*hi), which becomes
+    ``factor`` points in [lo/2, lo) or (hi, 2*hi]. ``factor == 1`` returns ``lrs``.
+    """
+    if factor <= 1:
+        return list(lrs)
+    if part == "grid":
+        if lrs[0] == lrs[-1]:
+            return list(lrs)
+        return [float(v) for v in np.geomspace(lrs[0], lrs[-1], len(lrs) * factor)]
+    (lr,) = lrs
+    if part == "below":
+        return [float(v) for v in np.geomspace(lr, 2 * lr, factor + 1)[:-1]]
+    return [float(v) for v in np.geomspace(lr / 2, lr, factor + 1)[1:]]
+
+
+def at_edge(lr: float, grid: Sequence[float]) -> bool:
+    """``lr`` is the lowest or the highest of the (sorted) ``grid``."""
+    return lr in (grid[0], grid[-1])
+
+
+def edge_steps(lrs: Sequence[float], bests: Mapping[str, float],
+               grids: Mapping[str, Sequence[float]]) -> list[tuple[str, list[float]]]:
+    """The grid's extension, once for both arms (PROTOCOL.md 1): one step below (``lrs[0] / 2``)
+    when any arm's best lr is its grid's lowest, one above (``lrs[-1] * 2``) when any is its
+    highest. ``lrs``: the track's sorted grid; ``grids``: each arm's swept (sorted) lrs."""
+    below = any(lr == grids[arm][0] for arm, lr in bests.items())
+    above = any(lr == grids[arm][-1] for arm, lr in bests.items())
+    return [(part, [value]) for part, value, wanted in (("below", lrs[0] / 2, below), ("above", lrs[-1] * 2, above))
+            if wanted]
+
+
+def matched_config(baseline: Mapping[str, Any], idea: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The baseline's best config at the idea's best learning rate, when the two differ.
+
+    Within a seed epoch every job shares the baseline's sweep (and its cache), so a sweep that
+    happened to pick a worse learning rate would stay wrong for the whole epoch, and every
+    re-roll of a null idea that picks the better one would win, on the screening and on fresh
+    seeds alike (the null-stream benchmark measured it: docs/statistics.md). So the baseline is
+    also trained at the idea's learning rate, and a win must hold against both (an
+    intersection-union test: each exact, no data-dependent choice)."""
+    if float(baseline["lr"]) == float(idea["lr"]):
+        return None
+    return {**baseline, "lr": idea["lr"]}
+
+
+# -- a stage's tests ----------------------------------------------------------------------------
+def stage_comparisons(values: Mapping[str, Sequence[float]], lower_is_better: bool) -> list[dict[str, Any]]:
+    """The stage's tests of the idea against each baseline it ran (the track's, and the matched
+    one when run), in ``BASELINE_KEYS`` order."""
+    return [compare(list(values[key]), list(values["idea"]), lower_is_better=lower_is_better)
+            for key in BASELINE_KEYS if key in values]
+
+
+def stage_p(comparisons: Sequence[Mapping[str, Any]]) -> float:
+    """A stage's one-sided p that the idea is better: the largest of its tests' (intersection-union)."""
+    return max(float(c["p_better"]) for c in comparisons)
+
+
+def stage_better(comparisons: Sequence[Mapping[str, Any]]) -> bool:
+    """The idea is significantly better than every baseline the stage ran."""
+    return all(c["verdict"] == VERDICT_BETTER for c in comparisons)
+
+
+def block_comparisons(block: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A report stage block's tests: against the baseline, and at the idea's lr when run."""
+    matched = block.get("matched_lr")
+    return [block["comparison"], *([matched["comparison"]] if matched else [])]
+
+
+# -- parity ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ParityLimits:
+    """What every idea config may hold: ``ratio`` x the baseline's ``base_params`` parameters,
+    ``tensor_cap`` parameter tensors, ``buffer_cap`` buffer words."""
+
+    base_params: int
+    ratio: float
+    buffer_cap: int
+    tensor_cap: int
+
+
+def parity_error(limits: ParityLimits, hparams: Mapping[str, Any], n_params: int, n_buffers: int,
+                 n_tensors: int) -> BenchError | None:
+    """Why one idea config breaks parity (PROTOCOL.md 1), or None."""
+    where = f" (config {dict(hparams)})" if hparams else ""
+    if n_tensors > limits.tensor_cap:
+        return BenchError(
+            ErrorCode.PARAMETER_PARITY,
+            f"The idea holds {n_tensors} parameter tensors{where}; this track allows {limits.tensor_cap} "
+            "(four times the baseline's, at least 64): the bench redraws every tensor's initial "
+            "values and keeps only its scheme, two numbers a tensor.",
+            "Hold related weights in one tensor (a (k, n) parameter, not k of shape (n,)).",
+        )
+    if n_params > limits.ratio * limits.base_params:
+        return BenchError(
+            ErrorCode.PARAMETER_PARITY,
+            f"The idea holds {n_params} parameters{where}, more than {limits.ratio:g} x the baseline's "
+            f"{limits.base_params}: it is not judged.",
+        )
+    if n_buffers > limits.buffer_cap:
+        return BenchError(
+            ErrorCode.PARAMETER_PARITY,
+            f"The idea's buffers, constants and literal numbers hold {n_buffers} words (32-bit, "
+            f"compressed){where}; this track allows {limits.buffer_cap} (its buffer_cap): room for "
+            "normalisation statistics and small fixed maps, not for a table or a network.",
+            "Build fixed maps in forward from a few numbers (torch.eye, an outer product, "
+            "expand per channel) instead of storing them.",
+        )
+    return None
+
+
+def compute_error(hparams: Mapping[str, Any], cost: float, base_flops: float, ratio: float) -> BenchError | None:
+    """Why one idea config costs too many forward FLOPs per example (compute parity), or None."""
+    if cost <= ratio * base_flops:
+        return None
+    where = f" (config {dict(hparams)})" if hparams else ""
+    return BenchError(
+        ErrorCode.COMPUTE_PARITY,
+        f"The idea costs {cost:.4g} forward FLOPs per example{where}, more than {ratio:g} x the "
+        f"baseline's {base_flops:.4g}: it is not judged.",
+    )
+
+
+# -- what the verdict is made of ----------------------------------------------------------------
+def lr_matched(screening: Mapping[str, Any], baseline_lr: float, baseline_grid: Sequence[float]) -> bool | None:
+    """Whether a win is free of the learning rate's confound: None when the arms chose one lr;
+    else whether the idea also beat the baseline at its own lr; False whenever the baseline's
+    best lr is at an edge of its extended grid, where its optimum may lie outside (a win may
+    come from an under-tuned baseline, or from an idea that rescales its own weights, under
+    Adam an effective learning rate of its own): such a win cannot be "helps" (lr_confounded)."""
+    matched = None if screening["matched_lr"] is None else stage_better(block_comparisons(screening))
+    if at_edge(float(baseline_lr), baseline_grid):
+        return False
+    return matched
+
+
+def effect(comparison: Mapping[str, Any], lower_is_better: bool) -> float:
+    """The idea's gain, in the metric's units (positive: better)."""
+    delta = float(comparison["delta_mean"])
+    return -delta if lower_is_better else delta
+
+
+def reaches(smallest: float, lower_is_better: bool, screening: Mapping[str, Any],
+            confirmation: Mapping[str, Any] | None) -> bool:
+    """The idea's gain reaches the track's smallest effect in the screening and, when one ran,
+    in the confirmation."""
+    return effect(screening["comparison"], lower_is_better) >= smallest and (
+        confirmation is None or effect(confirmation["comparison"], lower_is_better) >= smallest)
+
+
+def p_helps(screening: Mapping[str, Any], confirmation: Mapping[str, Any] | None) -> float:
+    """The evidence that the idea helps, for the false-discovery accounting across ideas: the
+    screening's one-sided p, or the larger of both stages' when a confirmation ran (a valid
+    p-value: both must be small, P(max <= t) <= t under the null)."""
+    p = stage_p(block_comparisons(screening))
+    return p if confirmation is None else max(p, float(confirmation["p_value"]))

@@ -1,0 +1,149 @@
+"""The protocol's decisions as pure functions (bench.decide): each rule tested on numbers, with
+no child process, so a rule costs milliseconds to test (issue 26)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from bench.decide import (
+    MAX_DIVERGED_SHARE,
+    ParityLimits,
+    SweepRun,
+    at_edge,
+    best,
+    block_comparisons,
+    compute_error,
+    edge_steps,
+    lr_matched,
+    matched_config,
+    p_helps,
+    parity_error,
+    reaches,
+    stage_better,
+    stage_comparisons,
+    stage_p,
+    sweep_table,
+    too_many_diverged,
+)
+from bench.errors import ErrorCode
+from bench.stats import VERDICT_BETTER, VERDICT_NONE, compare
+
+nan = math.nan
+
+
+def _cfg(lr: float, **hparams: Any) -> dict[str, Any]:
+    return {"lr": lr, "epochs": 3, "batch_size": 32, "weight_decay": 0.0, "hparams": hparams}
+
+
+def test_the_sweep_table_groups_runs_by_config_and_fills_diverged_runs() -> None:
+    runs = [SweepRun(_cfg(0.1), 0.5, False), SweepRun(_cfg(0.01), 0.3, False),
+            SweepRun(_cfg(0.1), nan, True), SweepRun(_cfg(0.01), 0.2, False)]
+    table = sweep_table(runs, fill=9.0)
+    assert [row.cfg["lr"] for row in table] == [0.01, 0.1]  # lr order, not run order
+    assert table[0].per_seed == [0.3, 0.2] and table[0].mean == pytest.approx(0.25)
+    assert table[1].per_seed == [0.5, 9.0] and table[1].diverged == 1
+    assert table[1].report() == {"cfg": {"lr": 0.1, "epochs": 3, "batch_size": 32, "weight_decay": 0.0},
+                                 "per_seed": [0.5, 9.0], "diverged": 1, "mean": pytest.approx(4.75)}
+    assert best(table, lower_is_better=True) is table[0]
+    assert best(table, lower_is_better=False) is table[1]
+    assert table[0].config is runs[1].cfg  # the config the runs trained, hyperparameters nested
+
+
+def test_a_hyperparameter_makes_its_own_row_and_ties_go_to_the_first() -> None:
+    runs = [SweepRun(_cfg(0.1, width=8), 0.4, False), SweepRun(_cfg(0.1, width=16), 0.4, False)]
+    table = sweep_table(runs, fill=1.0)
+    assert [row.cfg["width"] for row in table] == [16, 8]  # str order within an lr
+    assert best(table, lower_is_better=True).cfg["width"] == 16
+
+
+def test_the_grid_is_extended_once_where_any_arm_is_at_an_edge() -> None:
+    lrs = [0.01, 0.1, 1.0]
+    grids = {"baseline": [0.01, 0.1, 1.0], "idea": [0.01, 0.1, 1.0]}
+    assert edge_steps(lrs, {"baseline": 0.1, "idea": 0.1}, grids) == []
+    assert edge_steps(lrs, {"baseline": 0.01, "idea": 0.1}, grids) == [("below", [0.005])]
+    assert edge_steps(lrs, {"baseline": 0.1, "idea": 1.0}, grids) == [("above", [2.0])]
+    assert edge_steps(lrs, {"baseline": 0.01, "idea": 1.0}, grids) == [("below", [0.005]), ("above", [2.0])]
+    dense = {"baseline": [0.01, 0.02, 0.1, 1.0], "idea": [0.01, 0.1, 1.0]}  # the baseline's denser grid
+    assert edge_steps(lrs, {"baseline": 0.02, "idea": 0.1}, dense) == []
+    assert at_edge(0.01, lrs) and at_edge(1.0, lrs) and not at_edge(0.1, lrs)
+
+
+def test_the_baseline_is_also_trained_at_the_ideas_lr_when_they_differ() -> None:
+    base, idea = _cfg(0.01, depth=2), _cfg(0.1, width=4)
+    assert matched_config(base, idea) == {**base, "lr": 0.1}  # the baseline's config, the idea's lr
+    assert matched_config(base, _cfg(0.01)) is None
+    assert matched_config(_cfg(1e-2), _cfg(0.01)) is None  # equal as numbers
+
+
+def test_a_stage_wins_only_against_every_baseline_it_ran() -> None:
+    """Intersection-union: the matched run (the baseline at the idea's lr) can take a win away,
+    never give one; the stage's p is the larger."""
+    base = [1.0, 1.1, 0.9, 1.2, 1.0, 1.05, 0.95, 1.15]
+    idea = [b - 0.5 for b in base]
+    values = {"baseline": base, "idea": idea}
+    won = stage_comparisons(values, lower_is_better=True)
+    assert len(won) == 1 and stage_better(won) and stage_p(won) == 1 / 2 ** 8
+    values["matched"] = list(idea)  # the baseline at the idea's lr is as good as the idea
+    both = stage_comparisons(values, lower_is_better=True)
+    assert [c["verdict"] for c in both] == [VERDICT_BETTER, VERDICT_NONE]
+    assert not stage_better(both) and stage_p(both) == 1.0
+    assert stage_comparisons(values, lower_is_better=False)[0]["verdict"] != VERDICT_BETTER  # direction
+
+
+def _block(base: list[float], idea: list[float], matched: list[float] | None = None) -> dict[str, Any]:
+    block: dict[str, Any] = {"comparison": compare(base, idea, lower_is_better=True), "matched_lr": None}
+    if matched is not None:
+        block["matched_lr"] = {"lr": 0.1, "comparison": compare(matched, idea, lower_is_better=True)}
+    return block
+
+
+BASE = [1.0, 1.1, 0.9, 1.2, 1.0, 1.05, 0.95, 1.15]
+BETTER = [b - 0.5 for b in BASE]
+
+
+def test_a_win_over_a_baseline_at_its_grids_edge_or_only_over_its_tuning_is_lr_confounded() -> None:
+    grid = [0.005, 0.01, 0.1, 1.0]
+    clean = _block(BASE, BETTER)
+    assert lr_matched(clean, 0.1, grid) is None  # the arms chose one lr: no confound
+    assert lr_matched(_block(BASE, BETTER, matched=BASE), 0.1, grid) is True
+    assert lr_matched(_block(BASE, BETTER, matched=BETTER), 0.1, grid) is False  # only the tuning
+    for edge in (0.005, 1.0):  # the baseline's optimum may lie outside its grid
+        assert lr_matched(clean, edge, grid) is False
+        assert lr_matched(_block(BASE, BETTER, matched=BASE), edge, grid) is False
+
+
+def test_the_effect_must_reach_the_smallest_effect_in_every_stage_that_ran() -> None:
+    screening, confirmation = _block(BASE, BETTER), _block(BASE, [b - 0.01 for b in BASE])
+    assert reaches(0.4, True, screening, None)
+    assert not reaches(0.6, True, screening, None)
+    assert not reaches(0.4, True, screening, confirmation)  # the confirmation's gain is 0.01
+    assert reaches(0.005, True, screening, confirmation)
+    assert not reaches(0.4, False, screening, None)  # higher is better: the idea is worse
+
+
+def test_p_helps_is_the_larger_of_both_stages() -> None:
+    screening = _block(BASE, BETTER, matched=[b - 0.4 for b in BASE])
+    assert p_helps(screening, None) == stage_p(block_comparisons(screening))
+    assert p_helps(screening, {"p_value": 0.3}) == 0.3
+    assert p_helps(_block(BASE, BETTER), {"p_value": 1e-9}) == 1 / 2 ** 8
+
+
+def test_more_than_a_quarter_diverged_decides_nothing() -> None:
+    assert MAX_DIVERGED_SHARE == 0.25
+    assert not too_many_diverged(2, 8) and too_many_diverged(3, 8) and not too_many_diverged(0, 1)
+
+
+def test_parity_refuses_each_count_beyond_its_limit_with_its_own_message() -> None:
+    limits = ParityLimits(base_params=100, ratio=1.1, buffer_cap=32, tensor_cap=64)
+    assert parity_error(limits, {}, 110, 32, 64) is None
+    for counts, words in (((111, 0, 1), "111 parameters"), ((10, 33, 1), "33 words"),
+                          ((10, 0, 65), "65 parameter tensors")):
+        error = parity_error(limits, {"width": 8}, *counts)
+        assert error is not None and error.code == ErrorCode.PARAMETER_PARITY
+        assert words in error.message and "(config {'width': 8})" in error.message
+    assert compute_error({}, 400.0, 100.0, 4.0) is None
+    error = compute_error({}, 401.0, 100.0, 4.0)
+    assert error is not None and error.code == ErrorCode.COMPUTE_PARITY and "401 forward FLOPs" in error.message
