@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from bench import BENCH_VERSION
+from bench.card import TrackSettings
 from bench.decide import block_comparisons, lr_matched, p_helps, reaches, stage_p
 from bench.report import Report
 from bench.sandbox import ALLOW_WEAK_ENV, missing_judge_layers
@@ -21,7 +22,6 @@ from bench.stats import CONFIRMATION_LOOKS, CONFIRMATION_SHARES, compare, confir
 from bench.verdicts import decide, mechanism_confirmed
 
 ARMS = ("baseline", "idea")
-COMPUTE_RATIO = 4.0  # a track's default compute_ratio (bench.protocol checks it; correlated_tokens allows 20)
 
 
 @dataclass(frozen=True)
@@ -222,6 +222,7 @@ def pooled_block(screening: dict[str, Any], confirmation: dict[str, Any], lower_
 def build_report(outcome: Outcome) -> dict[str, Any]:
     """Assemble, validate and return the report of one judged idea."""
     card = outcome.card
+    settings = TrackSettings.of(card)
     track_id = f"{card['name']}@{card['version']}"
     screening = stage_block(outcome, outcome.screening)
     values = screening["per_seed"]
@@ -311,19 +312,19 @@ def build_report(outcome: Outcome) -> dict[str, Any]:
         "idea_sweep": tables["idea"],
         "best_idea_cfg": outcome.best_cfgs["idea"],
         "parameter_parity": {**n_params, "ratio": ratio, "buffers": outcome.buffers,
-                             "max_ratio": float(card.get("param_parity_ratio", 1.10)), "counted_by": "bench",
+                             "max_ratio": settings.param_parity_ratio, "counted_by": "bench",
                              "flops_per_example": outcome.flops,
                              "compute_ratio": outcome.flops["idea"] / max(outcome.flops["baseline"], 1.0),
-                             "max_compute_ratio": float(card.get("compute_ratio", COMPUTE_RATIO))},
+                             "max_compute_ratio": settings.compute_ratio},
         "capture": outcome.capture,
         "custom_track": outcome.custom_track,
         "matched_baseline_check": outcome.matched_check or None,
-        "track_justification": card.get("justification") if outcome.custom_track else None,
+        "track_justification": settings.justification if outcome.custom_track else None,
         "data_checksum": outcome.data_checksum,
         "seeds": {"sweep": outcome.sweep_seeds, "final": screening["seeds"],
                   "confirmation": None if replication is None else replication["seeds"]},
         "seed_commitment": outcome.seed_commitment,
-        "public_data": bool(card.get("public_data", False)),
+        "public_data": settings.public_data,
         "lr_grid": outcome.lr_grids["idea"],
         "budget": {"configs": budget, "sweep_seeds": len(outcome.sweep_seeds)},
         "wall_time_s": {**wall, "total": outcome.wall_s},

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from bench.card import TrackSettings
 from bench.catalog import planned_runs
 from bench.child import SPLIT_NAMES
 from bench.errors import BenchError, ErrorCode
@@ -356,8 +357,8 @@ def validate(
     root = (options or EngineOptions.from_env()).tracks_dir
     # Every split seed a default job of this epoch uses, made exactly as a job makes them,
     # twice, in two separate children: the data validated is the data judged.
-    d = card["defaults"]
-    protocol_seeds = sweep_seeds(d["sweep_seeds"]) + final_seeds(d["n_seeds"])
+    d = TrackSettings.of(card).defaults
+    protocol_seeds = sweep_seeds(d.sweep_seeds) + final_seeds(d.n_seeds)
     split_seeds = [run_seeds(s, secret, track=track.id).split for s in protocol_seeds]
     seed_a, seed_b = split_seeds[0], split_seeds[1]
     generated, seconds = _generate(track, split_seeds, memory_mb=memory_mb, deadline=deadline,
@@ -390,9 +391,9 @@ def validate(
         sizes = {split: len(first[f"x_{split}"]) for split in ("train", "val", "test")}
         engine_track = as_track(track, root)
         exported = data_mod.export(engine_track, seed_a, None, work / "data")  # what the baseline child reads
-        lr = sorted(d["lr_grid"])[len(d["lr_grid"]) // 2]
-        cfg = {"lr": lr, "epochs": d["epochs"], "batch_size": d["batch_size"],
-               "weight_decay": d["weight_decay"], "hparams": {}}
+        lr = sorted(d.lr_grid)[len(d.lr_grid) // 2]
+        cfg = {"lr": lr, "epochs": d.epochs, "batch_size": d.batch_size,
+               "weight_decay": d.weight_decay, "hparams": {}}
         seeds = run_seeds(0, secret, track=track.id)
         events: list[dict[str, Any]] = []
         limits = Limits(memory_mb=memory_mb)
@@ -432,7 +433,7 @@ def validate(
             value = score(card["metric"]["name"], load_npy(fh, "baseline", "prediction file"), exported.y_val)
         if event["diverged"] or not math.isfinite(value):
             raise _invalid(
-                f"The baseline's smoke run (lr {lr:g}, {d['epochs']} epochs) gave non-finite "
+                f"The baseline's smoke run (lr {lr:g}, {d.epochs} epochs) gave non-finite "
                 "predictions on the validation split.",
                 "Make build_baseline train stably at the middle of lr_grid (or change lr_grid).",
             )
@@ -450,7 +451,7 @@ def validate(
             )
         run_s = float(event["seconds"])
         data_s = float(np.mean(seconds))
-        n_seeds = d["sweep_seeds"] + d["n_seeds"]
+        n_seeds = d.sweep_seeds + d.n_seeds
         estimate = planned_runs(card) / 2 * run_s + n_seeds * data_s
         if estimate > max_protocol_s:
             raise _invalid(
@@ -471,7 +472,7 @@ def validate(
         "reference_fits": {"constant": trivial, "ridge": ridge, "baseline": value, "margin": REFERENCE_MARGIN,
                            "beats": beats},
         "baseline_smoke": {
-            "lr": lr, "epochs": d["epochs"], "metric": card["metric"]["name"], "value": value,
+            "lr": lr, "epochs": d.epochs, "metric": card["metric"]["name"], "value": value,
             "trivial_value": trivial, "seconds": round(run_s, 3),
         },
         "estimated_protocol_s": round(estimate, 1),

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from bench.card import TrackSettings
 from bench.stats import CONFIRMATION_LOOKS
 
 
@@ -70,6 +71,6 @@ def plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int = 1, base
 def plan_for_card(card: dict[str, Any], idea_configs: int = 1, n_seeds: int | None = None,
                   baseline_configs: int = 1) -> RunPlan:
     """``plan`` with a track card's defaults (``n_seeds``: an operator's override)."""
-    defaults = card.get("defaults", {})
-    return plan(len(defaults.get("lr_grid", [1])), int(defaults.get("sweep_seeds", 1)),
-                int(n_seeds or defaults.get("n_seeds", 8)), idea_configs, baseline_configs)
+    defaults = TrackSettings.of(card).defaults
+    return plan(len(defaults.lr_grid), defaults.sweep_seeds, n_seeds or defaults.n_seeds, idea_configs,
+                baseline_configs)

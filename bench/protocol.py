@@ -30,7 +30,7 @@ from bench import baseline_cache, warm
 from bench import custom_track as custom_mod
 from bench import data as data_mod
 from bench import plan as plan_mod
-from bench.assemble import COMPUTE_RATIO, Outcome, Stage, build_report
+from bench.assemble import Outcome, Stage, build_report
 from bench.captured import (
     MAX_TENSOR_ELEMENTS,
     ArmCapture,
@@ -41,6 +41,7 @@ from bench.captured import (
     read_kept,
     unpack,
 )
+from bench.card import TrackSettings
 from bench.contract import check_hparams, check_measurable, check_source
 from bench.decide import (
     ParityLimits,
@@ -248,12 +249,12 @@ class _Job:
         self.task_seed = task_seed(track.name, secret)
         self.track = track
         self.card = track.card
-        self.defaults = self.card["defaults"]
+        self.settings = TrackSettings.of(track.card)
         self.workdir = workdir
         self.cancel = cancel
         self.deadline = time.monotonic() + request.timeout_s
         self.metric = self.card["metric"]["name"]
-        self.ceiling = float(self.card.get("divergence_ceiling", 1e6))
+        self.ceiling = self.settings.divergence_ceiling
         self.seed_data: dict[int, data_mod.SeedData] = {}
         self._prefetcher: ThreadPoolExecutor | None = None
         self._prefetched: dict[int, Future[data_mod.SeedData]] = {}
@@ -424,7 +425,7 @@ class _Job:
         own and is not bounded here."""
         if arm == "baseline" and self.request.baseline_code is None:
             return MAX_TENSOR_ELEMENTS
-        return 4 * int(self.card["param_cap"]) + int(self.card.get("buffer_cap") or 0)
+        return 4 * self.settings.param_cap + (self.settings.buffer_cap or 0)
 
     def parity_limits(self, checked: dict[str, dict[str, Any]]) -> tuple[int, float, int]:
         """(the baseline's parameters, the parity ratio, the buffer cap in words) ``check_parity``
@@ -433,8 +434,8 @@ class _Job:
         base_buffers = max(int(n) for n in checked["baseline"]["n_buffers"])
         if self.request.canonical is not None:  # a matched baseline: parity against the track's own
             base, base_buffers = int(self.request.canonical["n_params"]), int(self.request.canonical["n_buffers"])
-        cap = int(self.card.get("buffer_cap") or base_buffers + MIN_BUFFER_ROOM)
-        return base, float(self.card.get("param_parity_ratio", 1.10)), cap
+        cap = self.settings.buffer_cap or base_buffers + MIN_BUFFER_ROOM
+        return base, self.settings.param_parity_ratio, cap
 
     def check_parity(self, checked: dict[str, dict[str, Any]]) -> None:
         """Parity as a rule (PROTOCOL.md section 1), on the trusted trainers' counts: every idea
@@ -460,12 +461,12 @@ class _Job:
     def compute_limit(self, flops: dict[str, list[float]], base_params: int) -> tuple[float, float]:
         """(the baseline's forward FLOPs per example, the compute ratio) ``check_compute`` uses."""
         reference = max(flops["baseline"]) if self.request.canonical is None else float(self.request.canonical["flops"])
-        return max(reference, 2.0 * base_params), float(self.card.get("compute_ratio", COMPUTE_RATIO))
+        return max(reference, 2.0 * base_params), self.settings.compute_ratio
 
     def check_compute(self, checked: dict[str, dict[str, Any]], base_params: int) -> None:
         """Compute parity (PROTOCOL.md 1): every idea config's forward FLOPs per example, counted
         by the trusted trainer, at most the track's ``compute_ratio`` (default
-        ``COMPUTE_RATIO``) times the baseline's (at least two FLOPs per baseline parameter,
+        ``bench.card.COMPUTE_RATIO``) times the baseline's (at least two FLOPs per baseline parameter,
         what a dense layer costs, so a baseline of cheap ops does not make every idea too dear)."""
         flops = {arm: [float(f) for f in checked[arm]["flops"]] for arm in ARMS}
         if not all(math.isfinite(f) and f >= 0 for arm in ARMS for f in flops[arm]):
@@ -494,7 +495,7 @@ class _Job:
 
     @property
     def lower_is_better(self) -> bool:
-        return bool(self.card["metric"]["direction"] == "lower")
+        return self.settings.lower_is_better
 
     def diverged_value(self, stage: str) -> float:
         """What a diverged run of ``stage`` (sweep, screening, confirmation) scores (``diverged_score``)."""
@@ -685,10 +686,9 @@ class _Job:
 
     def configs(self, arm: str, lrs: list[float]) -> list[dict[str, Any]]:
         """The arm's configs for learning rates ``lrs`` (x its hyperparameter grid)."""
-        d = self.defaults
+        d = self.settings.defaults
         return [
-            {"lr": lr, "epochs": d["epochs"], "batch_size": d["batch_size"],
-             "weight_decay": d.get("weight_decay", 0.0), "hparams": hp}
+            {"lr": lr, "epochs": d.epochs, "batch_size": d.batch_size, "weight_decay": d.weight_decay, "hparams": hp}
             for lr in lrs
             for hp in self.grids[arm]
         ]
@@ -729,7 +729,7 @@ class _Job:
     def run_sweep_with_edges(self) -> None:
         """Sweep the lr grid; extend it once (both arms) where an arm's best lr is at an edge."""
         self.tracker.start_training()
-        lrs = sorted(float(v) for v in self.defaults["lr_grid"])
+        lrs = sorted(self.settings.defaults.lr_grid)
         self.sweep(lrs, "grid")
         parts = edge_steps(lrs, {arm: self.best(arm).cfg["lr"] for arm in ARMS}, self.lr_grids)
         if not parts:
@@ -1002,7 +1002,7 @@ def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, se
     base, ratio, cap = job.parity_limits(checked)
     flops = {arm: [float(f) for f in checked[arm]["flops"]] for arm in ARMS}
     base_flops, compute_ratio = job.compute_limit(flops, base)
-    planned = plan_mod.plan(len(job.defaults["lr_grid"]), len(job.sweep_seed_list), n_seeds,
+    planned = plan_mod.plan(len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
                             len(job.grids["idea"]), len(job.grids["baseline"]))
     return {
         "passed": True,
@@ -1029,7 +1029,7 @@ def _check_request(request: JudgeRequest, track: Track) -> int:
     check_source(request.idea_code, role="idea")
     if request.baseline_code is not None:
         check_source(request.baseline_code, role="baseline")
-    n_seeds = request.n_seeds or int(track.card["defaults"]["n_seeds"])
+    n_seeds = request.n_seeds or TrackSettings.of(track.card).defaults.n_seeds
     if not MIN_SEEDS <= n_seeds <= MAX_SEEDS:
         raise BenchError(
             ErrorCode.INVALID_HPARAMS,
@@ -1171,7 +1171,7 @@ def _judge(
                   else request.seed_secret or deployment_secret())
         job = _Job(request, options, track, Path(tmp), on_progress, cancel or threading.Event(), secret)
         try:
-            job.sweep_seed_list = sweep_seeds(int(track.card["defaults"]["sweep_seeds"]))
+            job.sweep_seed_list = sweep_seeds(job.settings.defaults.sweep_seeds)
             job.screening_seed_list = [] if request.check_only else screening_seeds(n_seeds, secret, job.job_key)
             all_seeds = job.sweep_seed_list + job.screening_seed_list
             if custom is not None:
@@ -1190,7 +1190,7 @@ def _judge(
                 "code": request.idea_code if arm == "idea" else request.baseline_code,
                 "track_source": custom.source if custom is not None and arm == "baseline" else None,
             }))
-            max_configs = int(track.card.get("max_configs", 12))
+            max_configs = job.settings.max_configs
             idea_hp = request.hparams if request.hparams is not None else loaded["idea"]["hparams"]
             job.grids = {
                 "idea": _grid(check_hparams(idea_hp, max_configs=max_configs)),
@@ -1199,7 +1199,7 @@ def _judge(
             # the runs every job makes, known from here on (bench.plan); edges, matched and
             # confirmation runs are added when the protocol decides to make them
             job.tracker.add_total(plan_mod.plan(
-                len(track.card["defaults"]["lr_grid"]), len(job.sweep_seed_list), n_seeds,
+                len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
                 len(job.grids["idea"]), len(job.grids["baseline"])).planned)
             declared = request.mechanism if request.mechanism is not None else loaded["idea"]["mechanism"]
             if declared is not None:

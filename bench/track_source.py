@@ -16,6 +16,7 @@ import math
 import re
 from typing import Any
 
+from bench.card import COMPUTE_RATIO, DIVERGENCE_CEILING, PARAM_PARITY_RATIO, Defaults
 from bench.contract import parse_source
 from bench.errors import BenchError, ErrorCode
 
@@ -24,13 +25,14 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_]{2,47}$")
 METRIC_LOSS = {"mse": "mse", "cross_entropy": "cross_entropy", "error_rate": "cross_entropy"}
 TASKS = {"regression", "classification"}
 # Set by the service for every custom track: the protocol and the verdict thresholds.
+# The card's defaults (bench.card), written into the stored card so that it reads alone.
 SERVICE_CARD = {
-    "sweep_seeds": 2,
-    "n_seeds": 8,
+    "sweep_seeds": Defaults.model_fields["sweep_seeds"].default,
+    "n_seeds": Defaults.model_fields["n_seeds"].default,
     "smallest_effect_rel_pct": 2.0,
-    "param_parity_ratio": 1.1,
-    "compute_ratio": 4.0,
-    "divergence_ceiling": 1e6,
+    "param_parity_ratio": PARAM_PARITY_RATIO,
+    "compute_ratio": COMPUTE_RATIO,
+    "divergence_ceiling": DIVERGENCE_CEILING,
 }
 AUTHOR_KEYS = {
     "name", "title", "description", "domain", "justification", "spec", "metric", "defaults",

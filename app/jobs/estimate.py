@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 
 from app.jobs import repository
 from app.jobs.models import Job
+from bench.card import TrackSettings
 
 
 def grid_size(hparams: Any) -> int:
@@ -38,7 +39,7 @@ def grid_size(hparams: Any) -> int:
 
 def seeds_of(card: dict[str, Any], n_seeds: int | None) -> int:
     """Final paired seeds per arm: an operator's override, else the track's."""
-    return n_seeds or int(card.get("defaults", {}).get("n_seeds", 8))
+    return n_seeds or TrackSettings.of(card).defaults.n_seeds
 
 
 MIN_HISTORY = 3  # succeeded jobs of a track before its own history replaces the card's figure

@@ -22,6 +22,7 @@ from app.keys.roles import Role
 from app.settings import Settings
 from app.tracks import service as tracks_service
 from app.webhooks import service as webhooks
+from bench.card import TrackSettings
 from bench.catalog import planned_runs
 from bench.contract import check_hparams, check_measurable, check_source
 from bench.errors import DEFAULT_HINTS, ErrorCode
@@ -65,7 +66,7 @@ def validate_submission(body: IdeaSubmission, settings: Settings, track: str, ca
             webhooks.check_url(body.callback_url, allow_private=settings.webhook_allow_private)
         except webhooks.CallbackRefused as exc:
             raise ApiError(422, ApiCode.INVALID_CALLBACK_URL, str(exc)) from None
-    max_configs = int(card.get("max_configs", 12))
+    max_configs = TrackSettings.of(card).max_configs
     info = check_source(body.code, role="idea")
     if body.baseline_code is not None:
         check_source(body.baseline_code, role="baseline")

@@ -26,6 +26,7 @@ from app.reports.models import VerdictCount
 from app.settings import Settings
 from app.tracks.models import CustomTrackRow, TrackStatus
 from app.tracks.schemas import JobLimits, TrackCard
+from bench.card import TrackSettings
 from bench.catalog import get_card, is_builtin, track_names, unavailable_reason
 from bench.errors import BenchError, ErrorCode
 from bench.track_source import parse_track_source, source_sha256
@@ -129,10 +130,10 @@ def engine_card(row: CustomTrackRow) -> dict[str, Any]:
         card["sizes"] = validation["sizes"]
     smoke_s = (validation.get("baseline_smoke") or {}).get("seconds")
     data_s = validation.get("data_seconds_per_seed")
-    defaults = card.get("defaults") or {}
     if isinstance(smoke_s, int | float) and isinstance(data_s, int | float):
         # as validation estimated the protocol: runs two at a time, each seed's data generated once
-        seeds = int(defaults.get("sweep_seeds", 2)) + int(defaults.get("n_seeds", 8))
+        defaults = TrackSettings.of(card).defaults
+        seeds = defaults.sweep_seeds + defaults.n_seeds
         card["timing"] = {"fixed_s": round(seeds * data_s, 1), "run_s": round(smoke_s / 2, 3),
                           "measured": "at validation (the baseline's smoke run)"}
     return card

@@ -1,0 +1,92 @@
+"""A track's card as a validated model (issue 26.5): every default is written here, once.
+
+A card travels as JSON data (the catalog's ``card.json``, a custom track's stored card, the
+report's provenance, the baseline cache's key), so it stays a plain dict on the wire and in
+storage. Whoever *reads a setting* from it reads it through ``TrackSettings.of(card)``: the
+protocol, the report, the run plan, the API's estimates. Before, the same default was written
+at each reader (``card.get("param_parity_ratio", 1.10)`` twice, ``sweep_seeds`` 1 in one place
+and 2 in another); a card that lacks a required key now fails at once with its name.
+
+Pure pydantic: no torch (the API reads cards too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from bench.errors import BenchError, ErrorCode
+
+
+class Loss(StrEnum):
+    """What the trusted trainer minimises."""
+
+    MSE = "mse"
+    CROSS_ENTROPY = "cross_entropy"
+
+
+class _Frozen(BaseModel):
+    # extra="allow": a card carries text and track-specific data (title, sizes, redraw, ...)
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class Metric(_Frozen):
+    name: str
+    loss: Loss
+    direction: Literal["lower", "higher"]
+    description: str = ""
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.direction == "lower"
+
+
+class Defaults(_Frozen):
+    """The trainer's settings and the protocol's seed counts."""
+
+    epochs: int = Field(ge=1)
+    batch_size: int = Field(ge=1)
+    lr_grid: list[float] = Field(min_length=1)
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    sweep_seeds: int = Field(default=2, ge=1)
+    n_seeds: int = Field(default=8, ge=2)
+
+
+PARAM_PARITY_RATIO = 1.10  # the idea may hold 10 % more parameters than the baseline
+COMPUTE_RATIO = 4.0  # and cost up to 4x its forward FLOPs (correlated_tokens allows 20)
+MAX_CONFIGS = 12  # configs of an HPARAMS grid
+DIVERGENCE_CEILING = 1e6  # what a diverged run scores at least
+
+
+class TrackSettings(_Frozen):
+    """The settings of a track the engine and the service act on."""
+
+    name: str
+    metric: Metric
+    defaults: Defaults
+    spec: dict[str, Any]
+    param_cap: int = Field(ge=1)
+    smallest_effect_rel_pct: float = Field(gt=0)
+    param_parity_ratio: float = Field(default=PARAM_PARITY_RATIO, ge=1.0)
+    compute_ratio: float = Field(default=COMPUTE_RATIO, gt=0)
+    buffer_cap: int | None = Field(default=None, ge=0)  # None: the baseline's own plus some room
+    max_configs: int = Field(default=MAX_CONFIGS, ge=1)
+    divergence_ceiling: float = Field(default=DIVERGENCE_CEILING, gt=0)
+    public_data: bool = False
+    justification: str | None = None
+
+    @classmethod
+    def of(cls, card: Mapping[str, Any]) -> TrackSettings:
+        """``card`` validated; a card that is not one is the service's fault (``internal``)."""
+        try:
+            return cls.model_validate(dict(card))
+        except ValidationError as exc:
+            where = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors()[:5])
+            raise BenchError(ErrorCode.INTERNAL, f"The track card of {card.get('name')!r} is invalid at: {where}.") from None
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric.lower_is_better
