@@ -189,6 +189,28 @@ class SecretStore:
             json.dump(data, fh, indent=1)
         os.replace(tmp, self.path)
 
+    def _create(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Create the file holding ``data`` unless another process did first; returns what the
+        file holds. The file appears whole or not at all: written under a name of this process's
+        own, then linked into place (``link`` fails when the name exists, as ``O_EXCL`` does), so
+        processes starting at once agree on one key and none reads a half-written file (a worker
+        that did judged nothing: "unreadable: Expecting value")."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{secrets.token_hex(4)}.new")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh, indent=1)
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                return self._read()
+            return data
+        finally:
+            tmp.unlink(missing_ok=True)
+
     @staticmethod
     def _new_epoch(number: int) -> dict[str, Any]:
         return {"key": secrets.token_hex(32), "created": datetime.now(UTC).isoformat(), "retired": None}
@@ -197,17 +219,7 @@ class SecretStore:
         """The current epoch's secret, generating epoch 1 when the file does not exist yet."""
         data = self._read()
         if not data:
-            data = {"current": 1, "epochs": {"1": self._new_epoch(1)}}
-            try:  # O_EXCL: two processes starting at once agree on one key
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                data = self._read()
-            except FileNotFoundError:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                return self.current()
-            else:
-                with os.fdopen(fd, "w") as fh:
-                    json.dump(data, fh, indent=1)
+            data = self._create({"current": 1, "epochs": {"1": self._new_epoch(1)}})
         epoch = int(data["current"])
         return SeedSecret(key=bytes.fromhex(data["epochs"][str(epoch)]["key"]), epoch=epoch)
 

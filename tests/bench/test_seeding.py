@@ -153,3 +153,29 @@ def test_the_seeds_command_shows_rotates_and_reveals(
     revealed = json.loads(capsys.readouterr().out)
     key = SeedSecret(key=bytes.fromhex(revealed["key"]), epoch=1)
     assert key.commitment == first["commitment"] == revealed["commitment"]
+
+
+def _current_key(directory: str) -> str:
+    """One process's view of a fresh data directory's secret (or its error)."""
+    try:
+        return SecretStore(Path(directory) / "seed_secret.json").current().key.hex()
+    except Exception as exc:  # noqa: BLE001 - the test reports what any process saw
+        return f"error: {exc}"
+
+
+def test_processes_starting_at_once_on_a_fresh_data_dir_agree_and_none_reads_a_partial_file(
+    tmp_path: Path,
+) -> None:
+    """Two workers started together on one fresh data directory: one created the file (empty)
+    and wrote it after, the other read it between and judged nothing ("unreadable: Expecting
+    value": the fault test saw it under load). The file now appears whole or not at all."""
+    import multiprocessing
+
+    directories = [str(tmp_path / f"d{i}") for i in range(40)]
+    with multiprocessing.get_context("fork").Pool(6) as pool:
+        keys = pool.map(_current_key, [d for d in directories for _ in range(6)], chunksize=1)
+    errors = [k for k in keys if k.startswith("error")]
+    assert not errors, errors[:3]
+    for i, directory in enumerate(directories):
+        assert len(set(keys[6 * i: 6 * i + 6])) == 1, directory  # one key per directory
+        assert not [p.name for p in Path(directory).iterdir() if p.name != "seed_secret.json"]  # no temp left
