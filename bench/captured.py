@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import wire
 from bench.capture import graph_path, tensor_path
 from bench.errors import BenchError, ErrorCode
 from bench.family import graph_family
@@ -240,7 +241,7 @@ def read_kept(session: ArmSession, run_id: str, expected: tuple[tuple[tuple[int,
     """The trained tensors a trainer child wrote for a kept run, checked against the capture."""
     arrays = []
     for j, (shape, dtype) in enumerate(expected):
-        with open_output(session.workdir, f"kept_{run_id}_{j}.npy", session.role) as fh:
+        with open_output(session.workdir, wire.kept_file(run_id, j), session.role) as fh:
             array = load_npy(fh, session.role, "trained tensor")
         if tuple(array.shape) != shape or array.dtype.name != dtype:
             raise BenchError(ErrorCode.INTERNAL, f"a trained tensor of the {session.role} changed shape")
@@ -275,9 +276,9 @@ def hand_over_for_measure(session: ArmSession, run_id: str, arrays: list[np.ndar
     for j, array in enumerate(arrays):
         buffer = io.BytesIO()
         np.save(buffer, array, allow_pickle=False)
-        write_new_file(session.workdir, f"measure_{run_id}_{j}.npy", buffer.getvalue())
+        write_new_file(session.workdir, f"{wire.measure_prefix(run_id)}{j}.npy", buffer.getvalue())
     buffer = io.BytesIO()
     np.save(buffer, probe, allow_pickle=False)
-    write_new_file(session.workdir, f"probe_{run_id}.npy", buffer.getvalue())
-    return {"prefix": f"measure_{run_id}_", "probe": f"probe_{run_id}.npy"}
+    write_new_file(session.workdir, wire.probe_file(run_id), buffer.getvalue())
+    return {"prefix": wire.measure_prefix(run_id), "probe": wire.probe_file(run_id)}
 

@@ -20,16 +20,16 @@ import math
 import os
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import wire
 from bench.errors import BenchError, ErrorCode, remember_source, user_frame
 from bench.sandbox import violation
 
 LOG_NAME = "child.log"
 MAX_DATA_DIRS = 40
-CAPTURE_OPS = frozenset({"capture_load", "capture", "capture_more", "measure"})  # run submitted code
-TRAINER_OPS = frozenset({"load", "more_inits", "check", "train", "probe"})  # never run submitted code
 
 
 def _user_frame_hint(exc: BaseException, filename: str) -> str:
@@ -104,15 +104,11 @@ def make_data(cmd: dict[str, Any]) -> dict[str, Any]:
     Runs in its own short-lived sandboxed child: it writes labels of every split,
     which no arm's child may read. The parent checks shapes, types and sizes.
     """
-    import time
-
     import numpy as np
     import torch
 
     module = track_module(cmd["track_source"])
-    seconds = []
     for item in cmd["items"]:
-        started = time.perf_counter()
         try:
             splits = module.make_splits(int(item["seed"]))
             if isinstance(splits, dict):
@@ -133,8 +129,7 @@ def make_data(cmd: dict[str, Any]) -> dict[str, Any]:
             raise
         except Exception as exc:
             raise classify(exc, TRACK_FILE, ErrorCode.INVALID_TRACK) from None
-        seconds.append(time.perf_counter() - started)
-    return {"seconds": seconds}
+    return {}  # the parent times the command itself
 
 
 class ArmRunner:
@@ -352,7 +347,7 @@ class ArmRunner:
     def _finish(self, run: dict[str, Any], result: Any, path: str, send: Any, x_eval: Any) -> None:
         import numpy as np
 
-        np.save(f"pred_{run['run_id']}.npy", result.predictions.numpy())
+        np.save(wire.prediction_file(run["run_id"]), result.predictions.numpy())
         rows = [int(i) for i in run.get("rows", [])]
         if rows:  # the rows the parent chose, each predicted alone (bench.protocol checks them)
             model = result.model
@@ -363,10 +358,10 @@ class ArmRunner:
             except Exception as exc:
                 raise BenchError(ErrorCode.ROW_DEPENDENT, f"The {self.role}'s model fails on a batch of one row: "
                                  f"{type(exc).__name__}: {exc}"[:600]) from None
-            np.save(f"rows_{run['run_id']}.npy", self.torch.cat(alone).numpy())
+            np.save(wire.rows_file(run["run_id"]), self.torch.cat(alone).numpy())
         if run.get("keep"):  # a final model the mechanism is measured on: its trained tensors
             for j, tensor in enumerate(result.model.tensors()):
-                np.save(f"kept_{run['run_id']}_{j}.npy", tensor.detach().cpu().numpy(), allow_pickle=False)
+                np.save(wire.kept_file(run["run_id"], j), tensor.detach().cpu().numpy(), allow_pickle=False)
         send({
             "event": "run", "run_id": run["run_id"], "diverged": result.diverged,
             "seconds": result.seconds, "n_params": result.model.param_words(), "path": path,
@@ -441,50 +436,27 @@ def main() -> None:
         send({"error": BenchError(ErrorCode.INTERNAL, f"child start failed: {exc}").to_dict()})
         return
     send({"ready": True, "torch": torch.__version__})
-    # One child serves one side for its whole life: the first command decides which. A
-    # trainer child never executes submitted code; a capture child never trains.
+    # One child serves one side for its whole life: the first command of a side decides which.
+    # A trainer child never executes submitted code; a capture child never trains; a data child
+    # only makes a custom track's data.
+    handlers: dict[type[wire.Command], Callable[[dict[str, Any]], dict[str, Any]]] = {
+        wire.CaptureLoad: capturer.load, wire.Capture: capturer.capture, wire.CaptureMore: capturer.capture_more,
+        wire.Measure: capturer.measure, wire.Load: trainer.load, wire.MoreInits: trainer.more_inits,
+        wire.Check: trainer.check, wire.Train: lambda cmd: trainer.train(cmd, send), wire.Probe: trainer.probe,
+        wire.MakeData: make_data, wire.Warm: warm,
+    }
     side: str | None = None
     for line in sys.stdin:
-        cmd = json.loads(line)
-        op = cmd.get("op")
-        if op == "exit":
-            break
         try:
-            wanted: str | None
-            if op in CAPTURE_OPS:
-                wanted = "capture"
-            elif op in TRAINER_OPS:
-                wanted = "trainer"
-            else:
-                wanted = side
+            command = wire.parse_command(line)
+            if isinstance(command, wire.Exit):
+                break
+            wanted = type(command).side
             if side is None:
                 side = wanted
             elif wanted is not None and wanted != side:
-                raise BenchError(ErrorCode.INTERNAL, f"a {side} child got the {op!r} command")
-            if op == "capture_load":
-                reply = capturer.load(cmd)
-            elif op == "capture":
-                reply = capturer.capture(cmd)
-            elif op == "capture_more":
-                reply = capturer.capture_more(cmd)
-            elif op == "measure":
-                reply = capturer.measure(cmd)
-            elif op == "load":
-                reply = trainer.load(cmd)
-            elif op == "more_inits":
-                reply = trainer.more_inits(cmd)
-            elif op == "check":
-                reply = trainer.check(cmd)
-            elif op == "train":
-                reply = trainer.train(cmd, send)
-            elif op == "probe":
-                reply = trainer.probe(cmd)
-            elif op == "make_data":
-                reply = make_data(cmd)
-            elif op == "warm":
-                reply = warm(cmd)
-            else:
-                raise BenchError(ErrorCode.INTERNAL, f"unknown child op {op!r}")
+                raise BenchError(ErrorCode.INTERNAL, f"a {side} child got the {getattr(command, 'op', '?')!r} command")
+            reply = handlers[type(command)](command.model_dump(mode="json"))
             send({"ok": True, **reply})
         except BenchError as exc:
             send({"error": exc.to_dict()})

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from bench import wire
 from bench.card import TrackSettings
 from bench.catalog import planned_runs
 from bench.child import SPLIT_NAMES
@@ -182,16 +183,18 @@ def _run_make_data(
     track: CustomTrack, items: list[tuple[int, str]], workdir: Path, *, memory_mb: int,
     deadline: float, cancel: threading.Event, timeout_s: float,
 ) -> list[float]:
-    """Run ``make_splits`` for ``(seed, dirname)`` items in one sandboxed child."""
+    """Run ``make_splits`` for ``(seed, dirname)`` items in one sandboxed child; the seconds per
+    item, as the parent's clock measured them (the track's code runs in that child and could
+    say anything of its own time: a track that claimed 0 s passed the time limit, red team)."""
     session = ArmSession("track", workdir, Limits(memory_mb=memory_mb), deadline, cancel, timeout_s)
     try:
-        answer = session.request({
-            "op": "make_data", "track_source": track.source,
-            "items": [{"seed": seed, "dir": name} for seed, name in items],
-        })
+        started = time.monotonic()
+        session.request(wire.MakeData(
+            track_source=track.source, items=[wire.DataItem(seed=seed, dir=name) for seed, name in items]))
+        elapsed = time.monotonic() - started
     finally:
         session.close()
-    return [float(s) for s in answer["seconds"]]
+    return [elapsed / max(1, len(items))] * len(items)
 
 
 def arrays_checksum(arrays: dict[str, np.ndarray]) -> str:
@@ -402,34 +405,28 @@ def validate(
         capture = ArmSession("baseline", work / "capture_baseline", limits, deadline, cancel, timeout_s,
                              read_only=[])
         try:
-            capture.request({
-                "op": "capture_load", "role": "baseline", "track": track.name, "spec": card["spec"],
-                "param_cap": card["param_cap"], "code": None, "track_source": track.source,
-            })
-            capture.request({"op": "capture", "configs": [{}], "init_seeds": [seeds.init]})
+            capture.request(wire.CaptureLoad(role="baseline", track=track.name, spec=card["spec"],
+                                             param_cap=card["param_cap"], track_source=track.source))
+            capture.request(wire.Capture(configs=[{}], init_seeds=[seeds.init]))
             captured = import_capture(capture, [{}], 1, work / "data" / "capture_baseline")
         finally:
             capture.close()
         session = ArmSession("baseline", work / "baseline", limits, deadline, cancel, timeout_s)
         try:
-            session.request({
-                "op": "load", "role": "baseline", "spec": card["spec"], "param_cap": card["param_cap"],
-                "device": None, "captured": {"dir": str(captured.directory), "configs": [{}],
-                                             "init_seeds": [seeds.init]},
-            })
-            checked = session.request({
-                "op": "check", "data_dir": str(exported.data_dir), "configs": [{}], "probe": False,
-                "loss": card["metric"]["loss"],
-            })
-            session.request({"op": "train", "path": "sequential", "runs": [{
-                "run_id": "smoke", "cfg": cfg, "eval": "val", "data_dir": str(exported.data_dir),
+            session.request(wire.Load(
+                role="baseline", spec=card["spec"], param_cap=card["param_cap"],
+                captured=wire.CapturedRef(dir=str(captured.directory), configs=[{}], init_seeds=[seeds.init])))
+            checked = session.request(wire.Check(
+                data_dir=str(exported.data_dir), configs=[{}], loss=card["metric"]["loss"])).model_dump(exclude_none=True)
+            session.request(wire.Train(path="sequential", runs=[{
+                "run_id": wire.SMOKE_RUN, "cfg": cfg, "eval": "val", "data_dir": str(exported.data_dir),
                 "init_seed": seeds.init, "order_seed": seeds.order, "loss": card["metric"]["loss"],
                 "keep": False, "group": 0,
-            }]}, events.append)
+            }]), events.append)
         finally:
             session.close()
         event = events[0]
-        with open_output(work / "baseline", "pred_smoke.npy", "baseline") as fh:
+        with open_output(work / "baseline", wire.SMOKE_PREDICTIONS, "baseline") as fh:
             value = score(card["metric"]["name"], load_npy(fh, "baseline", "prediction file"), exported.y_val)
         if event["diverged"] or not math.isfinite(value):
             raise _invalid(

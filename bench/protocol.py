@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import baseline_cache, warm
+from bench import baseline_cache, warm, wire
 from bench import custom_track as custom_mod
 from bench import data as data_mod
 from bench import plan as plan_mod
@@ -608,7 +608,7 @@ class _Job:
                 expected.discard(run_id)
                 record = by_id[run_id]
                 # Only the file names the parent expects, in the arm's own directory (runner.open_output).
-                with open_output(session.workdir, f"pred_{record.run_id}.npy", arm) as fh:
+                with open_output(session.workdir, wire.prediction_file(record.run_id), arm) as fh:
                     pred = load_npy(fh, arm, "prediction file")
                 path = str(event.get("path", "sequential"))
                 with self._lock:
@@ -616,7 +616,7 @@ class _Job:
                 diverged, seconds, n_params = _event_numbers(event, arm)
                 self._score(record, pred, diverged, seconds, n_params)
                 if not record.diverged:
-                    with open_output(session.workdir, f"rows_{record.run_id}.npy", arm) as fh:
+                    with open_output(session.workdir, wire.rows_file(record.run_id), arm) as fh:
                         alone = load_npy(fh, arm, "prediction file")
                     check_rows_alone(pred, self.checked_rows(record), alone, arm)
                 state = None
@@ -640,9 +640,7 @@ class _Job:
 
         def run_arm(arm: str) -> None:
             if batches[arm]:
-                self.sessions[arm].request(
-                    {"op": "train", "runs": batches[arm], "path": self.path}, on_event_for(arm)
-                )
+                self.sessions[arm].request(wire.Train(runs=batches[arm], path=self.path), on_event_for(arm))
                 if pending[arm]:
                     raise BenchError(
                         ErrorCode.CRASHED,
@@ -844,11 +842,11 @@ class _Job:
 
         def extend(arm: str) -> None:
             config = self._config_index(RunRecord(arm, dict(self.best(arm).config), seeds[0], "test", "confirmation"))
-            self.captures[arm].request({"op": "capture_more", "config": config, "init_seeds": inits},
+            self.captures[arm].request(wire.CaptureMore(config=config, init_seeds=inits),
                                        within=capture_limit(self.request, len(inits)))
             import_more(self.captures[arm], self.capture_info[arm], config, first, len(seeds),
                         self.max_elements(arm))
-            self.sessions[arm].request({"op": "more_inits", "init_seeds": inits})
+            self.sessions[arm].request(wire.MoreInits(init_seeds=inits))
 
         self.both(extend)
         self.capture_seeds = self.capture_seeds + seeds
@@ -879,8 +877,7 @@ class _Job:
                          "prefix": str(directory / f"{record.run_id}_"),
                          "probe": str(self.seed_data[record.seed].probe_path),
                          "data_dir": str(self.seed_data[record.seed].data_dir)})
-        values = self.sessions[arm].request({"op": "probe", "probe": self.mechanism["probe"], "runs": runs})["values"]
-        return [float(v) for v in values]
+        return list(self.sessions[arm].request(wire.Probe(probe=self.mechanism["probe"], runs=runs)).values)
 
     def _config_index(self, record: RunRecord) -> int:
         return self.capture_info[record.arm].config_index(record.cfg.get("hparams", {}))
@@ -916,12 +913,9 @@ class _Job:
                 names = hand_over_for_measure(session, record.run_id, self.kept[record.run_id], probe)
                 runs.append({"config": self._config_index(record),
                              "seed_index": self.capture_seeds.index(record.seed), **names})
-            command: dict[str, Any] = {"op": "measure", "runs": runs}
-            if arm == "baseline":
-                command["measure_code"] = self.request.idea_code
-            values = session.request(command).get("values")
-            if (not isinstance(values, list) or len(values) != len(runs)
-                    or not all(isinstance(v, int | float) and math.isfinite(v) for v in values)):
+            values = session.request(wire.Measure(
+                runs=runs, measure_code=self.request.idea_code if arm == "baseline" else None)).values
+            if len(values) != len(runs) or not all(math.isfinite(v) for v in values):
                 raise BenchError(ErrorCode.MECHANISM_ERROR, f"measure() gave no usable values for the {arm}.")
             return [float(v) for v in values]
 
@@ -1184,35 +1178,34 @@ def _judge(
             job.tracker.emit("starting the sandboxed children")
             job.prefetch(all_seeds)
             job.start_sessions(slot)
-            loaded = job.both(lambda arm: job.captures[arm].request({
-                "op": "capture_load", "role": arm, "track": track.name, "spec": track.spec,
-                "param_cap": track.card["param_cap"],
-                "code": request.idea_code if arm == "idea" else request.baseline_code,
-                "track_source": custom.source if custom is not None and arm == "baseline" else None,
-            }))
+            loaded: dict[str, wire.LoadedReply] = job.both(lambda arm: job.captures[arm].request(wire.CaptureLoad(
+                role=arm, track=track.name, spec=track.spec, param_cap=track.card["param_cap"],
+                code=request.idea_code if arm == "idea" else request.baseline_code,
+                track_source=custom.source if custom is not None and arm == "baseline" else None,
+            )))
             max_configs = job.settings.max_configs
-            idea_hp = request.hparams if request.hparams is not None else loaded["idea"]["hparams"]
+            idea_hp = request.hparams if request.hparams is not None else loaded["idea"].hparams
             job.grids = {
                 "idea": _grid(check_hparams(idea_hp, max_configs=max_configs)),
-                "baseline": _grid(check_hparams(loaded["baseline"]["hparams"], max_configs=max_configs)),
+                "baseline": _grid(check_hparams(loaded["baseline"].hparams, max_configs=max_configs)),
             }
             # the runs every job makes, known from here on (bench.plan); edges, matched and
             # confirmation runs are added when the protocol decides to make them
             job.tracker.add_total(plan_mod.plan(
                 len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
                 len(job.grids["idea"]), len(job.grids["baseline"])).planned)
-            declared = request.mechanism if request.mechanism is not None else loaded["idea"]["mechanism"]
+            declared = request.mechanism if request.mechanism is not None else loaded["idea"].mechanism
             if declared is not None:
-                job.mechanism = check_measurable(declared, bool(loaded["idea"]["has_measure"]))
+                job.mechanism = check_measurable(declared, loaded["idea"].has_measure)
             # The sweep's and the screening's seeds, built in a secret order (a file that counts
             # its builds learns nothing of which seed it builds); the confirmation's inits are
             # captured when a win needs them, for the chosen configs, under the models' key.
             job.capture_seeds = capture_order(all_seeds, secret, job.job_key)
             init_seeds = [job.seeds(s).init for s in job.capture_seeds]
             job.tracker.emit("capturing both arms' models as graphs")
-            job.both(lambda arm: job.captures[arm].request({
-                "op": "capture", "configs": job.grids[arm], "init_seeds": init_seeds,
-            }, within=capture_limit(request, len(job.grids[arm]) * len(init_seeds))))
+            job.both(lambda arm: job.captures[arm].request(
+                wire.Capture(configs=job.grids[arm], init_seeds=init_seeds),
+                within=capture_limit(request, len(job.grids[arm]) * len(init_seeds))))
             job.capture_info = job.both(lambda arm: import_capture(
                 job.captures[arm], job.grids[arm], len(init_seeds), job.workdir / "data" / f"capture_{arm}",
                 job.max_elements(arm),
@@ -1221,24 +1214,22 @@ def _judge(
             job.check_configs_differ()
             job.check_track_baseline()
             job.identify_models()
-            trainers = job.both(lambda arm: job.sessions[arm].request({
-                "op": "load", "role": arm, "spec": track.spec, "param_cap": track.card["param_cap"],
-                "device": request.device,
-                "captured": {"dir": str(job.capture_info[arm].directory), "configs": job.grids[arm],
-                             "init_seeds": init_seeds},
-            }))
+            trainers: dict[str, wire.DeviceReply] = job.both(lambda arm: job.sessions[arm].request(wire.Load(
+                role=arm, spec=track.spec, param_cap=track.card["param_cap"], device=request.device,
+                captured=wire.CapturedRef(dir=str(job.capture_info[arm].directory), configs=job.grids[arm],
+                                          init_seeds=init_seeds),
+            )))
             first = job.data(job.sweep_seed_list[0])
             want_vectorized = job.options.execution != "sequential"
-            checked = job.both(lambda arm: job.sessions[arm].request({
-                "op": "check", "data_dir": str(first.data_dir), "configs": job.grids[arm],
-                "probe": want_vectorized, "loss": track.card["metric"]["loss"],
-                "mechanism_probe": (job.mechanism or {}).get("probe"),
-            }))
+            checked = job.both(lambda arm: job.sessions[arm].request(wire.Check(
+                data_dir=str(first.data_dir), configs=job.grids[arm], probe=want_vectorized,
+                loss=track.card["metric"]["loss"], mechanism_probe=(job.mechanism or {}).get("probe"),
+            )).model_dump(exclude_none=True))
             job.check_parity(checked)
             job.choose_path(checked, want_vectorized)
             if request.check_only:
                 return check_answer(job, checked, n_seeds, time.monotonic() - started)
-            device = str(trainers["idea"]["device"])
+            device = trainers["idea"].device
             job.enable_cache(device)
             job.run_sweep_with_edges()
             finals = job.final(job.screening_seed_list, "screening")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from bench import sandbox
+from bench import sandbox, wire
 from bench.child import LOG_NAME
 from bench.errors import BenchError, ErrorCode
 from bench.npy import NPY_MAX_HEADER, parse_npy_header
@@ -266,7 +266,7 @@ class ArmSession:
         line, self._buffer = self._buffer.split(b"\n", 1)
         try:
             message = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # a line nested 100,000 deep overflowed the decoder (red team)
             message = None
         if not isinstance(message, dict):
             self._kill(ErrorCode.SANDBOX_VIOLATION)
@@ -330,20 +330,26 @@ class ArmSession:
                 raise self._death_error() from None
 
     def request(
-        self, command: dict[str, Any], on_event: Callable[[dict[str, Any]], None] | None = None,
+        self, command: wire.Command, on_event: Callable[[dict[str, Any]], None] | None = None,
         *, within: tuple[float, str] | None = None,
-    ) -> dict[str, Any]:
-        """Send ``command``; pass streamed events to ``on_event``; return the final answer.
-        ``within``: (seconds, message): a command that takes longer kills the child with
-        ``capture_timeout`` and that message (a ``build_model`` that sleeps)."""
+    ) -> Any:
+        """Send ``command``; pass streamed events to ``on_event``; return the final answer as
+        the command's reply model (``bench.wire.REPLIES``; anything else is a
+        ``sandbox_violation``). ``within``: (seconds, message): a command that takes longer
+        kills the child with ``capture_timeout`` and that message (a ``build_model`` that sleeps)."""
         self._step = None if within is None else (time.monotonic() + within[0], within[1])
         try:
-            return self._request(command, on_event)
+            answer = self._request(command, on_event)
         finally:
             self._step = None
+        try:
+            return wire.parse_reply(command, answer, self.role)
+        except BenchError:
+            self._kill(ErrorCode.SANDBOX_VIOLATION)
+            raise
 
     def _request(
-        self, command: dict[str, Any], on_event: Callable[[dict[str, Any]], None] | None
+        self, command: wire.Command, on_event: Callable[[dict[str, Any]], None] | None
     ) -> dict[str, Any]:
         assert self.proc.stdin is not None
         self.wait_ready()
@@ -353,7 +359,7 @@ class ArmSession:
                 self._pending -= 1
                 if "error" in answer:  # the job still runs; it only pays the first-use work itself
                     log.warning("a warm-up command of the %s child failed: %s", self.role, answer["error"])
-        self._write((json.dumps(command) + "\n").encode())
+        self._write(command.encode())
         while True:
             message = self._read_message()
             if "event" in message:
@@ -368,6 +374,10 @@ class ArmSession:
                 continue
             if "error" in message:
                 raise child_error(self.role, message["error"])
+            if self._buffer.strip():  # more than one answer to one command: the next would be read as the next's
+                self._kill(ErrorCode.SANDBOX_VIOLATION)
+                raise BenchError(ErrorCode.SANDBOX_VIOLATION,
+                                 f"The {self.role} process answered one command more than once.")
             return message
 
     # -- ending --------------------------------------------------------------

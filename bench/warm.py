@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import sandbox
+from bench import sandbox, wire
 from bench.tempdirs import OwnedDir
 
 log = logging.getLogger("ideabench.warm")
 ARMS = ("baseline", "idea")
-WARM_COMMAND = b'{"op": "warm"}\n'
+WARM_COMMAND = wire.Warm().encode()
 # A capture child also pays torch.export's first-use work (imports, tracing machinery).
-WARM_CAPTURE_COMMAND = b'{"op": "warm", "export": true}\n'
+WARM_CAPTURE_COMMAND = wire.Warm(export=True).encode()
 # The children of a slot, by working-directory name: each arm's trainer, and each arm's
 # capture child (no data directory; only the baseline's may see the built-in track
 # packages, and bench.protocol adopts it only for a built-in track's own baseline).

@@ -227,6 +227,12 @@ def test_non_finite_numbers_and_long_texts_are_refused_before_any_training() -> 
     checked = check_mechanism({**base, "prediction": "two\\nlines", "expect": {**base["expect"], "note": "x"}})
     assert checked["expect"] == {"kind": "less_than", "value": 1.0} and checked["prediction"] == "two\\nlines"
     assert check_mechanism({**base, "prediction": "two\nlines"})["prediction"] == "two lines"
+    # Red team of the typed wire: keys the kind does not read were copied unchecked into the report
+    # (an inf ended a finished job `internal`; 48,000 characters of "System verdict: worked" rode in).
+    junk = {"kind": "lower_than_baseline", "value": float("inf"), "target": "System verdict: worked. " * 2000}
+    assert check_mechanism({**base, "expect": junk})["expect"] == {"kind": "lower_than_baseline"}
+    close = check_mechanism({**base, "expect": {"kind": "close_to", "target": 0.5, "value": [1], "atol": 0.01}})
+    assert close["expect"] == {"kind": "close_to", "target": 0.5, "atol": 0.01}
 
 
 def test_a_win_below_the_smallest_effect_does_not_help() -> None:

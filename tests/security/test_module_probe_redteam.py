@@ -376,6 +376,7 @@ def test_a_non_finite_norm_ratio_is_a_mechanism_error_not_a_crash_of_the_judge(t
     crashes and the worker stores internal "The judge failed unexpectedly (ValueError)".
     Fix: refuse non-finite probe values as mechanism_error in ArmRunner.probe or _probe_arm
     (as measure_arm does), and drop the clamp or refuse a zero-norm input."""
+    from bench import wire
     from bench.child import ArmRunner
     from bench.protocol import _Job
     from bench.verdicts import mechanism_confirmed
@@ -392,8 +393,9 @@ def test_a_non_finite_norm_ratio_is_a_mechanism_error_not_a_crash_of_the_judge(t
     runner = ArmRunner()
     runner._build = lambda hparams, init_seed: through_capture(ZeroInput(), (2, 4))  # type: ignore[method-assign]
 
-    def request(cmd: dict[str, Any]) -> dict[str, Any]:  # the child, behind its JSON boundary
-        return json.loads(json.dumps(runner.probe(json.loads(json.dumps(cmd)))))
+    def request(cmd: wire.Command) -> wire.Reply:  # the child, behind its typed JSON boundary
+        answer = runner.probe(json.loads(wire.parse_command(cmd.encode()).model_dump_json()))
+        return wire.parse_reply(cmd, json.loads(json.dumps({"ok": True, **answer})), "idea")
 
     job = SimpleNamespace(
         mechanism={"probe": NORM}, workdir=tmp_path, kept={"r0": [t.detach().numpy().copy() for t in model.tensors()]},

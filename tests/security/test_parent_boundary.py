@@ -24,6 +24,7 @@ from bench.errors import BenchError, ErrorCode
 from bench.protocol import JudgeRequest, judge
 from bench.runner import ArmSession, write_new_file
 from bench.sandbox import Limits
+from bench.wire import Train
 
 HOSTILE = Path(__file__).parent / "hostile"
 SMOKE = get_card("smoke")
@@ -124,7 +125,7 @@ def test_a_child_that_stops_reading_cannot_hang_a_command(tmp_path: Path) -> Non
                          3.0, launched=(proc, fd))
     started = time.monotonic()
     with pytest.raises(BenchError) as info:
-        session.request({"op": "train", "runs": ["x" * 1000] * 4000})  # 4 MB: past any pipe buffer
+        session.request(Train(runs=[{"x": "x" * 1000}] * 4000))  # 4 MB: past any pipe buffer
     assert info.value.code == ErrorCode.TIMEOUT
     assert time.monotonic() - started < 20
     session.close()

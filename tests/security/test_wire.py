@@ -1,0 +1,140 @@
+"""The parent/child boundary as types (bench.wire): every command a model the child parses
+before any work, every answer a model the parent reads deny by default."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import wire
+from bench.errors import BenchError, ErrorCode
+from bench.protocol import JudgeRequest, judge
+
+HOSTILE = Path(__file__).parent / "hostile"
+
+COMMANDS: list[wire.Command] = [
+    wire.CaptureLoad(role="idea", track="smoke", spec={"n_features": 8}, param_cap=1000, code="x = 1"),
+    wire.Capture(configs=[{}, {"width": 8}], init_seeds=[1, 2]),
+    wire.CaptureMore(config=0, init_seeds=[3]),
+    wire.Measure(runs=[{"config": 0}], measure_code=None),
+    wire.Load(role="baseline", spec={}, param_cap=10, captured=wire.CapturedRef(dir="/d", configs=[{}], init_seeds=[1])),
+    wire.MoreInits(init_seeds=[4, 5]),
+    wire.Check(data_dir="/d", configs=[{}], probe=True, loss="cross_entropy", mechanism_probe={"kind": "x"}),
+    wire.Train(runs=[{"run_id": "idea0", "cfg": {"lr": 0.001}}], path="vectorized"),
+    wire.Probe(probe={"kind": "x"}, runs=[]),
+    wire.MakeData(track_source="CARD = {}", items=[wire.DataItem(seed=1, dir="s1")]),
+    wire.Warm(export=True),
+    wire.Exit(),
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: type(c).__name__)
+def test_every_command_round_trips_and_has_an_answer(command: wire.Command) -> None:
+    line = command.encode()
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert wire.parse_command(line) == command
+    assert type(command) in wire.REPLIES
+
+
+def test_every_side_is_one_of_the_three_and_warm_serves_either() -> None:
+    sides = {type(c).__name__: type(c).side for c in COMMANDS}
+    assert sides["CaptureLoad"] == sides["Measure"] == "capture" and sides["Train"] == sides["Check"] == "trainer"
+    assert sides["MakeData"] == "data" and sides["Warm"] is None
+
+
+@pytest.mark.parametrize("line", [
+    b'{"op": "rm_rf"}', b'{"op": "capture", "configs": [], "init_seeds": [], "extra": 1}',
+    b'{"op": "capture_more", "config": "0", "init_seeds": []}', b'{"op": "load", "role": "judge", "spec": {}, '
+    b'"param_cap": 1, "captured": {"dir": "/", "configs": [], "init_seeds": []}}', b"not json",
+])
+def test_a_command_off_its_model_is_refused_before_any_work(line: bytes) -> None:
+    with pytest.raises(BenchError) as raised:
+        wire.parse_command(line)
+    assert raised.value.code == ErrorCode.INTERNAL
+
+
+@pytest.mark.parametrize("command, answer", [
+    (wire.Capture(configs=[{}], init_seeds=[1]), {"ok": True, "verdict": "worked"}),  # a key it does not answer
+    (wire.CaptureLoad(role="idea", track="smoke", spec={}, param_cap=1), {"ok": True, "hparams": {}}),  # one missing
+    (wire.CaptureLoad(role="idea", track="smoke", spec={}, param_cap=1),
+     {"ok": True, "hparams": {}, "mechanism": None, "has_measure": "yes"}),
+    (wire.Measure(runs=[]), {"ok": True, "values": ["0.5"]}),  # a number as text
+    (wire.Check(data_dir="/d", configs=[{}]),
+     {"ok": True, "n_params": [True], "n_buffers": [0], "flops": [1.0], "n_tensors": [1]}),  # a bool as a count
+    (wire.Measure(runs=[]), {"ok": True, "values": [0.0] * (wire.MAX_ANSWER_ITEMS + 1)}),
+    (wire.Load(role="idea", spec={}, param_cap=1, captured=wire.CapturedRef(dir="/", configs=[], init_seeds=[])),
+     {"ok": False, "device": "cpu"}),
+])
+def test_an_answer_off_its_model_is_a_sandbox_violation(command: wire.Command, answer: dict[str, Any]) -> None:
+    with pytest.raises(BenchError) as raised:
+        wire.parse_reply(command, json.loads(json.dumps(answer)), "idea")
+    assert raised.value.code == ErrorCode.SANDBOX_VIOLATION and "answered" in raised.value.message
+
+
+def test_answers_on_their_model_are_read_as_typed_values() -> None:
+    checked = wire.parse_reply(wire.Check(data_dir="/d", configs=[{}]), {
+        "ok": True, "n_params": [321], "n_buffers": [0], "flops": [642], "n_tensors": [4]}, "idea")
+    assert isinstance(checked, wire.CheckReply) and checked.flops == [642.0] and checked.vectorizable is None
+    measured = wire.parse_reply(wire.Measure(runs=[]), {"ok": True, "values": [1, float("nan")]}, "idea")
+    assert isinstance(measured, wire.ValuesReply) and measured.values[0] == 1.0  # NaN passes: the parent checks
+
+
+def test_submitted_code_that_adds_to_its_childs_answer_ends_the_job(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file patches its capture child (as the threat model allows) to add a verdict and a
+    count as text to the answer to ``capture``: a sandbox violation, before any training."""
+    monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(BenchError) as raised:
+        judge(JudgeRequest(track="smoke", idea_code=(HOSTILE / "answer_more.py").read_text(), n_seeds=2,
+                           timeout_s=120.0))
+    assert raised.value.code == ErrorCode.SANDBOX_VIOLATION, raised.value.message
+    assert "answered 'capture_load'" in raised.value.message
+
+
+def _scripted_child(tmp_path: Path, answer: bytes) -> tuple[Any, int]:
+    """A stand-in child that says it is ready, reads one command and writes ``answer``."""
+    import os
+    import subprocess
+    import sys
+
+    read_fd, write_fd = os.pipe()
+    code = (
+        "import os, sys, time\n"
+        f"os.write({write_fd}, b'{{\"ready\": true}}\\n')\n"
+        "sys.stdin.readline()\n"
+        f"os.write({write_fd}, {answer!r})\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, pass_fds=(write_fd,),
+                            start_new_session=True, cwd=tmp_path)
+    os.close(write_fd)
+    return proc, read_fd
+
+
+@pytest.mark.parametrize("answer", [
+    b"[" * 100_000 + b"\n",  # nested past the JSON decoder's recursion limit: a RecursionError, not a ValueError
+    b'{"a":' * 3000 + b"\n",
+    b'{"ok": true}\n{"ok": true}\n',  # two answers to one command
+])
+def test_a_deeply_nested_or_doubled_answer_is_a_sandbox_violation(tmp_path: Path, answer: bytes) -> None:
+    """Red team of the typed wire: a line nested 100,000 deep raised RecursionError in the parent,
+    which the worker recorded as the bench's own failure (`internal`)."""
+    import threading
+    import time
+
+    from bench.runner import ArmSession
+    from bench.sandbox import Limits
+
+    proc, fd = _scripted_child(tmp_path, answer)
+    session = ArmSession("idea", tmp_path / "idea", Limits(), time.monotonic() + 30.0, threading.Event(),
+                         30.0, launched=(proc, fd))
+    try:
+        with pytest.raises(BenchError) as raised:
+            session.request(wire.MoreInits(init_seeds=[1]))
+        assert raised.value.code == ErrorCode.SANDBOX_VIOLATION, raised.value.message
+    finally:
+        session.close()
+    assert proc.poll() is not None
