@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import wire
+from bench import wire_names as wire
 from bench.errors import BenchError, ErrorCode, remember_source, user_frame
 from bench.sandbox import violation
 
@@ -439,24 +439,24 @@ def main() -> None:
     # One child serves one side for its whole life: the first command of a side decides which.
     # A trainer child never executes submitted code; a capture child never trains; a data child
     # only makes a custom track's data.
-    handlers: dict[type[wire.Command], Callable[[dict[str, Any]], dict[str, Any]]] = {
-        wire.CaptureLoad: capturer.load, wire.Capture: capturer.capture, wire.CaptureMore: capturer.capture_more,
-        wire.Measure: capturer.measure, wire.Load: trainer.load, wire.MoreInits: trainer.more_inits,
-        wire.Check: trainer.check, wire.Train: lambda cmd: trainer.train(cmd, send), wire.Probe: trainer.probe,
-        wire.MakeData: make_data, wire.Warm: warm,
+    handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+        "capture_load": capturer.load, "capture": capturer.capture, "capture_more": capturer.capture_more,
+        "measure": capturer.measure, "load": trainer.load, "more_inits": trainer.more_inits,
+        "check": trainer.check, "train": lambda cmd: trainer.train(cmd, send), "probe": trainer.probe,
+        "make_data": make_data, "warm": warm,
     }
     side: str | None = None
     for line in sys.stdin:
         try:
-            command = wire.parse_command(line)
-            if isinstance(command, wire.Exit):
+            op, command = wire.parse_command_line(line)
+            if op == "exit":
                 break
-            wanted = type(command).side
+            wanted = wire.OPS[op][0]
             if side is None:
                 side = wanted
             elif wanted is not None and wanted != side:
-                raise BenchError(ErrorCode.INTERNAL, f"a {side} child got the {getattr(command, 'op', '?')!r} command")
-            reply = handlers[type(command)](command.model_dump(mode="json"))
+                raise BenchError(ErrorCode.INTERNAL, f"a {side} child got the {op!r} command")
+            reply = handlers[op](command)
             send({"ok": True, **reply})
         except BenchError as exc:
             send({"error": exc.to_dict()})

@@ -6,9 +6,11 @@ written, not in the child); ``bench.runner.ArmSession.request`` sends it as JSON
 answer into the command's ``Reply`` model, deny by default: an answer with a key the command
 does not answer with, a value of another type, or a list longer than it asked for is a
 ``sandbox_violation`` (a capture child runs submitted code, and that code may write anything
-on its pipe). The child (``bench.child``) parses each line with ``parse_command`` (an unknown
-op or key is refused before any work), serves one ``side`` for its whole life, the side fixed
-by its first command, and hands its handler the command's JSON data.
+on its pipe). The child (``bench.child``) checks each line (an unknown op or key is refused
+before any work), serves one ``side`` for its whole life, the side fixed
+by its first command, and hands its handler the command's JSON data. The child checks each
+line with ``bench.wire_names.OPS`` (plain Python, what these models say, tested so): it does
+not import pydantic, whose ~150 modules slowed every ``inspect.getmodule`` in it.
 
 Nested run descriptions stay JSON objects (the trainer passes them down to ``bench.trainer``
 and ``bench.vectorized``): their shape is the parent's, which is trusted; every answer is the
@@ -22,6 +24,15 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from bench.errors import BenchError, ErrorCode
+from bench.wire_names import (
+    SMOKE_PREDICTIONS,
+    SMOKE_RUN,
+    kept_file,
+    measure_prefix,
+    prediction_file,
+    probe_file,
+    rows_file,
+)
 
 Side = Literal["capture", "trainer", "data"]
 Role = Annotated[str, Field(pattern=r"^(baseline|idea)$")]
@@ -242,32 +253,6 @@ def parse_reply(command: Command, message: dict[str, Any], role: str) -> Reply:
         ) from None
 
 
-# -- the files of the boundary, each written by one side and read by the other ---------------------
-def prediction_file(run_id: str) -> str:
-    """A trainer's predictions of a run on its whole eval split."""
-    return f"pred_{run_id}.npy"
-
-
-def rows_file(run_id: str) -> str:
-    """A trainer's predictions of the run's checked rows, each predicted alone."""
-    return f"rows_{run_id}.npy"
-
-
-def kept_file(run_id: str, j: int) -> str:
-    """Trained tensor ``j`` of a kept (final) run."""
-    return f"kept_{run_id}_{j}.npy"
-
-
-def measure_prefix(run_id: str) -> str:
-    """The parent's copies of a kept run's tensors for a capture child's ``measure``
-    (``{prefix}{j}.npy``)."""
-    return f"measure_{run_id}_"
-
-
-def probe_file(run_id: str) -> str:
-    """The probe batch a ``measure`` runs on."""
-    return f"probe_{run_id}.npy"
-
-
-SMOKE_RUN = "smoke"  # the one run of a custom track's validation
-SMOKE_PREDICTIONS = prediction_file(SMOKE_RUN)
+# -- the files of the boundary, each written by one side and read by the other (bench.wire_names) ----
+__all__ = ["SMOKE_PREDICTIONS", "SMOKE_RUN", "kept_file", "measure_prefix", "prediction_file", "probe_file",
+           "rows_file"]

@@ -39,6 +39,38 @@ def test_every_command_round_trips_and_has_an_answer(command: wire.Command) -> N
     assert type(command) in wire.REPLIES
 
 
+def test_the_childs_plain_table_says_what_the_models_say() -> None:
+    """The child checks commands with bench.wire_names.OPS (no pydantic in it): the same ops,
+    sides, required and optional keys as bench.wire's models."""
+    from typing import get_args
+
+    from bench.wire_names import OPS, parse_command_line
+
+    models = {get_args(m.model_fields["op"].annotation)[0]: m for m in wire.REPLIES}
+    assert set(models) == set(OPS)
+    for op, model in models.items():
+        side, required, optional = OPS[op]
+        fields = {name: info for name, info in model.model_fields.items() if name != "op"}
+        assert side == model.side, op
+        assert required == {name for name, info in fields.items() if info.is_required()}, op
+        assert optional == {name for name, info in fields.items() if not info.is_required()}, op
+    for command in COMMANDS:  # what the parent sends, the child reads
+        op, data = parse_command_line(command.encode())
+        assert data == json.loads(command.model_dump_json()) and op == data["op"]
+
+
+@pytest.mark.parametrize("line", [
+    b'{"op": "rm_rf"}', b'{"op": "capture", "configs": [], "init_seeds": [], "extra": 1}',
+    b'{"op": "capture", "configs": []}', b"[1]", b"not json", b"[" * 100_000,
+])
+def test_the_child_refuses_a_command_off_its_table_before_any_work(line: bytes) -> None:
+    from bench.wire_names import parse_command_line
+
+    with pytest.raises(BenchError) as raised:
+        parse_command_line(line)
+    assert raised.value.code == ErrorCode.INTERNAL
+
+
 def test_every_side_is_one_of_the_three_and_warm_serves_either() -> None:
     sides = {type(c).__name__: type(c).side for c in COMMANDS}
     assert sides["CaptureLoad"] == sides["Measure"] == "capture" and sides["Train"] == sides["Check"] == "trainer"
@@ -138,3 +170,21 @@ def test_a_deeply_nested_or_doubled_answer_is_a_sandbox_violation(tmp_path: Path
     finally:
         session.close()
     assert proc.poll() is not None
+
+
+def test_a_child_holds_no_pydantic_after_loading_a_tracks_baseline() -> None:
+    """A child checks commands with a plain table (bench.wire_names): pydantic's ~150 modules
+    made every inspect.getmodule in it slower, 0.1-0.2 s a warm job (docs/performance.md)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import bench.child as child\n"
+        "from bench.capture import Capturer\n"
+        "child.warm({'export': True})\n"
+        "Capturer().load({'role': 'baseline', 'track': 'smoke', 'spec': {'n_features': 8}, 'param_cap': 1000})\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-500:]
