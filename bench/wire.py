@@ -1,16 +1,16 @@
-"""The parent/child boundary as types (issue 26.4): every command a model discriminated on
-``op``, every answer a model, and every file name the two sides exchange, in one module.
+"""The parent/child boundary as types (issue 26.4): every command a model with its ``op``, every
+answer a model (``REPLIES``), and the file names the two sides exchange (``bench.wire_names``).
 
 The parent builds a command as a model (a misspelt key or a missing one fails where it is
 written, not in the child); ``bench.runner.ArmSession.request`` sends it as JSON and reads the
 answer into the command's ``Reply`` model, deny by default: an answer with a key the command
 does not answer with, a value of another type, or a list longer than it asked for is a
 ``sandbox_violation`` (a capture child runs submitted code, and that code may write anything
-on its pipe). The child (``bench.child``) checks each line (an unknown op or key is refused
-before any work), serves one ``side`` for its whole life, the side fixed
-by its first command, and hands its handler the command's JSON data. The child checks each
-line with ``bench.wire_names.OPS`` (plain Python, what these models say, tested so): it does
-not import pydantic, whose ~150 modules slowed every ``inspect.getmodule`` in it.
+on its pipe). The child (``bench.child``) checks each line against ``bench.wire_names.OPS``
+(plain Python, what these models say, tested so; an unknown op or key is refused before any
+work), serves one ``side`` for its whole life, the side fixed by its first command, and hands
+its handler the command's JSON data. It imports no pydantic: its ~150 modules slowed every
+``inspect.getmodule`` in the child.
 
 Nested run descriptions stay JSON objects (the trainer passes them down to ``bench.trainer``
 and ``bench.vectorized``): their shape is the parent's, which is trusted; every answer is the
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bench.errors import BenchError, ErrorCode
 from bench.wire_names import (
@@ -219,26 +219,12 @@ class Exit(Command):
     op: Literal["exit"] = "exit"
 
 
-AnyCommand = Annotated[
-    CaptureLoad | Capture | CaptureMore | Measure | Load | MoreInits | Check | Train | Probe | MakeData | Warm | Exit,
-    Field(discriminator="op"),
-]
-_COMMAND: TypeAdapter[AnyCommand] = TypeAdapter(AnyCommand)
-
 # What each command is answered with.
 REPLIES: dict[type[Command], type[Reply]] = {
     CaptureLoad: LoadedReply, Capture: Empty, CaptureMore: Empty, Measure: ValuesReply,
     Load: DeviceReply, MoreInits: Empty, Check: CheckReply, Train: Empty, Probe: ValuesReply,
     MakeData: Empty, Warm: Empty, Exit: Empty,
 }
-
-
-def parse_command(line: str | bytes) -> Command:
-    """A command line as its model; anything else is the bench's own bug (``internal``)."""
-    try:
-        return _COMMAND.validate_json(line)
-    except ValidationError as exc:
-        raise BenchError(ErrorCode.INTERNAL, f"a malformed command reached the child: {exc.errors()[:2]}") from None
 
 
 def parse_reply(command: Command, message: dict[str, Any], role: str) -> Reply:

@@ -376,7 +376,7 @@ def test_a_non_finite_norm_ratio_is_a_mechanism_error_not_a_crash_of_the_judge(t
     crashes and the worker stores internal "The judge failed unexpectedly (ValueError)".
     Fix: refuse non-finite probe values as mechanism_error in ArmRunner.probe or _probe_arm
     (as measure_arm does), and drop the clamp or refuse a zero-norm input."""
-    from bench import wire
+    from bench import wire, wire_names
     from bench.child import ArmRunner
     from bench.protocol import _Job
     from bench.verdicts import mechanism_confirmed
@@ -394,7 +394,7 @@ def test_a_non_finite_norm_ratio_is_a_mechanism_error_not_a_crash_of_the_judge(t
     runner._build = lambda hparams, init_seed: through_capture(ZeroInput(), (2, 4))  # type: ignore[method-assign]
 
     def request(cmd: wire.Command) -> wire.Reply:  # the child, behind its typed JSON boundary
-        answer = runner.probe(json.loads(wire.parse_command(cmd.encode()).model_dump_json()))
+        answer = runner.probe(wire_names.parse_command_line(cmd.encode())[1])
         return wire.parse_reply(cmd, json.loads(json.dumps({"ok": True, **answer})), "idea")
 
     job = SimpleNamespace(
