@@ -40,8 +40,8 @@ WRITE_RETRIES = 6  # the final write survives a database blip of ~6 s (0.2 s, do
 
 
 def _retrying(write: Callable[[], T], what: str) -> T:
-    """``write`` (one transaction), again on a lost or refused connection: the judging is done,
-    and a retry is safe because every write is fenced by the claim."""
+    """``write`` (one transaction), again on a lost or refused connection: for a job's end the
+    judging is done, and a retry is safe because every write is fenced by the claim."""
     for attempt in range(WRITE_RETRIES):
         try:
             return write()
@@ -113,10 +113,17 @@ def prove_secret(ctx: WorkerContext) -> str | None:
         block = deployment_secret(ctx.settings.data_dir).report_block()
     except BenchError as exc:
         return exc.message
-    with ctx.sessions() as session:
-        problem = seeds_repository.prove(session, block)
-        session.commit()
-    return problem
+
+    def check() -> str | None:
+        with ctx.sessions() as session:
+            problem = seeds_repository.prove(session, block)
+            session.commit()
+        return problem
+
+    # Proving is idempotent (a recorded epoch is read, not written twice), so a lost connection
+    # retries as the final writes do: a worker starting while Postgres drops its backends must
+    # not die before its first job (a fault test saw it: every job then stayed queued).
+    return _retrying(check, "proving the seed secret")
 
 
 def execute_job(ctx: WorkerContext, job_id: str) -> Outcome:

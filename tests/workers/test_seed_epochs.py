@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from app.db import make_engine, make_sessionmaker
 from app.jobs.models import Job
@@ -73,3 +74,28 @@ def test_a_worker_with_another_secret_leaves_the_job_queued(ctx: WorkerContext, 
     with ctx.sessions() as session:
         row = session.get(Job, job.id)
         assert row is not None and (row.status, row.attempts, row.worker_id) == ("queued", 0, None)
+
+
+def test_proving_rides_through_a_terminated_backend(pg_settings: Any, monkeypatch: Any) -> None:
+    """A worker starting while Postgres drops its backends (the fault test's killer) proves its
+    secret on a new connection, instead of dying before its first job."""
+    engine = make_engine(pg_settings.database_url)
+    ctx = WorkerContext(settings=pg_settings, engine=engine, sessions=make_sessionmaker(engine),
+                        worker_id="host:1", queue=RecordingQueue())  # type: ignore[arg-type]
+    terminated: list[int] = []
+
+    def prove_on_a_dying_backend(session: Any, block: dict[str, Any]) -> str | None:
+        if not terminated:  # the first try's own backend is terminated under it
+            terminated.append(session.execute(text("SELECT pg_backend_pid()")).scalar_one())
+            with make_engine(pg_settings.database_url).connect() as other:
+                other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": terminated[0]})
+        return prove(session, block)
+
+    monkeypatch.setattr(runner.seeds_repository, "prove", prove_on_a_dying_backend)
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    try:
+        assert runner.prove_secret(ctx) is None and terminated
+        with ctx.sessions() as session:
+            assert session.get(SeedEpoch, deployment_secret(pg_settings.data_dir).epoch) is not None
+    finally:
+        engine.dispose()
