@@ -175,17 +175,6 @@ class Capturer:
                 self._write_inits(config, index, seed, model if index == 0 else None)
         return {}  # the parent reads the files by its own names and believes nothing else
 
-    def capture_more(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """The tensors of more init seeds for one config already captured (its graphs stay):
-        a second confirmation look's, once the sweep has chosen the config."""
-        config = int(cmd["config"])
-        if config not in self.targets:
-            raise BenchError(ErrorCode.INTERNAL, f"config {config} was not captured")
-        for seed in (int(s) for s in cmd["init_seeds"]):
-            self.init_seeds.append(seed)
-            self._write_inits(config, len(self.init_seeds) - 1, seed, None)
-        return {}
-
     def _write_inits(self, config: int, index: int, seed: int, exported_model: Any) -> None:
         """Write init seed number ``index``'s tensors of ``config`` (the exported model's own
         for the first seed; a fresh build of the config for any other)."""

@@ -215,26 +215,22 @@ def import_capture(
     )
 
 
-def import_more(session: ArmSession, capture: ArmCapture, config: int, first: int, count: int,
-                max_elements: int = MAX_TENSOR_ELEMENTS) -> None:
-    """Check and copy the tensors of ``count`` more init seeds (numbers ``first``...) of one
-    captured config: each of the shape and dtype its first capture had, drawn like its first seed's."""
-    firsts = [read_npy((capture.directory / tensor_path(config, 0, j)).read_bytes())
-              for j in range(len(capture.shapes[config]))]  # read once, not once per seed
-    max_elements = min(max_elements, MAX_TENSOR_ELEMENTS)
-    for seed in range(first, first + count):
-        _count_first(session, config, seed, len(capture.shapes[config]), max_elements)
-        total = 0
-        for j, expected in enumerate(capture.shapes[config]):
-            array = _checked_array(session, tensor_path(config, seed, j))
-            if (tuple(array.shape), array.dtype.name) != expected:
-                raise not_capturable(f"the {session.role}'s tensors change shape or dtype with the seed")
-            check_drawn_alike(firsts[j], array, session.role, j)
-            total += array.size
-            np.save(capture.directory / tensor_path(config, seed, j), array, allow_pickle=False)
-        if total > max_elements:
-            raise not_capturable(f"the {session.role} holds {total} tensor elements; the limit is "
-                                 f"{max_elements}")
+REBUILD_HINT = ("build_model / build_baseline must build the same model from the same spec and seed, however "
+                "often and in whatever process it is called (draw any randomness of your own from torch).")
+
+
+def check_rebuilt(first: ArmCapture, config: int, again: ArmCapture, decoys: list[int | None]) -> None:
+    """Refuse ``again`` (``first``'s ``config`` captured anew, in a fresh child, for the confirmation)
+    when its graph or a decoy's tensors are not bit for bit what the first capture held.
+    ``decoys[k]``: the first capture's index of ``again``'s init seed ``k``, None for a new seed.
+    The message names no seed: which builds were decoys stays the job's secret."""
+    if again.graph_sha256[0] != first.graph_sha256[config] or again.shapes[0] != first.shapes[config]:
+        raise not_capturable(f"the {first.arm} exported another model when it was built again for the "
+                             "confirmation", REBUILD_HINT)
+    for k, index in enumerate(decoys):
+        if index is not None and again.seed_sha256[0][k] != first.seed_sha256[config][index]:
+            raise not_capturable(f"the {first.arm} built other weights for a seed when it was built again for the "
+                                 "confirmation", REBUILD_HINT)
 
 
 def read_kept(session: ArmSession, run_id: str, expected: tuple[tuple[tuple[int, ...], str], ...]) -> list[np.ndarray]:

@@ -31,12 +31,13 @@ from bench import custom_track as custom_mod
 from bench import data as data_mod
 from bench import plan as plan_mod
 from bench.assemble import Outcome, Stage, build_report
+from bench.capture import tensor_path
 from bench.captured import (
     MAX_TENSOR_ELEMENTS,
     ArmCapture,
+    check_rebuilt,
     hand_over_for_measure,
     import_capture,
-    import_more,
     pack,
     read_kept,
     unpack,
@@ -308,11 +309,7 @@ class _Job:
         Launches run one at a time (``sandbox.launch`` serialises them); the torch imports overlap.
         """
         limits = Limits(memory_mb=self.request.memory_mb)
-        # Only the capture child of a built-in track's own baseline needs the track packages
-        # on its path; every child that runs submitted code sees them empty, and no capture
-        # child sees any data (read_only=[]: not even the job's data directory).
-        canonical = self.request.baseline_code is None and self.request.custom_track is None
-        if slot is not None and not canonical:
+        if slot is not None and not self.canonical_baseline:
             slot.drop("capture_baseline")  # it sees the track packages: not for submitted code
 
         def adopt(name: str) -> Any:
@@ -323,11 +320,7 @@ class _Job:
 
         for arm in ARMS:
             launched = adopt(f"capture_{arm}")
-            self.captures[arm] = ArmSession(
-                arm, self.workdir / f"capture_{arm}", limits, self.deadline, self.cancel,
-                self.request.timeout_s, launched=launched, pending=1 if launched else 0,
-                wait_ready=False, read_only=[], hide_tracks=not (arm == "baseline" and canonical),
-            )
+            self.captures[arm] = self.capture_session(arm, self.workdir / f"capture_{arm}", launched)
         for arm in ARMS:
             launched = adopt(arm)
             self.sessions[arm] = ArmSession(
@@ -336,6 +329,32 @@ class _Job:
             )
         for session in [*self.captures.values(), *self.sessions.values()]:
             session.wait_ready()
+
+    @property
+    def canonical_baseline(self) -> bool:
+        """The baseline is a built-in track's own code (trusted), not a submitted file."""
+        return self.request.baseline_code is None and self.request.custom_track is None
+
+    def capture_session(self, arm: str, workdir: Path, launched: Any = None) -> ArmSession:
+        """A capture child for ``arm`` (started, or ``launched`` adopted). Only the capture child
+        of a built-in track's own baseline needs the track packages on its path; every child that
+        runs submitted code sees them empty, and no capture child sees any data (read_only=[]:
+        not even the job's data directory)."""
+        return ArmSession(
+            arm, workdir, Limits(memory_mb=self.request.memory_mb), self.deadline, self.cancel,
+            self.request.timeout_s, launched=launched, pending=1 if launched else 0, wait_ready=False,
+            read_only=[], hide_tracks=not (arm == "baseline" and self.canonical_baseline),
+        )
+
+    def load_capture(self, arm: str, session: ArmSession) -> wire.LoadedReply:
+        """``arm``'s file loaded in its capture child ``session``."""
+        custom = self.request.custom_track
+        reply: wire.LoadedReply = session.request(wire.CaptureLoad(
+            role=arm, track=self.track.name, spec=self.track.spec, param_cap=self.track.card["param_cap"],
+            code=self.request.idea_code if arm == "idea" else self.request.baseline_code,
+            track_source=custom.source if custom is not None and arm == "baseline" else None,
+        ))
+        return reply
 
     def close(self) -> None:
         """Close both children at once; stop making data nobody will use."""
@@ -824,32 +843,64 @@ class _Job:
         at a time: a second look at ``n_seeds`` more when the first is neither significant
         nor futile (``stats.confirmation_continues``)."""
         seeds = confirmation_seeds(CONFIRMATION_LOOKS * n_seeds)
-        self.capture_more(seeds[:n_seeds])
+        self.capture_confirmation(seeds[:n_seeds])
         runs = self._confirmation_look(seeds[:n_seeds], "screening found a win: confirming it on fresh seeds")
         self.first_look = self.stage(runs)  # as decided now: the report shows this look
         if confirmation_continues(self.p_better(runs), ALPHA):
-            self.capture_more(seeds[n_seeds:])
+            self.capture_confirmation(seeds[n_seeds:])
             more = self._confirmation_look(seeds[n_seeds:], f"the confirmation's first look was close: "
                                            f"{n_seeds} more fresh seeds")
             runs = {key: runs[key] + more[key] for key in runs}
         return runs
 
-    def capture_more(self, seeds: list[int]) -> None:
-        """Each arm's chosen config built with the inits of ``seeds`` too, in its capture child,
-        checked and handed to its trainer (the configs' graphs were captured already)."""
+    def capture_confirmation(self, seeds: list[int]) -> None:
+        """Each arm's chosen config built with the inits of the confirmation ``seeds`` too, checked
+        and handed to its trainer (issue 25: a file must not build otherwise for the confirmation).
+
+        The builds happen in a fresh capture child per arm, after the first ones are closed (no
+        live process knows this job's seeds), mixed in a secret order with decoys: this job's
+        screening seeds, which the first capture built and the screening trained. The graph and
+        every decoy's tensors must come out bit for bit as they did then; a file cannot tell a
+        decoy from a confirmation seed (both are fresh to the job), so one that builds otherwise
+        for the confirmation builds otherwise for the decoys too, and is refused. The new seeds'
+        tensors pass the same checks as the first capture's (``import_capture``)."""
+        self.close_captures()
         inits = [self.seeds(s).init for s in seeds]
         first = len(self.capture_seeds)
+        decoys = list(self.screening_seed_list)
+        order = capture_order(decoys + seeds, self.secret, f"{self.job_key}/confirmation/{seeds[0]}")
 
-        def extend(arm: str) -> None:
-            config = self._config_index(RunRecord(arm, dict(self.best(arm).config), seeds[0], "test", "confirmation"))
-            self.captures[arm].request(wire.CaptureMore(config=config, init_seeds=inits),
-                                       within=capture_limit(self.request, len(inits)))
-            import_more(self.captures[arm], self.capture_info[arm], config, first, len(seeds),
-                        self.max_elements(arm))
+        def rebuild(arm: str) -> None:
+            info = self.capture_info[arm]
+            hparams = dict(self.best(arm).config).get("hparams", {})
+            config = info.config_index(hparams)
+            where = f"recapture_{arm}_{seeds[0]}"
+            session = self.capture_session(arm, self.workdir / where)
+            try:
+                session.wait_ready()
+                self.load_capture(arm, session)
+                session.request(wire.Capture(configs=[hparams], init_seeds=[self.seeds(s).init for s in order]),
+                                within=capture_limit(self.request, len(order)))
+                again = import_capture(session, [hparams], len(order), self.workdir / "data" / where,
+                                       self.max_elements(arm))
+            finally:
+                session.close()
+            check_rebuilt(info, config, again, [self.capture_seeds.index(s) if s in decoys else None
+                                                for s in order])
+            for k, seed in enumerate(order):
+                if seed not in decoys:
+                    for j in range(len(info.shapes[config])):
+                        shutil.copyfile(again.directory / tensor_path(0, k, j),
+                                        info.directory / tensor_path(config, first + seeds.index(seed), j))
             self.sessions[arm].request(wire.MoreInits(init_seeds=inits))
 
-        self.both(extend)
+        self.both(rebuild)
         self.capture_seeds = self.capture_seeds + seeds
+
+    def close_captures(self) -> None:
+        """Close the first capture children (the confirmation builds in fresh ones)."""
+        for session in self.captures.values():
+            session.close()
 
     def _confirmation_look(self, seeds: list[int], message: str) -> dict[str, list[RunRecord]]:
         self.tracker.add_total(self.runs_per_seed() * len(seeds))
@@ -1178,11 +1229,7 @@ def _judge(
             job.tracker.emit("starting the sandboxed children")
             job.prefetch(all_seeds)
             job.start_sessions(slot)
-            loaded: dict[str, wire.LoadedReply] = job.both(lambda arm: job.captures[arm].request(wire.CaptureLoad(
-                role=arm, track=track.name, spec=track.spec, param_cap=track.card["param_cap"],
-                code=request.idea_code if arm == "idea" else request.baseline_code,
-                track_source=custom.source if custom is not None and arm == "baseline" else None,
-            )))
+            loaded: dict[str, wire.LoadedReply] = job.both(lambda arm: job.load_capture(arm, job.captures[arm]))
             max_configs = job.settings.max_configs
             idea_hp = request.hparams if request.hparams is not None else loaded["idea"].hparams
             job.grids = {
@@ -1233,8 +1280,9 @@ def _judge(
             job.enable_cache(device)
             job.run_sweep_with_edges()
             finals = job.final(job.screening_seed_list, "screening")
-            confirmation = job.confirm(n_seeds) if request.confirm and job.screened_better(finals) else None
+            # measured first: the confirmation closes the capture children the measure runs in
             measured = job.measure(finals) if job.mechanism is not None else None
+            confirmation = job.confirm(n_seeds) if request.confirm and job.screened_better(finals) else None
         finally:
             job.close()
             if slot is not None:  # a failure before both sessions adopted their child

@@ -443,14 +443,17 @@ class ArmSession:
         sandbox.kill(self.proc)
 
     def close(self) -> None:
-        """Kill the child's whole process group (it keeps nothing that needs a clean exit)."""
+        """Kill the child's whole process group (it keeps nothing that needs a clean exit). A
+        second call closes nothing more (its descriptor's number may be another file's by then)."""
         sandbox.kill(self.proc)
         if self.proc.stdin is not None:
             try:
                 self.proc.stdin.close()
             except OSError:
                 pass
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        if self._fd >= 0:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = -1

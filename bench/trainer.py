@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -59,8 +61,12 @@ def build_checked(
     device: torch.device,
     role: str,
 ) -> nn.Module:
-    """Seed torch's global RNG, build the model and check its type and size."""
+    """Seed torch's, numpy's and Python's global RNGs, build the model and check its type and
+    size. A build is a function of the spec and the seed: the confirmation builds again in
+    another process and refuses other bytes (``bench.captured.check_rebuilt``)."""
     torch.manual_seed(init_seed)
+    np.random.seed(init_seed)
+    random.seed(init_seed)
     model = build(spec)
     if not isinstance(model, nn.Module):
         raise BenchError(

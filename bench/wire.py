@@ -98,15 +98,6 @@ class Capture(Command):
     init_seeds: list[int]
 
 
-class CaptureMore(Command):
-    """The tensors of more init seeds of one captured config (a confirmation's)."""
-
-    side = "capture"
-    op: Literal["capture_more"] = "capture_more"
-    config: int
-    init_seeds: list[int]
-
-
 class ValuesReply(Reply):
     """One number per run asked for (the parent checks each is finite)."""
 
@@ -221,7 +212,7 @@ class Exit(Command):
 
 # What each command is answered with.
 REPLIES: dict[type[Command], type[Reply]] = {
-    CaptureLoad: LoadedReply, Capture: Empty, CaptureMore: Empty, Measure: ValuesReply,
+    CaptureLoad: LoadedReply, Capture: Empty, Measure: ValuesReply,
     Load: DeviceReply, MoreInits: Empty, Check: CheckReply, Train: Empty, Probe: ValuesReply,
     MakeData: Empty, Warm: Empty, Exit: Empty,
 }

@@ -3,6 +3,7 @@ seeds drawn for this job alone."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 
 from bench import protocol
 from bench.decide import SweepRow
+from bench.errors import BenchError, ErrorCode
 from bench.protocol import JudgeRequest, judge
 from bench.report import Report
 from bench.seeding import (
@@ -153,19 +155,22 @@ def test_the_same_job_reruns_bit_for_bit_and_a_resubmission_rerolls_no_confirmat
     assert other["confirmation"]["per_seed"] == first["confirmation"]["per_seed"]
 
 
+_REAL_STAGE_VALUES = protocol._Job.stage_values
+
+
+def lucky_screening(self: protocol._Job, runs: dict[str, list[protocol.RunRecord]]) -> dict[str, list[float]]:
+    """A test double: the idea's screening is a win (as a lucky re-roll's would be)."""
+    values = _REAL_STAGE_VALUES(self, runs)
+    if runs["idea"][0].stage == "screening":
+        values["idea"] = [v - 1.0 for v in values["baseline"]]
+    return values
+
+
 def test_a_null_idea_that_passes_screening_is_not_helps_unless_it_replicates(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The idea is the baseline's own architecture: nothing to find. A test double makes its
     screening a win (as a lucky re-roll would); the real confirmation then finds nothing."""
-    real = protocol._Job.stage_values
-
-    def lucky_screening(self: protocol._Job, runs: dict[str, list[protocol.RunRecord]]) -> dict[str, list[float]]:
-        values = real(self, runs)
-        if runs["idea"][0].stage == "screening":
-            values["idea"] = [v - 1.0 for v in values["baseline"]]
-        return values
-
     monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)
     report = _judge("job_null", baseline=MLP)
     br = report["bench_report"]
@@ -282,3 +287,31 @@ def test_a_close_first_look_gets_a_second_on_fresh_seeds(monkeypatch: pytest.Mon
     assert report["practical_verdict"] == "helps" and "in 2 looks" in report["summary"]
     assert [e.message for e in events if "first look was close" in (e.message or "")]
     assert events[-1].done == events[-1].total
+
+
+SABOTEUR = (Path(__file__).parents[1] / "security" / "hostile" / "confirmation_saboteur.py").read_text()
+
+
+@pytest.mark.parametrize("odd_only", [False, True])
+def test_a_baseline_that_builds_otherwise_for_the_confirmation_is_refused(
+    monkeypatch: pytest.MonkeyPatch, odd_only: bool,
+) -> None:
+    """Issue 25 (red team): a matched baseline that sabotages its builds for the confirmation
+    alone confirms a lucky screening. The confirmation builds in a fresh child, among decoys
+    (this job's screening seeds) that must come out bit for bit as first built: the file, which
+    cannot tell a decoy from a new seed, is refused, whether it sabotages every build there or
+    guesses at half of them."""
+    monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)
+    baseline = SABOTEUR.replace("ODD_ONLY = False", f"ODD_ONLY = {odd_only}")
+    with pytest.raises(BenchError) as caught:
+        _judge("job_saboteur", baseline=baseline)
+    assert caught.value.code is ErrorCode.NOT_CAPTURABLE, caught.value.message
+    assert "baseline" in caught.value.message and "built again for the confirmation" in caught.value.message
+
+
+def test_without_the_rebuild_check_the_saboteur_forges_helps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack above is real: with ``check_rebuilt`` taken away, the null idea is 'helps'."""
+    monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)
+    monkeypatch.setattr(protocol, "check_rebuilt", lambda *args: None)
+    report = _judge("job_saboteur", baseline=SABOTEUR)
+    assert report["practical_verdict"] == "helps", report["bench_report"]["confirmation"]

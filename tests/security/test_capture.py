@@ -297,34 +297,28 @@ def test_an_own_measure_that_confirms_itself_cannot_raise_the_verdict(job_tmp: P
     assert "can lower the system verdict, never raise it" in report["summary"]
 
 
-def test_a_second_looks_tensors_must_match_the_first_capture(tmp_path: Path) -> None:
-    """A capture child asked for a second confirmation look's inits (``capture_more``) could
-    tell that call from the first capture and answer with other tensors: the parent checks
-    each against the shapes and dtypes the config was first captured with."""
-    import numpy as np
+def test_a_rebuild_for_the_confirmation_must_match_the_first_capture_bit_for_bit() -> None:
+    """``check_rebuilt``: the confirmation's fresh capture child must export the graph the first
+    capture held and give every decoy (a screening seed) the same bytes; new seeds are free."""
+    from bench.captured import ArmCapture, check_rebuilt
 
-    from bench.capture import tensor_path
-    from bench.captured import ArmCapture, import_more
+    shapes = ((((4, 2), "float32"),),)
+    first = ArmCapture(arm="baseline", configs=("{}", '{"w": 2}'), shapes=(shapes[0], shapes[0]),
+                       graph_sha256=("g0", "g1"), directory=Path("/first"),
+                       seed_sha256=(("a", "b", "c"), ("d", "e", "f")))
 
-    child = types.SimpleNamespace(workdir=tmp_path / "child", role="idea")
-    dest = tmp_path / "dest"
-    capture = ArmCapture(arm="idea", configs=("{}",), shapes=((((4, 2), "float32"),),), graph_sha256=("0",),
-                         directory=dest)
-    for where in (child.workdir, dest):
-        (where / tensor_path(0, 0, 0)).parent.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    np.save(dest / tensor_path(0, 0, 0), rng.standard_normal((4, 2)).astype(np.float32))  # the first capture
-    np.save(child.workdir / tensor_path(0, 5, 0), rng.standard_normal((4, 2)).astype(np.float32))
-    import_more(child, capture, 0, 5, 1)  # type: ignore[arg-type]
-    assert np.load(dest / tensor_path(0, 5, 0)).shape == (4, 2)
-    np.save(child.workdir / tensor_path(0, 6, 0), np.zeros((400, 2), np.float32))  # a bigger table
-    with pytest.raises(BenchError) as caught:
-        import_more(child, capture, 0, 6, 1)  # type: ignore[arg-type]
-    assert caught.value.code is ErrorCode.NOT_CAPTURABLE and not (dest / tensor_path(0, 6, 0)).exists()
-    np.save(child.workdir / tensor_path(0, 7, 0), np.zeros((4, 2), np.float32))  # zeroed for the second look
-    with pytest.raises(BenchError) as caught:
-        import_more(child, capture, 0, 7, 1)  # type: ignore[arg-type]
-    assert "fresh random weights" in caught.value.message
+    def again(graph: str, seeds: tuple[str, ...]) -> ArmCapture:
+        return ArmCapture(arm="baseline", configs=('{"w": 2}',), shapes=shapes, graph_sha256=(graph,),
+                          directory=Path("/again"), seed_sha256=(seeds,))
+
+    check_rebuilt(first, 1, again("g1", ("new", "f", "d")), [None, 2, 0])  # decoys match: passes
+    for bad, decoys in ((again("g0", ("new", "f", "d")), [None, 2, 0]),  # another graph
+                        (again("g1", ("new", "f", "x")), [None, 2, 0]),  # a decoy built otherwise
+                        (again("g1", ("new", "d", "f")), [None, 2, 0])):  # decoys swapped
+        with pytest.raises(BenchError) as caught:
+            check_rebuilt(first, 1, bad, decoys)
+        assert caught.value.code is ErrorCode.NOT_CAPTURABLE and "built again for the confirmation" in caught.value.message
+        assert "seed" not in caught.value.message.split("confirmation")[1]  # which one stays secret
 
 
 def test_a_probe_runs_in_the_batch_the_model_predicted_on() -> None:

@@ -18,7 +18,6 @@ HOSTILE = Path(__file__).parent / "hostile"
 COMMANDS: list[wire.Command] = [
     wire.CaptureLoad(role="idea", track="smoke", spec={"n_features": 8}, param_cap=1000, code="x = 1"),
     wire.Capture(configs=[{}, {"width": 8}], init_seeds=[1, 2]),
-    wire.CaptureMore(config=0, init_seeds=[3]),
     wire.Measure(runs=[{"config": 0}], measure_code=None),
     wire.Load(role="baseline", spec={}, param_cap=10, captured=wire.CapturedRef(dir="/d", configs=[{}], init_seeds=[1])),
     wire.MoreInits(init_seeds=[4, 5]),
@@ -78,7 +77,7 @@ def test_every_side_is_one_of_the_three_and_warm_serves_either() -> None:
 
 
 @pytest.mark.parametrize("model, data", [
-    (wire.Capture, {"configs": [], "init_seeds": [], "extra": 1}), (wire.CaptureMore, {"config": "0", "init_seeds": []}),
+    (wire.Capture, {"configs": [], "init_seeds": [], "extra": 1}), (wire.Capture, {"configs": [], "init_seeds": ["1"]}),
     (wire.Load, {"role": "judge", "spec": {}, "param_cap": 1, "captured": {"dir": "/", "configs": [], "init_seeds": []}}),
     (wire.Train, {"runs": [], "path": "parallel"}), (wire.MoreInits, {}),
 ])
