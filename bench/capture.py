@@ -175,6 +175,24 @@ class Capturer:
                 self._write_inits(config, index, seed, model if index == 0 else None)
         return {}  # the parent reads the files by its own names and believes nothing else
 
+    def rebuild(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Build one config again for each init seed and write its parameters and buffers named
+        in ``targets`` (tensor ``j`` of init seed number ``k`` at ``tensor_path(0, k, j)``): a
+        confirmation's fresh child, which exports nothing (the parent holds the graph and its
+        constants from the first capture, and compares the decoys' bytes with it)."""
+        import numpy as np
+
+        self.configs = [dict(cmd["hparams"])]
+        self.init_seeds = [int(s) for s in cmd["init_seeds"]]
+        Path(CAPTURE_DIR, "0").mkdir(parents=True, exist_ok=True)
+        for index, seed in enumerate(self.init_seeds):
+            model = self._model(0, seed)
+            state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+            for j, target in enumerate(cmd["targets"]):
+                if target in state:
+                    np.save(tensor_path(0, index, j), state[target].detach().cpu().numpy(), allow_pickle=False)
+        return {}
+
     def _write_inits(self, config: int, index: int, seed: int, exported_model: Any) -> None:
         """Write init seed number ``index``'s tensors of ``config`` (the exported model's own
         for the first seed; a fresh build of the config for any other)."""

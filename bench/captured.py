@@ -141,6 +141,12 @@ def check_drawn_alike(first: np.ndarray, other: np.ndarray, role: str, j: int) -
         )
 
 
+def _digest(digest: Any, array: np.ndarray) -> None:
+    """Add one tensor (dtype, shape and bytes) to a seed's or a config's sha256."""
+    digest.update(f"{array.dtype.str}{array.shape}".encode())
+    digest.update(array.tobytes())
+
+
 def import_capture(
     session: ArmSession, configs: list[dict[str, Any]], n_seeds: int, dest: Path,
     max_elements: int = MAX_TENSOR_ELEMENTS,
@@ -197,8 +203,7 @@ def import_capture(
                 else:
                     check_drawn_alike(first_values[j], array, session.role, j)
                 for digest_of in (built, one):
-                    digest_of.update(f"{array.dtype.str}{array.shape}".encode())
-                    digest_of.update(array.tobytes())
+                    _digest(digest_of, array)
                 np.save(dest / tensor_path(config, seed, j), array, allow_pickle=False)
             per_seed.append(one.hexdigest())
             if total > max_elements:  # the files changed under us: the headers' count no longer holds
@@ -219,18 +224,51 @@ REBUILD_HINT = ("build_model / build_baseline must build the same model from the
                 "often and in whatever process it is called (draw any randomness of your own from torch).")
 
 
-def check_rebuilt(first: ArmCapture, config: int, again: ArmCapture, decoys: list[int | None]) -> None:
-    """Refuse ``again`` (``first``'s ``config`` captured anew, in a fresh child, for the confirmation)
-    when its graph or a decoy's tensors are not bit for bit what the first capture held.
-    ``decoys[k]``: the first capture's index of ``again``'s init seed ``k``, None for a new seed.
-    The message names no seed: which builds were decoys stays the job's secret."""
-    if again.graph_sha256[0] != first.graph_sha256[config] or again.shapes[0] != first.shapes[config]:
-        raise not_capturable(f"the {first.arm} exported another model when it was built again for the "
-                             "confirmation", REBUILD_HINT)
+def captured_targets(first: ArmCapture, config: int) -> list[tuple[str, str]]:
+    """(kind, target) of each of ``config``'s captured tensors, in order, from the graph the
+    parent checked and wrote."""
+    doc = json.loads((first.directory / graph_path(config, "train")).read_bytes())
+    return [(str(i["kind"]), str(i["target"])) for i in doc["inputs"] if i["kind"] != "user"]
+
+
+def import_rebuilt(session: ArmSession, first: ArmCapture, config: int, decoys: list[int | None],
+                   max_elements: int = MAX_TENSOR_ELEMENTS) -> dict[int, list[np.ndarray]]:
+    """The tensors a fresh capture child rebuilt (``wire.Rebuild``) of ``first``'s ``config``, by
+    its init seed number ``k``, for each ``k`` whose ``decoys[k]`` is None (a new seed).
+
+    ``decoys[k]``, else, is the first capture's number of that seed: its tensors must hash bit
+    for bit as the first capture's (a file that builds otherwise for the confirmation cannot
+    tell a decoy from a new seed). Constants are the first capture's; every other tensor has
+    the shape and dtype it had, and a new seed's are drawn like the first capture's first
+    seed's (``check_drawn_alike``). The messages name no seed: which were decoys stays secret."""
+    kinds = [kind for kind, _ in captured_targets(first, config)]
+    expected = first.shapes[config]
+    firsts = [read_npy((first.directory / tensor_path(config, 0, j)).read_bytes()) for j in range(len(expected))]
+    rebuilt = [j for j, kind in enumerate(kinds) if kind != "constant"]
+    max_elements = min(max_elements, MAX_TENSOR_ELEMENTS)
+    new: dict[int, list[np.ndarray]] = {}
     for k, index in enumerate(decoys):
-        if index is not None and again.seed_sha256[0][k] != first.seed_sha256[config][index]:
-            raise not_capturable(f"the {first.arm} built other weights for a seed when it was built again for the "
-                                 "confirmation", REBUILD_HINT)
+        total = sum(math.prod(_header(session, tensor_path(0, k, j))[0]) for j in rebuilt)
+        if total > max_elements:
+            raise not_capturable(f"the {session.role} holds {total} tensor elements; the limit is {max_elements}")
+        one = hashlib.sha256()
+        arrays = []
+        for j, was in enumerate(expected):
+            array = _checked_array(session, tensor_path(0, k, j)) if j in rebuilt else firsts[j]
+            if (tuple(array.shape), array.dtype.name) != was:
+                raise not_capturable(f"the {session.role}'s tensors change shape or dtype when it is built again "
+                                     "for the confirmation", REBUILD_HINT)
+            _digest(one, array)
+            arrays.append(array)
+        if index is not None:
+            if one.hexdigest() != first.seed_sha256[config][index]:
+                raise not_capturable(f"the {session.role} built other weights for a seed when it was built again "
+                                     "for the confirmation", REBUILD_HINT)
+            continue
+        for j in rebuilt:
+            check_drawn_alike(firsts[j], arrays[j], session.role, j)
+        new[k] = arrays
+    return new
 
 
 def read_kept(session: ArmSession, run_id: str, expected: tuple[tuple[tuple[int, ...], str], ...]) -> list[np.ndarray]:

@@ -440,7 +440,7 @@ def main() -> None:
     # A trainer child never executes submitted code; a capture child never trains; a data child
     # only makes a custom track's data.
     handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-        "capture_load": capturer.load, "capture": capturer.capture,
+        "capture_load": capturer.load, "capture": capturer.capture, "rebuild": capturer.rebuild,
         "measure": capturer.measure, "load": trainer.load, "more_inits": trainer.more_inits,
         "check": trainer.check, "train": lambda cmd: trainer.train(cmd, send), "probe": trainer.probe,
         "make_data": make_data, "warm": warm,

@@ -35,9 +35,10 @@ from bench.capture import tensor_path
 from bench.captured import (
     MAX_TENSOR_ELEMENTS,
     ArmCapture,
-    check_rebuilt,
+    captured_targets,
     hand_over_for_measure,
     import_capture,
+    import_rebuilt,
     pack,
     read_kept,
     unpack,
@@ -859,11 +860,11 @@ class _Job:
 
         The builds happen in a fresh capture child per arm, after the first ones are closed (no
         live process knows this job's seeds), mixed in a secret order with decoys: this job's
-        screening seeds, which the first capture built and the screening trained. The graph and
-        every decoy's tensors must come out bit for bit as they did then; a file cannot tell a
-        decoy from a confirmation seed (both are fresh to the job), so one that builds otherwise
-        for the confirmation builds otherwise for the decoys too, and is refused. The new seeds'
-        tensors pass the same checks as the first capture's (``import_capture``)."""
+        screening seeds, which the first capture built and the screening trained. Every decoy's
+        tensors must come out bit for bit as they did then; a file cannot tell a decoy from a
+        confirmation seed (both are fresh to the job), so one that builds otherwise for the
+        confirmation builds otherwise for the decoys too, and is refused. The child exports
+        nothing (``wire.Rebuild``): the graph and its constants are the first capture's."""
         self.close_captures()
         inits = [self.seeds(s).init for s in seeds]
         first = len(self.capture_seeds)
@@ -874,24 +875,21 @@ class _Job:
             info = self.capture_info[arm]
             hparams = dict(self.best(arm).config).get("hparams", {})
             config = info.config_index(hparams)
-            where = f"recapture_{arm}_{seeds[0]}"
-            session = self.capture_session(arm, self.workdir / where)
+            session = self.capture_session(arm, self.workdir / f"rebuild_{arm}_{seeds[0]}")
             try:
                 session.wait_ready()
                 self.load_capture(arm, session)
-                session.request(wire.Capture(configs=[hparams], init_seeds=[self.seeds(s).init for s in order]),
+                session.request(wire.Rebuild(hparams=hparams, targets=[t for _, t in captured_targets(info, config)],
+                                             init_seeds=[self.seeds(s).init for s in order]),
                                 within=capture_limit(self.request, len(order)))
-                again = import_capture(session, [hparams], len(order), self.workdir / "data" / where,
-                                       self.max_elements(arm))
+                new = import_rebuilt(session, info, config, [self.capture_seeds.index(s) if s in decoys else None
+                                                             for s in order], self.max_elements(arm))
             finally:
                 session.close()
-            check_rebuilt(info, config, again, [self.capture_seeds.index(s) if s in decoys else None
-                                                for s in order])
-            for k, seed in enumerate(order):
-                if seed not in decoys:
-                    for j in range(len(info.shapes[config])):
-                        shutil.copyfile(again.directory / tensor_path(0, k, j),
-                                        info.directory / tensor_path(config, first + seeds.index(seed), j))
+            for k, arrays in new.items():
+                for j, array in enumerate(arrays):
+                    np.save(info.directory / tensor_path(config, first + seeds.index(order[k]), j), array,
+                            allow_pickle=False)
             self.sessions[arm].request(wire.MoreInits(init_seeds=inits))
 
         self.both(rebuild)

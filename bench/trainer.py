@@ -63,7 +63,7 @@ def build_checked(
 ) -> nn.Module:
     """Seed torch's, numpy's and Python's global RNGs, build the model and check its type and
     size. A build is a function of the spec and the seed: the confirmation builds again in
-    another process and refuses other bytes (``bench.captured.check_rebuilt``)."""
+    another process and refuses other bytes (``bench.captured.import_rebuilt``)."""
     torch.manual_seed(init_seed)
     np.random.seed(init_seed)
     random.seed(init_seed)

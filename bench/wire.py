@@ -98,6 +98,17 @@ class Capture(Command):
     init_seeds: list[int]
 
 
+class Rebuild(Command):
+    """One captured config built again for more init seeds, no export (a confirmation's fresh
+    child): its parameters and buffers named in ``targets``, in the graph's input order."""
+
+    side = "capture"
+    op: Literal["rebuild"] = "rebuild"
+    hparams: JsonObject
+    targets: list[str]
+    init_seeds: list[int]
+
+
 class ValuesReply(Reply):
     """One number per run asked for (the parent checks each is finite)."""
 
@@ -212,7 +223,7 @@ class Exit(Command):
 
 # What each command is answered with.
 REPLIES: dict[type[Command], type[Reply]] = {
-    CaptureLoad: LoadedReply, Capture: Empty, Measure: ValuesReply,
+    CaptureLoad: LoadedReply, Capture: Empty, Rebuild: Empty, Measure: ValuesReply,
     Load: DeviceReply, MoreInits: Empty, Check: CheckReply, Train: Empty, Probe: ValuesReply,
     MakeData: Empty, Warm: Empty, Exit: Empty,
 }

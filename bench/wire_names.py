@@ -21,6 +21,7 @@ from bench.errors import BenchError, ErrorCode
 OPS: dict[str, tuple[str | None, frozenset[str], frozenset[str]]] = {
     "capture_load": ("capture", frozenset({"role", "track", "spec", "param_cap"}), frozenset({"code", "track_source"})),
     "capture": ("capture", frozenset({"configs", "init_seeds"}), frozenset()),
+    "rebuild": ("capture", frozenset({"hparams", "targets", "init_seeds"}), frozenset()),
     "measure": ("capture", frozenset({"runs"}), frozenset({"measure_code"})),
     "load": ("trainer", frozenset({"role", "spec", "param_cap", "captured"}), frozenset({"device"})),
     "more_inits": ("trainer", frozenset({"init_seeds"}), frozenset()),

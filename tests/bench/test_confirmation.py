@@ -310,8 +310,14 @@ def test_a_baseline_that_builds_otherwise_for_the_confirmation_is_refused(
 
 
 def test_without_the_rebuild_check_the_saboteur_forges_helps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The attack above is real: with ``check_rebuilt`` taken away, the null idea is 'helps'."""
+    """The attack above is real: with the decoys unchecked, the null idea is 'helps'."""
+    real = protocol.import_rebuilt
+
+    def no_decoys(session: Any, first: Any, config: int, decoys: list[int | None], limit: int) -> Any:
+        new = real(session, first, config, [None] * len(decoys), limit)
+        return {k: arrays for k, arrays in new.items() if decoys[k] is None}
+
     monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)
-    monkeypatch.setattr(protocol, "check_rebuilt", lambda *args: None)
+    monkeypatch.setattr(protocol, "import_rebuilt", no_decoys)
     report = _judge("job_saboteur", baseline=SABOTEUR)
     assert report["practical_verdict"] == "helps", report["bench_report"]["confirmation"]

@@ -297,28 +297,56 @@ def test_an_own_measure_that_confirms_itself_cannot_raise_the_verdict(job_tmp: P
     assert "can lower the system verdict, never raise it" in report["summary"]
 
 
-def test_a_rebuild_for_the_confirmation_must_match_the_first_capture_bit_for_bit() -> None:
-    """``check_rebuilt``: the confirmation's fresh capture child must export the graph the first
-    capture held and give every decoy (a screening seed) the same bytes; new seeds are free."""
-    from bench.captured import ArmCapture, check_rebuilt
+def test_a_rebuild_for_the_confirmation_must_match_the_first_capture_bit_for_bit(tmp_path: Path) -> None:
+    """``import_rebuilt``: in the confirmation's fresh capture child every decoy (a screening
+    seed) must give the first capture's bytes; a new seed's tensors are drawn like the first
+    seed's; constants are the first capture's, whatever the child wrote."""
+    import hashlib
+    import json
 
-    shapes = ((((4, 2), "float32"),),)
-    first = ArmCapture(arm="baseline", configs=("{}", '{"w": 2}'), shapes=(shapes[0], shapes[0]),
-                       graph_sha256=("g0", "g1"), directory=Path("/first"),
-                       seed_sha256=(("a", "b", "c"), ("d", "e", "f")))
+    import numpy as np
 
-    def again(graph: str, seeds: tuple[str, ...]) -> ArmCapture:
-        return ArmCapture(arm="baseline", configs=('{"w": 2}',), shapes=shapes, graph_sha256=(graph,),
-                          directory=Path("/again"), seed_sha256=(seeds,))
+    from bench.capture import graph_path, tensor_path
+    from bench.captured import ArmCapture, import_rebuilt
 
-    check_rebuilt(first, 1, again("g1", ("new", "f", "d")), [None, 2, 0])  # decoys match: passes
-    for bad, decoys in ((again("g0", ("new", "f", "d")), [None, 2, 0]),  # another graph
-                        (again("g1", ("new", "f", "x")), [None, 2, 0]),  # a decoy built otherwise
-                        (again("g1", ("new", "d", "f")), [None, 2, 0])):  # decoys swapped
+    rng = np.random.default_rng(0)
+    first_dir, child = tmp_path / "first", types.SimpleNamespace(workdir=tmp_path / "child", role="baseline")
+    for where in (first_dir, child.workdir):
+        (where / tensor_path(0, 0, 0)).parent.mkdir(parents=True)
+    (first_dir / graph_path(0, "train")).write_text(json.dumps({"inputs": [
+        {"kind": "parameter", "target": "w"}, {"kind": "constant", "target": "c"}, {"kind": "user", "target": "x"}]}))
+    constant = np.arange(3, dtype=np.float32)
+    firsts, hashes = [], []
+    for seed in range(3):
+        firsts.append(rng.standard_normal((16, 8)).astype(np.float32))
+        one = hashlib.sha256()
+        for j, array in enumerate((firsts[-1], constant)):
+            np.save(first_dir / tensor_path(0, seed, j), array)
+            one.update(f"{array.dtype.str}{array.shape}".encode() + array.tobytes())
+        hashes.append(one.hexdigest())
+    first = ArmCapture(arm="baseline", configs=("{}",), shapes=((((16, 8), "float32"), ((3,), "float32")),),
+                       graph_sha256=("g",), directory=first_dir, seed_sha256=(tuple(hashes),))
+
+    def rebuilt(*weights: np.ndarray) -> None:
+        for k, w in enumerate(weights):
+            np.save(child.workdir / tensor_path(0, k, 0), w)
+            np.save(child.workdir / tensor_path(0, k, 1), np.zeros(3, np.float32))  # ignored: a constant
+
+    fresh = rng.standard_normal((16, 8)).astype(np.float32)
+    rebuilt(fresh, firsts[2])
+    new = import_rebuilt(child, first, 0, [None, 2])  # type: ignore[arg-type]
+    assert list(new) == [0] and np.array_equal(new[0][0], fresh) and np.array_equal(new[0][1], constant)
+    for weights, decoys, says in (
+        ((fresh, firsts[2] + 1e-7), [None, 2], "other weights"),  # a decoy built otherwise
+        ((fresh, firsts[1]), [None, 2], "other weights"),  # another seed's build for a decoy
+        ((np.zeros((16, 8), np.float32), firsts[2]), [None, 2], "fresh random weights"),  # a new seed zeroed
+        ((fresh, firsts[2][:8]), [None, 2], "change shape"),
+    ):
+        rebuilt(*weights)
         with pytest.raises(BenchError) as caught:
-            check_rebuilt(first, 1, bad, decoys)
-        assert caught.value.code is ErrorCode.NOT_CAPTURABLE and "built again for the confirmation" in caught.value.message
-        assert "seed" not in caught.value.message.split("confirmation")[1]  # which one stays secret
+            import_rebuilt(child, first, 0, decoys)  # type: ignore[arg-type]
+        assert caught.value.code is ErrorCode.NOT_CAPTURABLE and says in caught.value.message
+        assert "seed 1" not in caught.value.message and "seed 2" not in caught.value.message
 
 
 def test_a_probe_runs_in_the_batch_the_model_predicted_on() -> None:
