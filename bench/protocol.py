@@ -34,6 +34,7 @@ from bench.assemble import Outcome, Stage, build_report
 from bench.capture import tensor_path
 from bench.captured import (
     MAX_TENSOR_ELEMENTS,
+    REBUILD_HINT,
     ArmCapture,
     captured_targets,
     hand_over_for_measure,
@@ -66,6 +67,7 @@ from bench.decide import (
     too_many_diverged,
 )
 from bench.errors import BenchError, ErrorCode
+from bench.graph import not_capturable
 from bench.metrics import ROW_CHECKS, check_predictions, check_rows_alone, score
 from bench.npy import read_npy
 from bench.options import EngineOptions
@@ -262,7 +264,7 @@ class _Job:
         self._prefetched: dict[int, Future[data_mod.SeedData]] = {}
         self.tracker = _Tracker(on_progress, 0)
         self.sessions: dict[str, ArmSession] = {}  # the trusted trainers, one per arm
-        self.captures: dict[str, ArmSession] = {}  # the capture children (submitted code)
+        self.captures: dict[str, ArmSession] = {}  # the capture children (submitted code): per arm, and a confirmation's rebuild_<arm>
         self.capture_info: dict[str, ArmCapture] = {}
         self.kept: dict[str, list[np.ndarray]] = {}  # run id -> trained tensors of a final model
         self.buffers: dict[str, int] = {}  # buffer and constant elements per arm (trusted count)
@@ -292,11 +294,30 @@ class _Job:
         confirmation seed's under the captured models' key)."""
         return run_seeds(seed, self.secret, self.model_key or None, track=self.seed_track)
 
+    def build_seed(self, arm: str, seed: int) -> int:
+        """The seed ``arm``'s file builds protocol seed ``seed``'s model with (torch's, numpy's and
+        Python's seed in its capture child); the trusted trainer draws the parameters' values
+        from ``seeds(seed).init`` whatever the file built (``bench.redraw``).
+
+        A submitted file builds the screening's seeds with seeds drawn for this job alone
+        (issue 25, red team): what it learns of them in one job (by an error's text, by its own
+        numbers) is of no use in another, so in the confirmation's rebuild it cannot tell them,
+        its decoys, from the confirmation's seeds. The track's own baseline (a built-in track's
+        or a custom track's: the baseline cache, keyed by seed and graph, stands on its builds)
+        and every file at the sweep's seeds (the models' key) and at the confirmation's (a
+        resubmission re-rolls nothing) build with the init seed itself."""
+        track_baseline = arm == "baseline" and self.request.baseline_code is None
+        if track_baseline or seed in self.sweep_seed_list or seed >= CONFIRM_SEED_BASE:
+            return self.seeds(seed).init
+        return self.secret.derive("build", self.seed_track, self.job_key, seed)
+
     def prefetch(self, seeds: list[int]) -> None:
         """Make the seeds' data in a background thread (it overlaps child start and training)."""
-        self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ideabench-data")
+        if self._prefetcher is None:
+            self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ideabench-data")
         for seed in seeds:
-            self._prefetched[seed] = self._prefetcher.submit(self._export, seed)
+            if seed not in self._prefetched and seed not in self.seed_data:
+                self._prefetched[seed] = self._prefetcher.submit(self._export, seed)
 
     def data(self, seed: int) -> data_mod.SeedData:
         if seed not in self.seed_data:
@@ -866,6 +887,8 @@ class _Job:
         confirmation builds otherwise for the decoys too, and is refused. The child exports
         nothing (``wire.Rebuild``): the graph and its constants are the first capture's."""
         self.close_captures()
+        if self.request.custom_track is None:  # (a custom track's data is made in its sandbox, after)
+            self.prefetch(seeds)  # the look's data, while the children start
         inits = [self.seeds(s).init for s in seeds]
         first = len(self.capture_seeds)
         decoys = list(self.screening_seed_list)
@@ -876,12 +899,19 @@ class _Job:
             hparams = dict(self.best(arm).config).get("hparams", {})
             config = info.config_index(hparams)
             session = self.capture_session(arm, self.workdir / f"rebuild_{arm}_{seeds[0]}")
+            self.captures[f"rebuild_{arm}"] = session  # killed with the others if the other arm fails
             try:
                 session.wait_ready()
                 self.load_capture(arm, session)
-                session.request(wire.Rebuild(hparams=hparams, targets=[t for _, t in captured_targets(info, config)],
-                                             init_seeds=[self.seeds(s).init for s in order]),
-                                within=capture_limit(self.request, len(order)))
+                try:
+                    session.request(wire.Rebuild(hparams=hparams, targets=[t for _, t in captured_targets(info, config)],
+                                                 init_seeds=[self.build_seed(arm, s) for s in order]),
+                                    within=capture_limit(self.request, len(order)))
+                except BenchError as exc:  # none of the child's text: it knows the confirmation's seeds
+                    if exc.code in (ErrorCode.CANCELLED, ErrorCode.NO_SPACE, ErrorCode.SANDBOX_UNAVAILABLE):
+                        raise
+                    raise not_capturable(f"the {arm} failed ({exc.code.value}) when it was built again for the "
+                                         "confirmation", REBUILD_HINT) from None
                 new = import_rebuilt(session, info, config, [self.capture_seeds.index(s) if s in decoys else None
                                                              for s in order], self.max_elements(arm))
             finally:
@@ -896,7 +926,7 @@ class _Job:
         self.capture_seeds = self.capture_seeds + seeds
 
     def close_captures(self) -> None:
-        """Close the first capture children (the confirmation builds in fresh ones)."""
+        """Close every capture child so far (the confirmation's look builds in fresh ones)."""
         for session in self.captures.values():
             session.close()
 
@@ -1249,7 +1279,7 @@ def _judge(
             init_seeds = [job.seeds(s).init for s in job.capture_seeds]
             job.tracker.emit("capturing both arms' models as graphs")
             job.both(lambda arm: job.captures[arm].request(
-                wire.Capture(configs=job.grids[arm], init_seeds=init_seeds),
+                wire.Capture(configs=job.grids[arm], init_seeds=[job.build_seed(arm, s) for s in job.capture_seeds]),
                 within=capture_limit(request, len(job.grids[arm]) * len(init_seeds))))
             job.capture_info = job.both(lambda arm: import_capture(
                 job.captures[arm], job.grids[arm], len(init_seeds), job.workdir / "data" / f"capture_{arm}",

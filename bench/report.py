@@ -286,18 +286,24 @@ class Report(_Model):
         return self
 
 
-# Per-seed values of seeds other jobs reuse (the sweep's, the screening pool's) teach an agent
-# which init won where; they are withheld from everyone but operators (issue 25.6). A
-# confirmation's seeds are its models' own, so its per-seed values stay.
+# Per-seed values of seeds other jobs reuse (the sweep's, the screening pool's, and the
+# confirmation's, the same for every job of one pair of models) teach an agent which init won
+# where, or what a file wrote of its seeds into its numbers; they are withheld from everyone but
+# operators (issue 25.6; withhold_reusable_seeds).
 PER_SEED_KEYS = frozenset({"per_seed", "per_seed_diffs", "baseline_values", "idea_values"})
-WITHHELD = ("per-seed values and screening seed numbers of the sweep and the screening are withheld "
-            "(they are reused by other jobs); the confirmation's are shown")
+WITHHELD = ("per-seed values and screening seed numbers are withheld: the sweep's and the screening's seeds are "
+            "reused by other jobs, the confirmation's by every job of the same models")
 
 
 def withhold_reusable_seeds(body: dict[str, Any]) -> dict[str, Any]:
     """A stored report as an agent or viewer sees it: every per-seed list (``PER_SEED_KEYS``)
-    outside ``bench_report.confirmation`` dropped, the screening seed numbers nulled, and
-    ``bench_report.withheld`` saying so. Means, spreads, tests and verdicts stay. A copy."""
+    dropped (a stage's ``per_seed`` emptied), the screening seed numbers nulled, and
+    ``bench_report.withheld`` saying so. Means, spreads, tests and verdicts stay. A copy.
+
+    The confirmation's too (issue 25, red team): its seeds are the same for every job of one
+    pair of models (resubmitting re-rolls nothing), and a file that writes what it knows of its
+    seeds into its own numbers could read them back from per-seed values, then tell the
+    confirmation's builds from their decoys (``bench.protocol._Job.capture_confirmation``)."""
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
             return {k: strip(v) for k, v in value.items() if k not in PER_SEED_KEYS}
@@ -308,11 +314,11 @@ def withhold_reusable_seeds(body: dict[str, Any]) -> dict[str, Any]:
     bench = body.get("bench_report")
     if not isinstance(bench, dict):
         return body
-    out = {k: v for k, v in bench.items() if k != "confirmation"}
-    out = strip(out)
-    out["confirmation"] = bench.get("confirmation")
+    out = strip(bench)
+    for stage in ("screening", "confirmation"):
+        if isinstance(out.get(stage), dict):
+            out[stage]["per_seed"] = {}
     if isinstance(out.get("screening"), dict):
-        out["screening"]["per_seed"] = {}
         out["screening"]["seeds"] = []
     if isinstance(out.get("seeds"), dict):
         out["seeds"]["final"] = []

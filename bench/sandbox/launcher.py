@@ -376,10 +376,13 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
     """Kill the child and everything it started (cgroup, PID namespace, process group); reap it."""
     with _states_lock:
         state = _states.pop(proc.pid, None)
-    try:  # bwrap dies, so does its PID namespace (--die-with-parent): everything in it
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    # Once reaped, the child's pid may be another process's (a later job's child leads a group
+    # of that number): a second kill, or one after the child ended, signals no group by number.
+    if proc.returncode is None:
+        try:  # bwrap dies, so does its PID namespace (--die-with-parent): everything in it
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     if state is not None and state.cgroup is not None:
         state.cgroup.kill_all()  # and the cgroup catches what left the process group
     try:

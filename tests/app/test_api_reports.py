@@ -76,7 +76,9 @@ def test_report_of_a_job_and_by_id(env: Any) -> None:
 def test_agents_and_viewers_do_not_see_reusable_seeds_per_seed_values(env: Any) -> None:
     """Issue 25.6: the sweep's and the screening's per-seed values (seeds other jobs reuse)
     would teach an agent which init won where; only operators see them. The confirmation's
-    seeds are its models' own: shown to all. Means, tests and verdicts are shown to all."""
+    too: its seeds are the same for every job of the same models, and a file could write what
+    it knows of them into its numbers (issue 25, red team). Means, tests and verdicts are shown
+    to all."""
     app, client, tokens = env
     body = report_body()
     stage = {"seeds": [1003, 1017], "per_seed": {"baseline": [1.0, 2.0], "idea": [0.5, 1.5]},
@@ -94,13 +96,14 @@ def test_agents_and_viewers_do_not_see_reusable_seeds_per_seed_values(env: Any) 
         session.commit()
     for role in ("agent", "viewer"):
         seen = client.get(f"/v1/reports/{report.id}", headers=bearer(tokens[role])).json()["report"]["bench_report"]
-        text = str({k: v for k, v in seen.items() if k != "confirmation"})
+        text = str(seen)
         assert "per_seed_diffs" not in text and "'per_seed': [" not in text and "_values" not in text
         assert "1003" not in text and "1.6" not in text
         assert seen["screening"]["per_seed"] == {} and seen["seeds"]["final"] == [] and seen["withheld"]
         assert seen["baseline"]["full"]["mean"] == 1.5 and seen["comparison"]["p_value"] == body[
             "bench_report"]["comparison"]["p_value"] and seen["mechanism_signature"]["decision"] == "confirmed"
-        assert seen["confirmation"] == body["bench_report"]["confirmation"]  # fresh seeds: all of it
+        assert seen["confirmation"]["per_seed"] == {} and "0.5, 1.5" not in text
+        assert seen["confirmation"]["p_value"] == 0.5 and seen["confirmation"]["seeds"] == [2000, 2001]
     full = client.get(f"/v1/reports/{report.id}", headers=bearer(tokens["operator"])).json()["report"]
     assert full["bench_report"]["screening"] == stage and "withheld" not in full["bench_report"]
     by_job = client.get(f"/v1/jobs/{report.job_id}/report", headers=bearer(tokens["agent"])).json()

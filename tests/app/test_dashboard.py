@@ -260,12 +260,14 @@ def test_a_confirmed_report_shows_both_stages_and_its_looks(app: Any, client: Te
     with app.state.sessionmaker() as session:
         report = insert_report(session, key_id(keys["agent"]), body)
         session.commit()
-    sign_in(client, keys["viewer"])
-    page = client.get(f"/dashboard/reports/{report.id}")
-    assert page.status_code == 200
-    confirmation = re.search(r'<dd id="confirmation">(.*?)</dd>', page.text, re.S)
-    assert confirmation and "replicated" in confirmation.group(1) and "look 2: 16 pairs" in confirmation.group(1)
-    assert 'data-stage="confirmation"' in page.text and ">C16<" in page.text
+    for who, per_seed in (("operator", True), ("viewer", False)):
+        sign_in(client, keys[who])
+        page = client.get(f"/dashboard/reports/{report.id}")
+        assert page.status_code == 200
+        confirmation = re.search(r'<dd id="confirmation">(.*?)</dd>', page.text, re.S)
+        assert confirmation and "replicated" in confirmation.group(1) and "look 2: 16 pairs" in confirmation.group(1)
+        # the confirmation's per-seed values: an operator's alone (its seeds are every job's of these models)
+        assert ('data-stage="confirmation"' in page.text and ">C16<" in page.text) is per_seed, who
 
 
 def test_behind_a_tls_proxy_the_public_origin_decides(tmp_path: Any) -> None:

@@ -3,6 +3,7 @@ seeds drawn for this job alone."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,12 @@ from bench.protocol import JudgeRequest, judge
 from bench.report import Report
 from bench.seeding import (
     confirmation_seeds,
+    deployment_secret,
     final_seeds,
     public_secret,
     run_seeds,
     screening_pool,
+    screening_seeds,
     sweep_seeds,
 )
 from bench.stats import (
@@ -321,3 +324,36 @@ def test_without_the_rebuild_check_the_saboteur_forges_helps(monkeypatch: pytest
     monkeypatch.setattr(protocol, "import_rebuilt", no_decoys)
     report = _judge("job_saboteur", baseline=SABOTEUR)
     assert report["practical_verdict"] == "helps", report["bench_report"]["confirmation"]
+
+
+LEAKER = (Path(__file__).parents[1] / "security" / "hostile" / "seed_leaker.py").read_text()
+
+
+def _leaked(message: str) -> set[int]:
+    return {int(s) for s in re.findall(r"SEEDS ([0-9,]+)", message)[0].split(",")}
+
+
+def test_what_a_file_learns_of_its_builds_in_one_job_is_of_no_use_in_the_next() -> None:
+    """Red team (issue 25): a file's error text carried the init seeds it built, and 35 failing
+    jobs recovered every value the epoch's jobs share (its sweep's and its screening pool's).
+    A submitted file builds the screening's seeds with seeds of its job alone: two jobs that
+    screen on common pool seeds share only the sweep's builds."""
+    secret = deployment_secret()
+    keys = ("learn_a", "learn_b")
+    assert set(screening_seeds(8, secret, keys[0])) & set(screening_seeds(8, secret, keys[1]))  # common draws
+    seen = []
+    for key in keys:
+        with pytest.raises(BenchError) as caught:
+            judge(JudgeRequest(track="smoke", idea_code=LEAKER, n_seeds=8, job_key=key))
+        seen.append(_leaked(caught.value.message))
+    assert len(seen[0]) == len(seen[1]) == 10 and len(seen[0] & seen[1]) == 2  # the two sweep seeds
+
+
+def test_nothing_a_file_says_in_the_confirmations_rebuild_reaches_the_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its rebuild child knows the confirmation's seeds (the same for every job of these models):
+    an error there ends the job ``not_capturable`` with none of the child's text."""
+    monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)
+    with pytest.raises(BenchError) as caught:
+        _judge("job_leak", baseline=LEAKER.replace("ONLY_REBUILD = False", "ONLY_REBUILD = True"))
+    assert caught.value.code is ErrorCode.NOT_CAPTURABLE and "SEEDS" not in caught.value.message
+    assert "built again for the confirmation" in caught.value.message

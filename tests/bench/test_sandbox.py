@@ -9,6 +9,7 @@ afterwards; processes a test starts itself carry a marker in their command line.
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 import time
 import uuid
@@ -412,3 +413,22 @@ def test_a_small_npy_promising_a_huge_array_is_refused(tmp_path: Path) -> None:
         with open(path, "rb") as fh, pytest.raises(BenchError) as exc:
             load_npy(fh, "idea", "prediction file")
         assert exc.value.code.value == "training_error"
+
+
+def test_a_child_reaped_before_is_not_killed_again_by_its_number() -> None:
+    """``sandbox.kill`` of a child already ended and reaped (a session closed twice: the
+    confirmation closes the first capture children, the job's end closes them again) signals
+    no process group by its old number, which may be another process's by then (red team)."""
+    from types import SimpleNamespace
+
+    from bench.sandbox.launcher import kill
+
+    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)  # leads a group of its pid
+    try:
+        reaped = SimpleNamespace(pid=stranger.pid, returncode=0, wait=lambda timeout=None: 0, kill=lambda: None)
+        kill(reaped)  # type: ignore[arg-type]
+        with pytest.raises(subprocess.TimeoutExpired):  # alive: the reaped child's number was not signalled
+            stranger.wait(timeout=1)
+    finally:
+        stranger.kill()
+        stranger.wait()
