@@ -885,8 +885,14 @@ class _Job:
         tensors must come out bit for bit as they did then; a file cannot tell a decoy from a
         confirmation seed (both are fresh to the job), so one that builds otherwise for the
         confirmation builds otherwise for the decoys too, and is refused. The child exports
-        nothing (``wire.Rebuild``): the graph and its constants are the first capture's."""
-        self.close_captures()
+        nothing (``wire.Rebuild``): the graph and its constants are the first capture's.
+
+        A built-in track's own baseline is the bench's code, run in a child no submitted code
+        ran in: it builds again in that child (one child start fewer; docs/performance.md,
+        session 14)."""
+        for key, session in self.captures.items():  # every child submitted code ran in
+            if not self.trusted_capture(key):
+                session.close()
         if self.request.custom_track is None:  # (a custom track's data is made in its sandbox, after)
             self.prefetch(seeds)  # the look's data, while the children start
         inits = [self.seeds(s).init for s in seeds]
@@ -898,11 +904,16 @@ class _Job:
             info = self.capture_info[arm]
             hparams = dict(self.best(arm).config).get("hparams", {})
             config = info.config_index(hparams)
-            session = self.capture_session(arm, self.workdir / f"rebuild_{arm}_{seeds[0]}")
-            self.captures[f"rebuild_{arm}"] = session  # killed with the others if the other arm fails
+            fresh = not self.trusted_capture(arm)
+            if fresh:
+                session = self.capture_session(arm, self.workdir / f"rebuild_{arm}_{seeds[0]}")
+                self.captures[f"rebuild_{arm}"] = session  # killed with the others if the other arm fails
+            else:
+                session = self.captures[arm]
             try:
-                session.wait_ready()
-                self.load_capture(arm, session)
+                if fresh:
+                    session.wait_ready()
+                    self.load_capture(arm, session)
                 try:
                     session.request(wire.Rebuild(hparams=hparams, targets=[t for _, t in captured_targets(info, config)],
                                                  init_seeds=[self.build_seed(arm, s) for s in order]),
@@ -915,7 +926,8 @@ class _Job:
                 new = import_rebuilt(session, info, config, [self.capture_seeds.index(s) if s in decoys else None
                                                              for s in order], self.max_elements(arm))
             finally:
-                session.close()
+                if fresh:
+                    session.close()
             for k, arrays in new.items():
                 for j, array in enumerate(arrays):
                     np.save(info.directory / tensor_path(config, first + seeds.index(order[k]), j), array,
@@ -925,10 +937,10 @@ class _Job:
         self.both(rebuild)
         self.capture_seeds = self.capture_seeds + seeds
 
-    def close_captures(self) -> None:
-        """Close every capture child so far (the confirmation's look builds in fresh ones)."""
-        for session in self.captures.values():
-            session.close()
+    def trusted_capture(self, key: str) -> bool:
+        """Capture child ``key`` (an arm, or a confirmation's ``rebuild_<arm>``) runs the bench's
+        own code alone: a built-in track's own baseline."""
+        return key == "baseline" and self.canonical_baseline
 
     def _confirmation_look(self, seeds: list[int], message: str) -> dict[str, list[RunRecord]]:
         self.tracker.add_total(self.runs_per_seed() * len(seeds))
