@@ -264,7 +264,9 @@ class _Job:
         self._prefetched: dict[int, Future[data_mod.SeedData]] = {}
         self.tracker = _Tracker(on_progress, 0)
         self.sessions: dict[str, ArmSession] = {}  # the trusted trainers, one per arm
-        self.captures: dict[str, ArmSession] = {}  # the capture children (submitted code): per arm, and a confirmation's rebuild_<arm>
+        # the capture children: per arm, and a confirmation's rebuild_<arm>
+        self.captures: dict[str, ArmSession] = {}
+        self.measured_in: set[str] = set()  # capture children the idea's own measure() code ran in
         self.capture_info: dict[str, ArmCapture] = {}
         self.kept: dict[str, list[np.ndarray]] = {}  # run id -> trained tensors of a final model
         self.buffers: dict[str, int] = {}  # buffer and constant elements per arm (trusted count)
@@ -921,8 +923,8 @@ class _Job:
                 except BenchError as exc:  # none of the child's text: it knows the confirmation's seeds
                     if exc.code in (ErrorCode.CANCELLED, ErrorCode.NO_SPACE, ErrorCode.SANDBOX_UNAVAILABLE):
                         raise
-                    raise not_capturable(f"the {arm} failed ({exc.code.value}) when it was built again for the "
-                                         "confirmation", REBUILD_HINT) from None
+                    raise not_capturable(f"the {arm} failed when it was built again for the confirmation",
+                                         REBUILD_HINT) from None  # (not even its code: a file chooses it)
                 new = import_rebuilt(session, info, config, [self.capture_seeds.index(s) if s in decoys else None
                                                              for s in order], self.max_elements(arm))
             finally:
@@ -938,9 +940,11 @@ class _Job:
         self.capture_seeds = self.capture_seeds + seeds
 
     def trusted_capture(self, key: str) -> bool:
-        """Capture child ``key`` (an arm, or a confirmation's ``rebuild_<arm>``) runs the bench's
-        own code alone: a built-in track's own baseline."""
-        return key == "baseline" and self.canonical_baseline
+        """Capture child ``key`` (an arm, or a confirmation's ``rebuild_<arm>``) ran the bench's
+        own code alone: a built-in track's own baseline, unless the idea's ``measure()`` ran
+        there (red team: its module code wrapped the child's build to sabotage every seed the
+        first capture had not built, and forged helps)."""
+        return key == "baseline" and self.canonical_baseline and key not in self.measured_in
 
     def _confirmation_look(self, seeds: list[int], message: str) -> dict[str, list[RunRecord]]:
         self.tracker.add_total(self.runs_per_seed() * len(seeds))
@@ -1004,6 +1008,8 @@ class _Job:
                 names = hand_over_for_measure(session, record.run_id, self.kept[record.run_id], probe)
                 runs.append({"config": self._config_index(record),
                              "seed_index": self.capture_seeds.index(record.seed), **names})
+            if arm == "baseline":
+                self.measured_in.add(arm)  # submitted code runs there now: trusted no more
             values = session.request(wire.Measure(
                 runs=runs, measure_code=self.request.idea_code if arm == "baseline" else None)).values
             if len(values) != len(runs) or not all(math.isfinite(v) for v in values):

@@ -357,3 +357,16 @@ def test_nothing_a_file_says_in_the_confirmations_rebuild_reaches_the_agent(monk
         _judge("job_leak", baseline=LEAKER.replace("ONLY_REBUILD = False", "ONLY_REBUILD = True"))
     assert caught.value.code is ErrorCode.NOT_CAPTURABLE and "SEEDS" not in caught.value.message
     assert "built again for the confirmation" in caught.value.message
+
+
+def test_the_ideas_measure_code_cannot_take_over_the_baselines_rebuild(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Red team (issue 25): a self-measured idea's ``measure()`` module code runs in the track's
+    own baseline's capture child; kept for the confirmation's rebuild, that child built what the
+    idea's code made of it (every seed the first capture had not built sabotaged): helps for
+    the baseline's own model. That child is closed like every other that ran submitted code."""
+    monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)
+    hijack = (Path(__file__).parents[1] / "security" / "hostile" / "measure_hijack.py").read_text()
+    report = judge(JudgeRequest(track="smoke", idea_code=hijack, n_seeds=N, job_key="job_hijack"))
+    confirmation = report["bench_report"]["confirmation"]
+    assert confirmation is not None and confirmation["comparison"]["per_seed_diffs"] == [0.0] * N
+    assert report["practical_verdict"] != "helps"
