@@ -136,6 +136,9 @@ class JudgeRequest:
     canonical: dict[str, Any] | None = None
     # False for that check itself: a screening only, no confirmation.
     confirm: bool = True
+    # True for that check itself: the track's baseline builds with the seeds the matched one
+    # (the check's idea) builds with, so that an honest copy of it is the same model there.
+    checking_matched: bool = False
     # How long building every config and init seed of one arm may take (a build_model that
     # sleeps held the only worker for the whole job timeout).
     capture_timeout_s: float = CAPTURE_TIMEOUT_S
@@ -307,9 +310,13 @@ class _Job:
         its decoys, from the confirmation's seeds. The track's own baseline (a built-in track's
         or a custom track's: the baseline cache, keyed by seed and graph, stands on its builds)
         and every file at the sweep's seeds (the models' key) and at the confirmation's (a
-        resubmission re-rolls nothing) build with the init seed itself."""
+        resubmission re-rolls nothing) build with the init seed itself. In a matched baseline's
+        check the track's baseline builds with the matched one's seeds (``checking_matched``):
+        non-inferiority is a point estimate, and an honest copy must be the same model there
+        (the baseline cache then keys its runs by the build seed too)."""
         track_baseline = arm == "baseline" and self.request.baseline_code is None
-        if track_baseline or seed in self.sweep_seed_list or seed >= CONFIRM_SEED_BASE:
+        if seed in self.sweep_seed_list or seed >= CONFIRM_SEED_BASE or (
+                track_baseline and not self.request.checking_matched):
             return self.seeds(seed).init
         return self.secret.derive("build", self.seed_track, self.job_key, seed)
 
@@ -547,11 +554,15 @@ class _Job:
 
     def _describe(self, record: RunRecord) -> dict[str, Any]:
         seeds = self.seeds(record.seed)
-        return {
+        described = {
             "cfg": record.cfg, "seed": record.seed, "seeds": [seeds.split, seeds.order, seeds.init],
             "eval": record.split, "loss": self.card["metric"]["loss"],
             "data": self.data(record.seed).checksum,
         }
+        build = self.build_seed(record.arm, record.seed)
+        if build != seeds.init:  # (a matched baseline's check: the model is built from another seed)
+            described["build"] = build
+        return described
 
     def checked_rows(self, record: RunRecord) -> list[int]:
         """The eval rows of ``record`` its trainer also predicts one at a time
@@ -1190,7 +1201,7 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
     if request.job_key is None:  # the check and the job draw the same confirmation seeds (check_same_build)
         request = dataclasses.replace(request, job_key=secrets.token_hex(8))
     check = dataclasses.replace(request, idea_code=matched, baseline_code=None, hparams=None,
-                                mechanism=None, confirm=False)
+                                mechanism=None, confirm=False, checking_matched=True)
     try:
         report = judge(check, forward, cancel)["bench_report"]
     except BenchError as exc:
