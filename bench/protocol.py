@@ -1211,8 +1211,15 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
         raise BenchError(exc.code, f"The matched baseline, judged against the track's canonical baseline, "
                          f"failed: {exc.message}", exc.hint) from None
     comparison = report["comparison"]
-    lower = report["metric_direction"] == "lower is better"
-    worse_by = float(comparison["delta_mean"]) * (1.0 if lower else -1.0)
+    sign = 1.0 if report["metric_direction"] == "lower is better" else -1.0
+    worse_by = float(comparison["delta_mean"]) * sign
+    at_its_lr = report["screening"].get("matched_lr")
+    if at_its_lr is not None:
+        # The track's baseline also trained at the matched one's learning rate: the worse of the
+        # two, as a win must beat both (red team: a second config gave the track's baseline a
+        # denser grid in the check, whose lr chosen on validation did badly on test, and a
+        # sandbagged matched baseline passed as non-inferior).
+        worse_by = max(worse_by, float(at_its_lr["comparison"]["delta_mean"]) * sign)
     m = float(report["smallest_effect"])
     found = {
         "canonical_mean": float(comparison["baseline_mean"]), "matched_mean": float(comparison["idea_mean"]),

@@ -342,6 +342,16 @@ def test_a_sandbagged_matched_baseline_makes_no_win(job_tmp: Path) -> None:
     assert "worse than the track's canonical baseline" in error.message
 
 
+def test_a_sandbagged_matched_baseline_gains_nothing_from_a_second_config(job_tmp: Path) -> None:
+    """Red team (issue 25.5): two configs gave the track's baseline a denser grid in the check,
+    whose lr (best on validation) did badly on test: the sandbag passed as non-inferior and a
+    copy of the canonical baseline got helps. Non-inferiority now holds against the track's
+    baseline at its own lr and at the matched one's."""
+    error = judge_error(CANONICAL_COPY, baseline_code=hostile("sandbag_two_configs.py"), n_seeds=7,
+                        job_key="r4_forge5_a")
+    assert error.code is ErrorCode.BASELINE_INFERIOR, error.to_dict()
+
+
 def test_an_honest_matched_baseline_is_checked_and_parity_is_the_canonical_ones(job_tmp: Path) -> None:
     """A matched baseline padded with dead parameters admitted an idea as large (issue 25.5):
     parity is measured against the canonical baseline (321 parameters on smoke)."""
