@@ -31,17 +31,10 @@ from bench import custom_track as custom_mod
 from bench import data as data_mod
 from bench import plan as plan_mod
 from bench.assemble import Outcome, Stage, build_report
-from bench.capture import tensor_path
 from bench.captured import (
     MAX_TENSOR_ELEMENTS,
-    REBUILD_HINT,
     ArmCapture,
-    captured_targets,
-    hand_over_for_measure,
-    import_capture,
-    import_rebuilt,
     pack,
-    read_kept,
     unpack,
 )
 from bench.card import TrackSettings
@@ -67,13 +60,12 @@ from bench.decide import (
     too_many_diverged,
 )
 from bench.errors import BenchError, ErrorCode
-from bench.graph import not_capturable
+from bench.execution import ARMS, Executor, MeasureRun, SandboxExecutor, Trained
 from bench.metrics import ROW_CHECKS, check_predictions, check_rows_alone, score
 from bench.npy import read_npy
 from bench.options import EngineOptions
 from bench.redraw import max_tensors
 from bench.registry import load_track
-from bench.runner import ArmSession, load_npy, open_output
 from bench.sandbox import Limits
 from bench.seeding import (
     CONFIRM_SEED_BASE,
@@ -92,7 +84,6 @@ from bench.seeding import (
 from bench.stats import ALPHA, CONFIRMATION_LOOKS, confirmation_continues
 from bench.track import Track
 
-ARMS = ("baseline", "idea")
 MAX_GROUP = 16  # runs trained as one batched model at most (the child stacks their data)
 MIN_SEEDS, MAX_SEEDS = 2, 32
 assert MAX_SEEDS <= SCREEN_POOL
@@ -228,25 +219,14 @@ def _grid(hparams: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(names, values, strict=True)) for values in itertools.product(*(hparams[n] for n in names))]
 
 
-def _event_numbers(event: dict[str, Any], arm: str) -> tuple[bool, float, int]:
-    """The ``diverged``, ``seconds`` and ``n_params`` of a child's run event, type-checked."""
-    diverged, seconds, n_params = event.get("diverged"), event.get("seconds"), event.get("n_params")
-    if (
-        not isinstance(diverged, bool)
-        or not isinstance(seconds, int | float) or isinstance(seconds, bool)
-        or not math.isfinite(seconds) or seconds < 0
-        or not isinstance(n_params, int) or isinstance(n_params, bool) or n_params < 0
-    ):
-        raise BenchError(ErrorCode.SANDBOX_VIOLATION, f"The {arm} process sent a malformed run event.")
-    return diverged, float(seconds), n_params
-
-
 class _Job:
     """The state of one protocol run; ``judge`` drives it."""
 
     def __init__(self, request: JudgeRequest, options: EngineOptions, track: Track, workdir: Path,
-                 on_progress: ProgressCallback | None, cancel: threading.Event, secret: SeedSecret) -> None:
+                 on_progress: ProgressCallback | None, cancel: threading.Event, secret: SeedSecret,
+                 deadline: float, executor: Executor) -> None:
         self.request = request
+        self.executor = executor
         self.options = options
         self.secret = secret
         self.job_key = request.job_key or secrets.token_hex(8)
@@ -259,23 +239,18 @@ class _Job:
         self.settings = TrackSettings.of(track.card)
         self.workdir = workdir
         self.cancel = cancel
-        self.deadline = time.monotonic() + request.timeout_s
+        self.deadline = deadline
         self.metric = self.card["metric"]["name"]
         self.ceiling = self.settings.divergence_ceiling
         self.seed_data: dict[int, data_mod.SeedData] = {}
         self._prefetcher: ThreadPoolExecutor | None = None
         self._prefetched: dict[int, Future[data_mod.SeedData]] = {}
         self.tracker = _Tracker(on_progress, 0)
-        self.sessions: dict[str, ArmSession] = {}  # the trusted trainers, one per arm
-        # the capture children: per arm, and a confirmation's rebuild_<arm>
-        self.captures: dict[str, ArmSession] = {}
-        self.measured_in: set[str] = set()  # capture children the idea's own measure() code ran in
         self.capture_info: dict[str, ArmCapture] = {}
         self.kept: dict[str, list[np.ndarray]] = {}  # run id -> trained tensors of a final model
         self.buffers: dict[str, int] = {}  # buffer and constant elements per arm (trusted count)
         self.flops: dict[str, float] = {}  # forward FLOPs per example per arm (trusted count)
         self.lr_grids: dict[str, list[float]] = {}  # each arm's swept learning rates
-        self.adopted: set[str] = set()  # children (by slot name) adopted from a warm slot
         self.runs: list[RunRecord] = []
         self.warnings: list[str] = []
         self._counter = itertools.count()
@@ -334,68 +309,20 @@ class _Job:
             self.seed_data[seed] = future.result() if future is not None else self._export(seed)
         return self.seed_data[seed]
 
-    def start_sessions(self, slot: warm.Slot | None) -> None:
-        """Start both arms' children (or adopt a warm slot's), then wait until both imported torch.
-
-        Launches run one at a time (``sandbox.launch`` serialises them); the torch imports overlap.
-        """
-        limits = Limits(memory_mb=self.request.memory_mb)
-        if slot is not None and not self.canonical_baseline:
-            slot.drop("capture_baseline")  # it sees the track packages: not for submitted code
-
-        def adopt(name: str) -> Any:
-            launched = slot.launched.get(name) if slot else None
-            if launched is not None:
-                self.adopted.add(name)
-            return launched
-
-        for arm in ARMS:
-            launched = adopt(f"capture_{arm}")
-            self.captures[arm] = self.capture_session(arm, self.workdir / f"capture_{arm}", launched)
-        for arm in ARMS:
-            launched = adopt(arm)
-            self.sessions[arm] = ArmSession(
-                arm, self.workdir / arm, limits, self.deadline, self.cancel, self.request.timeout_s,
-                launched=launched, pending=1 if launched else 0, wait_ready=False,
-            )
-        for session in [*self.captures.values(), *self.sessions.values()]:
-            session.wait_ready()
-
-    @property
-    def canonical_baseline(self) -> bool:
-        """The baseline is a built-in track's own code (trusted), not a submitted file."""
-        return self.request.baseline_code is None and self.request.custom_track is None
-
-    def capture_session(self, arm: str, workdir: Path, launched: Any = None) -> ArmSession:
-        """A capture child for ``arm`` (started, or ``launched`` adopted). Only the capture child
-        of a built-in track's own baseline needs the track packages on its path; every child that
-        runs submitted code sees them empty, and no capture child sees any data (read_only=[]:
-        not even the job's data directory)."""
-        return ArmSession(
-            arm, workdir, Limits(memory_mb=self.request.memory_mb), self.deadline, self.cancel,
-            self.request.timeout_s, launched=launched, pending=1 if launched else 0, wait_ready=False,
-            read_only=[], hide_tracks=not (arm == "baseline" and self.canonical_baseline),
-        )
-
-    def load_capture(self, arm: str, session: ArmSession) -> wire.LoadedReply:
-        """``arm``'s file loaded in its capture child ``session``."""
+    def load_command(self, arm: str) -> wire.CaptureLoad:
+        """What loads ``arm``'s file in a capture child."""
         custom = self.request.custom_track
-        reply: wire.LoadedReply = session.request(wire.CaptureLoad(
+        return wire.CaptureLoad(
             role=arm, track=self.track.name, spec=self.track.spec, param_cap=self.track.card["param_cap"],
             code=self.request.idea_code if arm == "idea" else self.request.baseline_code,
             track_source=custom.source if custom is not None and arm == "baseline" else None,
-        ))
-        return reply
+        )
 
     def close(self) -> None:
-        """Close both children at once; stop making data nobody will use."""
+        """Stop making data nobody will use; end every child."""
         if self._prefetcher is not None:
             self._prefetcher.shutdown(wait=True, cancel_futures=True)
-        sessions = [*self.captures.values(), *self.sessions.values()]
-        if not sessions:
-            return
-        with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
-            list(pool.map(lambda session: session.close(), sessions))
+        self.executor.close()
 
     def both(self, fn: Callable[[str], Any]) -> dict[str, Any]:
         """Run ``fn(arm)`` for both arms at once (one child each); first error wins."""
@@ -408,17 +335,12 @@ class _Job:
                     results[arm] = future.result()
                 except BaseException as exc:  # noqa: BLE001 - re-raised below
                     errors.append(exc)
-                    self.cancel_siblings()
+                    self.executor.cancel()
             if errors:
                 # Prefer the idea's own error over a cancellation it caused in the other arm.
                 errors.sort(key=lambda e: isinstance(e, BenchError) and e.code == ErrorCode.CANCELLED)
                 raise errors[0]
             return results
-
-    def cancel_siblings(self) -> None:
-        for session in [*self.captures.values(), *self.sessions.values()]:
-            if session.proc.poll() is None:
-                session._kill(ErrorCode.CANCELLED)
 
     def check_configs_differ(self) -> None:
         """Every config of an arm's grid must build another model (graph or tensors): an
@@ -643,64 +565,36 @@ class _Job:
                     "rows": self.checked_rows(record),
                 })
 
-        # Only the child that owns a run may report it, only for runs of this command, and
-        # only once: the idea's child cannot speak for the baseline's runs.
-        pending = {arm: {run["run_id"] for run in batches[arm]} for arm in ARMS}
-
-        def on_event_for(arm: str) -> Callable[[dict[str, Any]], None]:
-            expected = pending[arm]
-            session = self.sessions[arm]
-
-            def on_event(event: dict[str, Any]) -> None:
-                run_id = event.get("run_id")
-                if event.get("event") != "run" or not isinstance(run_id, str) or run_id not in expected:
-                    raise BenchError(
-                        ErrorCode.SANDBOX_VIOLATION,
-                        f"The {arm} process reported a run it was not asked to train now ({str(run_id)[:40]!r}).",
-                        "Do not write to the protocol pipe: the bench reports runs itself.",
-                    )
-                expected.discard(run_id)
-                record = by_id[run_id]
-                # Only the file names the parent expects, in the arm's own directory (runner.open_output).
-                with open_output(session.workdir, wire.prediction_file(record.run_id), arm) as fh:
-                    pred = load_npy(fh, arm, "prediction file")
-                path = str(event.get("path", "sequential"))
+        def on_run_for(arm: str) -> Callable[[Trained], None]:
+            def on_run(trained: Trained) -> None:
+                record = by_id[trained.run_id]
                 with self._lock:
-                    self.paths_used[arm].add(path)
-                diverged, seconds, n_params = _event_numbers(event, arm)
-                self._score(record, pred, diverged, seconds, n_params)
+                    self.paths_used[arm].add(trained.path)
+                pred = trained.predictions
+                self._score(record, pred, trained.diverged, trained.seconds, trained.n_params)
                 if not record.diverged:
-                    with open_output(session.workdir, wire.rows_file(record.run_id), arm) as fh:
-                        alone = load_npy(fh, arm, "prediction file")
-                    check_rows_alone(pred, self.checked_rows(record), alone, arm)
+                    check_rows_alone(pred, self.checked_rows(record), trained.read_rows(), arm)
                 state = None
                 if keep and record.stage == "screening":  # the trained tensors, for the mechanism
-                    shapes = self.capture_info[arm].shapes[self._config_index(record)]
-                    state = read_kept(session, record.run_id, shapes)
+                    state = trained.read_state(self.capture_info[arm].shapes[self._config_index(record)])
                     with self._lock:
                         self.kept[record.run_id] = state
                 key = cache_keys.get(record.run_id)
                 if key is not None and self.cache is not None:
                     with self._lock:
                         self.cache_misses += 1
-                    if path == self.path:  # a group that fell back is not what its key describes
+                    if trained.path == self.path:  # a group that fell back is not what its key describes
                         try:
-                            self.cache.put(key, pred, diverged=diverged, seconds=seconds, n_params=n_params,
-                                           state=pack(state) if state is not None else None)
+                            self.cache.put(key, pred, diverged=trained.diverged, seconds=trained.seconds,
+                                           n_params=trained.n_params, state=pack(state) if state is not None else None)
                         except OSError as exc:
                             self.warnings.append(f"baseline cache not written: {exc}")
 
-            return on_event
+            return on_run
 
         def run_arm(arm: str) -> None:
             if batches[arm]:
-                self.sessions[arm].request(wire.Train(runs=batches[arm], path=self.path), on_event_for(arm))
-                if pending[arm]:
-                    raise BenchError(
-                        ErrorCode.CRASHED,
-                        f"The {arm} process ended a training command without results for "
-                        f"{len(pending[arm])} run(s).",
-                    )
+                self.executor.train(arm, batches[arm], self.path, on_run_for(arm))
 
         self.both(run_arm)
         self.runs.extend(records)
@@ -903,9 +797,7 @@ class _Job:
         A built-in track's own baseline is the bench's code, run in a child no submitted code
         ran in: it builds again in that child (one child start fewer; docs/performance.md,
         session 14)."""
-        for key, session in self.captures.items():  # every child submitted code ran in
-            if not self.trusted_capture(key):
-                session.close()
+        self.executor.forget_builds()  # every capture child submitted code ran in
         if self.request.custom_track is None:  # (a custom track's data is made in its sandbox, after)
             self.prefetch(seeds)  # the look's data, while the children start
         inits = [self.seeds(s).init for s in seeds]
@@ -917,45 +809,16 @@ class _Job:
             info = self.capture_info[arm]
             hparams = dict(self.best(arm).config).get("hparams", {})
             config = info.config_index(hparams)
-            fresh = not self.trusted_capture(arm)
-            if fresh:
-                session = self.capture_session(arm, self.workdir / f"rebuild_{arm}_{seeds[0]}")
-                self.captures[f"rebuild_{arm}"] = session  # killed with the others if the other arm fails
-            else:
-                session = self.captures[arm]
-            try:
-                if fresh:
-                    session.wait_ready()
-                    self.load_capture(arm, session)
-                try:
-                    session.request(wire.Rebuild(hparams=hparams, targets=[t for _, t in captured_targets(info, config)],
-                                                 init_seeds=[self.build_seed(arm, s) for s in order]),
-                                    within=capture_limit(self.request, len(order)))
-                except BenchError as exc:  # none of the child's text: it knows the confirmation's seeds
-                    if exc.code in (ErrorCode.CANCELLED, ErrorCode.NO_SPACE, ErrorCode.SANDBOX_UNAVAILABLE):
-                        raise
-                    raise not_capturable(f"the {arm} failed when it was built again for the confirmation",
-                                         REBUILD_HINT) from None  # (not even its code: a file chooses it)
-                new = import_rebuilt(session, info, config, [self.capture_seeds.index(s) if s in decoys else None
-                                                             for s in order], self.max_elements(arm))
-            finally:
-                if fresh:
-                    session.close()
-            for k, arrays in new.items():
-                for j, array in enumerate(arrays):
-                    np.save(info.directory / tensor_path(config, first + seeds.index(order[k]), j), array,
-                            allow_pickle=False)
-            self.sessions[arm].request(wire.MoreInits(init_seeds=inits))
+            self.executor.rebuild(
+                arm, hparams=hparams, build_seeds=[self.build_seed(arm, s) for s in order],
+                within=capture_limit(self.request, len(order)), captured=info, config=config,
+                decoys=[self.capture_seeds.index(s) if s in decoys else None for s in order],
+                numbers=[first + seeds.index(s) if s in seeds else None for s in order],
+                max_elements=self.max_elements(arm))
+            self.executor.more_inits(arm, inits)
 
         self.both(rebuild)
         self.capture_seeds = self.capture_seeds + seeds
-
-    def trusted_capture(self, key: str) -> bool:
-        """Capture child ``key`` (an arm, or a confirmation's ``rebuild_<arm>``) ran the bench's
-        own code alone: a built-in track's own baseline, unless the idea's ``measure()`` ran
-        there (red team: its module code wrapped the child's build to sabotage every seed the
-        first capture had not built, and forged helps)."""
-        return key == "baseline" and self.canonical_baseline and key not in self.measured_in
 
     def _confirmation_look(self, seeds: list[int], message: str) -> dict[str, list[RunRecord]]:
         self.tracker.add_total(self.runs_per_seed() * len(seeds))
@@ -963,11 +826,7 @@ class _Job:
         self.tracker.emit(message)
         custom = self.request.custom_track
         if custom is not None:
-            custom_mod.ensure_data(
-                custom, [self.seeds(s).split for s in seeds], root=self.options.tracks_dir,
-                memory_mb=self.request.memory_mb,
-                deadline=self.deadline, cancel=self.cancel, timeout_s=self.request.timeout_s,
-            )
+            self.executor.make_data(custom, [self.seeds(s).split for s in seeds])
         return self.final(seeds, "confirmation")
 
     def _probe_arm(self, arm: str, finals: list[RunRecord]) -> list[float]:
@@ -983,7 +842,7 @@ class _Job:
                          "prefix": str(directory / f"{record.run_id}_"),
                          "probe": str(self.seed_data[record.seed].probe_path),
                          "data_dir": str(self.seed_data[record.seed].data_dir)})
-        return list(self.sessions[arm].request(wire.Probe(probe=self.mechanism["probe"], runs=runs)).values)
+        return self.executor.probe(arm, wire.Probe(probe=self.mechanism["probe"], runs=runs))
 
     def _config_index(self, record: RunRecord) -> int:
         return self.capture_info[record.arm].config_index(record.cfg.get("hparams", {}))
@@ -1012,17 +871,12 @@ class _Job:
             return self.both(lambda arm: self._probe_arm(arm, finals[arm]))
 
         def measure_arm(arm: str) -> list[float]:
-            session = self.captures[arm]
-            runs = []
-            for record in finals[arm]:
-                probe = read_npy(self.seed_data[record.seed].probe_path.read_bytes())
-                names = hand_over_for_measure(session, record.run_id, self.kept[record.run_id], probe)
-                runs.append({"config": self._config_index(record),
-                             "seed_index": self.capture_seeds.index(record.seed), **names})
-            if arm == "baseline":
-                self.measured_in.add(arm)  # submitted code runs there now: trusted no more
-            values = session.request(wire.Measure(
-                runs=runs, measure_code=self.request.idea_code if arm == "baseline" else None)).values
+            runs = [MeasureRun(run_id=record.run_id, config=self._config_index(record),
+                               seed_index=self.capture_seeds.index(record.seed), state=self.kept[record.run_id],
+                               probe=read_npy(self.seed_data[record.seed].probe_path.read_bytes()))
+                    for record in finals[arm]]
+            # the idea's measure() runs in the baseline's capture child too
+            values = self.executor.measure(arm, runs, self.request.idea_code if arm == "baseline" else None)
             if len(values) != len(runs) or not all(math.isfinite(v) for v in values):
                 raise BenchError(ErrorCode.MECHANISM_ERROR, f"measure() gave no usable values for the {arm}.")
             return [float(v) for v in values]
@@ -1064,7 +918,7 @@ class _Job:
             sweep_tables=tables, best_cfgs={arm: self.best(arm).cfg for arm in ARMS},
             lr_grids=dict(self.lr_grids), capture=self.capture_blocks(),
             data_checksum=digest.hexdigest(), sweep_seeds=list(self.sweep_seed_list),
-            isolation=[layer for layer in self.sessions["idea"].layers if layer in self.sessions["baseline"].layers],
+            isolation=self.executor.isolation(),
             execution=self.execution(), warnings=list(self.warnings), device=device, wall_s=wall_s,
         )
 
@@ -1141,17 +995,36 @@ def _check_request(request: JudgeRequest, track: Track) -> int:
     return n_seeds
 
 
+ExecutorFactory = Callable[[JudgeRequest, Path, float, threading.Event], Executor]
+"""Makes one job's executor from its request, its directory, its deadline and its cancel event."""
+
+
+def sandbox_executor(options: EngineOptions, slot: warm.Slot | None = None) -> ExecutorFactory:
+    """The production executor: sandboxed children (``slot``'s warm ones, when given)."""
+    def make(request: JudgeRequest, workdir: Path, deadline: float, cancel: threading.Event) -> Executor:
+        # a built-in track's own baseline is the bench's code: its capture child is trusted
+        canonical = request.baseline_code is None and request.custom_track is None
+        return SandboxExecutor(workdir, request.memory_mb, deadline, cancel, request.timeout_s, slot=slot,
+                               canonical_baseline=canonical, tracks_dir=options.tracks_dir)
+    return make
+
+
 def judge(
     request: JudgeRequest,
     on_progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
     *,
     keep_warm: bool = False,
+    executor: ExecutorFactory | None = None,
+    track: Track | None = None,
 ) -> dict[str, Any]:
     """Run the whole protocol for ``request`` and return the report as JSON data.
 
     ``keep_warm`` (a worker judging job after job): use the children ``bench.warm``
     started ahead of this job, if any, and start the next job's when this one ends.
+    ``executor``: what builds and trains the models (``bench.execution``; default: the
+    sandbox). ``track``: a ``Track`` object in place of the registry's ``request.track``
+    (a test's scripted track).
 
     Raises ``bench.errors.BenchError`` when the idea fails (no verdict), with the
     error code, message and hint for the agent.
@@ -1159,15 +1032,17 @@ def judge(
     started = time.monotonic()
     custom = request.custom_track
     options = request.options or EngineOptions.from_env()
-    track = custom_mod.as_track(custom, options.tracks_dir) if custom is not None else load_track(request.track)
+    if track is None:
+        track = custom_mod.as_track(custom, options.tracks_dir) if custom is not None else load_track(request.track)
     n_seeds = _check_request(request, track)
     _check_space()
     if request.baseline_code is not None and request.canonical is None and not request.check_only:
-        request = check_matched_baseline(request, on_progress, cancel, started)
+        request = check_matched_baseline(request, on_progress, cancel, started, executor, track)
     limits = Limits(memory_mb=request.memory_mb)
-    slot = warm.take(limits) if keep_warm else None
+    slot = warm.take(limits) if keep_warm and executor is None else None
     try:
-        return _judge(request, options, track, custom, n_seeds, slot, on_progress, cancel, started)
+        return _judge(request, options, track, custom, n_seeds, slot, executor or sandbox_executor(options, slot),
+                      on_progress, cancel, started)
     except BenchError as exc:
         # A child that could not write its files reports it as its own failure
         # (training_error, crashed): when the disk is what ran out, say so instead.
@@ -1179,12 +1054,13 @@ def judge(
             raise _no_space() from exc
         raise
     finally:
-        if keep_warm:
+        if keep_warm and executor is None:
             warm.prepare(limits)
 
 
 def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback | None,
-                           cancel: threading.Event | None, started: float) -> JudgeRequest:
+                           cancel: threading.Event | None, started: float,
+                           executor: ExecutorFactory | None = None, track: Track | None = None) -> JudgeRequest:
     """A matched baseline is judged first, as an idea against the track's canonical baseline, on
     the same seeds, screening only (PROTOCOL.md 1): a job whose matched baseline is worse than the
     canonical one by more than the track's smallest effect ends ``baseline_inferior`` (a baseline
@@ -1203,7 +1079,7 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
     check = dataclasses.replace(request, idea_code=matched, baseline_code=None, hparams=None,
                                 mechanism=None, confirm=False, checking_matched=True)
     try:
-        report = judge(check, forward, cancel)["bench_report"]
+        report = judge(check, forward, cancel, executor=executor, track=track)["bench_report"]
     except BenchError as exc:
         if exc.code in (ErrorCode.CANCELLED, ErrorCode.TIMEOUT, ErrorCode.NO_SPACE, ErrorCode.SANDBOX_UNAVAILABLE,
                         ErrorCode.INTERNAL):
@@ -1270,30 +1146,29 @@ def _check_space() -> None:
 
 def _judge(
     request: JudgeRequest, options: EngineOptions, track: Track, custom: custom_mod.CustomTrack | None, n_seeds: int,
-    slot: warm.Slot | None, on_progress: ProgressCallback | None, cancel: threading.Event | None,
-    started: float,
+    slot: warm.Slot | None, make_executor: ExecutorFactory, on_progress: ProgressCallback | None,
+    cancel: threading.Event | None, started: float,
 ) -> dict[str, Any]:
     tmpdir = slot.tmp if slot is not None else warm.JobDir()
     with tmpdir as tmp:
         # a check draws under a throwaway secret: it touches nothing of the epoch's seeds
         secret = (SeedSecret(key=secrets.token_bytes(32), epoch=0) if request.check_only
                   else request.seed_secret or deployment_secret())
-        job = _Job(request, options, track, Path(tmp), on_progress, cancel or threading.Event(), secret)
+        cancel = cancel or threading.Event()
+        deadline = time.monotonic() + request.timeout_s
+        job = _Job(request, options, track, Path(tmp), on_progress, cancel, secret, deadline,
+                   make_executor(request, Path(tmp), deadline, cancel))
         try:
             job.sweep_seed_list = sweep_seeds(job.settings.defaults.sweep_seeds)
             job.screening_seed_list = [] if request.check_only else screening_seeds(n_seeds, secret, job.job_key)
             all_seeds = job.sweep_seed_list + job.screening_seed_list
             if custom is not None:
                 job.tracker.emit("generating the custom track's data in the sandbox")
-                custom_mod.ensure_data(
-                    custom, [job.seeds(s).split for s in all_seeds], root=options.tracks_dir,
-                    memory_mb=request.memory_mb,
-                    deadline=job.deadline, cancel=job.cancel, timeout_s=request.timeout_s,
-                )
+                job.executor.make_data(custom, [job.seeds(s).split for s in all_seeds])
             job.tracker.emit("starting the sandboxed children")
             job.prefetch(all_seeds)
-            job.start_sessions(slot)
-            loaded: dict[str, wire.LoadedReply] = job.both(lambda arm: job.load_capture(arm, job.captures[arm]))
+            job.executor.start()
+            loaded: dict[str, wire.LoadedReply] = job.both(lambda arm: job.executor.load(arm, job.load_command(arm)))
             max_configs = job.settings.max_configs
             idea_hp = request.hparams if request.hparams is not None else loaded["idea"].hparams
             job.grids = {
@@ -1314,28 +1189,26 @@ def _judge(
             job.capture_seeds = capture_order(all_seeds, secret, job.job_key)
             init_seeds = [job.seeds(s).init for s in job.capture_seeds]
             job.tracker.emit("capturing both arms' models as graphs")
-            job.both(lambda arm: job.captures[arm].request(
-                wire.Capture(configs=job.grids[arm], init_seeds=[job.build_seed(arm, s) for s in job.capture_seeds]),
-                within=capture_limit(request, len(job.grids[arm]) * len(init_seeds))))
-            job.capture_info = job.both(lambda arm: import_capture(
-                job.captures[arm], job.grids[arm], len(init_seeds), job.workdir / "data" / f"capture_{arm}",
-                job.max_elements(arm),
-            ))
+            job.both(lambda arm: job.executor.capture(
+                arm, wire.Capture(configs=job.grids[arm], init_seeds=[job.build_seed(arm, s) for s in job.capture_seeds]),
+                capture_limit(request, len(job.grids[arm]) * len(init_seeds))))
+            job.capture_info = job.both(lambda arm: job.executor.read_capture(
+                arm, job.grids[arm], len(init_seeds), job.workdir / "data" / f"capture_{arm}", job.max_elements(arm)))
             job.check_same_build()
             job.check_configs_differ()
             job.check_track_baseline()
             job.identify_models()
-            trainers: dict[str, wire.DeviceReply] = job.both(lambda arm: job.sessions[arm].request(wire.Load(
+            trainers: dict[str, wire.DeviceReply] = job.both(lambda arm: job.executor.load_trainer(arm, wire.Load(
                 role=arm, spec=track.spec, param_cap=track.card["param_cap"], device=request.device,
                 captured=wire.CapturedRef(dir=str(job.capture_info[arm].directory), configs=job.grids[arm],
                                           init_seeds=init_seeds),
             )))
             first = job.data(job.sweep_seed_list[0])
             want_vectorized = job.options.execution != "sequential"
-            checked = job.both(lambda arm: job.sessions[arm].request(wire.Check(
+            checked = job.both(lambda arm: job.executor.check(arm, wire.Check(
                 data_dir=str(first.data_dir), configs=job.grids[arm], probe=want_vectorized,
                 loss=track.card["metric"]["loss"], mechanism_probe=(job.mechanism or {}).get("probe"),
-            )).model_dump(exclude_none=True))
+            )))
             job.check_parity(checked)
             job.choose_path(checked, want_vectorized)
             if request.check_only:
@@ -1350,5 +1223,5 @@ def _judge(
         finally:
             job.close()
             if slot is not None:  # a failure before both sessions adopted their child
-                slot.release(job.adopted)
+                slot.release(job.executor.adopted)
         return build_report(job.outcome(finals, confirmation, measured, device, time.monotonic() - started))

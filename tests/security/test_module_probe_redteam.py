@@ -400,7 +400,7 @@ def test_a_non_finite_norm_ratio_is_a_mechanism_error_not_a_crash_of_the_judge(t
     job = SimpleNamespace(
         mechanism={"probe": NORM}, workdir=tmp_path, kept={"r0": [t.detach().numpy().copy() for t in model.tensors()]},
         seeds=lambda seed: SimpleNamespace(init=0), seed_data={0: SimpleNamespace(probe_path=probe_path, data_dir=tmp_path)},
-        sessions={"idea": SimpleNamespace(request=request)},
+        executor=SimpleNamespace(probe=lambda arm, cmd: list(request(cmd).values)),  # as SandboxExecutor.probe
     )
     record = SimpleNamespace(run_id="r0", cfg={"hparams": {}}, seed=0)
     try:

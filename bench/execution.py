@@ -1,0 +1,358 @@
+"""Where a job's models are built and trained: the executor port, and the sandbox behind it.
+
+``bench.protocol`` decides what to run (which configs, seeds and splits), scores what
+comes back against labels only it holds, and decides the verdict. It reaches every
+process that runs a track's or a submitted file's code through one port, ``Executor``:
+make_data (a custom track's data), load and capture (the submitted file, in a capture
+child), check and train (the bench's trainer, on the captured graphs), rebuild (the
+confirmation's builds), measure and probe (the mechanism). ``judge`` picks the executor
+(and, for the sandbox's, the warm slot it adopts).
+``SandboxExecutor`` is the port's one production implementation: one sandboxed child
+per arm and role (``bench.runner.ArmSession``), warm slots (``bench.warm``), and every
+check of what a child says (an event only for a run of its own command, files only
+by names the parent chose, tensors against the first capture). A test drives the
+protocol through a scripted executor instead (``tests/bench/scripted.py``), with no
+child at all.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from bench import custom_track as custom_mod
+from bench import warm, wire
+from bench.capture import tensor_path
+from bench.captured import (
+    REBUILD_HINT,
+    ArmCapture,
+    captured_targets,
+    hand_over_for_measure,
+    import_capture,
+    import_rebuilt,
+    read_kept,
+)
+from bench.custom_track import CustomTrack
+from bench.errors import BenchError, ErrorCode
+from bench.graph import not_capturable
+from bench.runner import ArmSession, load_npy, open_output
+from bench.sandbox import Limits
+
+ARMS = ("baseline", "idea")
+Shapes = tuple[tuple[tuple[int, ...], str], ...]  # one config's tensors: (shape, dtype name) each
+
+
+@dataclass(frozen=True)
+class Trained:
+    """One run a trainer finished, as the parent read it: its predictions and numbers, and
+    readers for what the parent reads only when it needs it (the rows predicted one at a time
+    when the run did not diverge; the trained tensors when the mechanism is measured)."""
+
+    run_id: str
+    predictions: np.ndarray
+    diverged: bool
+    seconds: float
+    n_params: int
+    path: str  # how the trainer ran it: vectorized or sequential
+    read_rows: Callable[[], np.ndarray]
+    read_state: Callable[[Shapes], list[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class MeasureRun:
+    """One final model for ``measure()``: its config and capture seed number, its trained
+    tensors and the probe batch."""
+
+    run_id: str
+    config: int
+    seed_index: int
+    state: list[np.ndarray]
+    probe: np.ndarray
+
+
+class Executor(Protocol):
+    """What the protocol needs run. A method that takes an arm works on that arm alone; the
+    protocol calls it for both arms at once (one thread each)."""
+
+    adopted: set[str]  # warm children taken over (released to the slot otherwise)
+
+    def make_data(self, custom: CustomTrack, split_seeds: list[int]) -> None:
+        """Make (and cache) a custom track's data for ``split_seeds`` by its own code."""
+
+    def start(self) -> None:
+        """Make every arm ready to load its file and its trainer."""
+
+    def load(self, arm: str, command: wire.CaptureLoad) -> wire.LoadedReply:
+        """Load ``arm``'s file (its HPARAMS, mechanism and whether it has ``measure``)."""
+
+    def capture(self, arm: str, command: wire.Capture, within: tuple[float, str]) -> None:
+        """Build every config at every build seed as graphs and tensors."""
+
+    def read_capture(self, arm: str, configs: list[dict[str, Any]], n_seeds: int, dest: Path,
+                     max_elements: int) -> ArmCapture:
+        """The capture, checked and copied to ``dest`` (``bench.captured.import_capture``)."""
+
+    def load_trainer(self, arm: str, command: wire.Load) -> wire.DeviceReply:
+        """Hand ``arm``'s trainer the checked capture."""
+
+    def check(self, arm: str, command: wire.Check) -> dict[str, Any]:
+        """The trainer's counts of every config (parameters, buffers, FLOPs, whether it batches)."""
+
+    def train(self, arm: str, runs: list[dict[str, Any]], path: str, on_run: Callable[[Trained], None]) -> None:
+        """Train ``runs`` (``wire.Train``'s); call ``on_run`` once per run, as each finishes."""
+
+    def forget_builds(self) -> None:
+        """Close every capture child submitted code ran in (before a confirmation's rebuild)."""
+
+    def rebuild(self, arm: str, *, hparams: dict[str, Any], build_seeds: list[int], within: tuple[float, str],
+                captured: ArmCapture, config: int, decoys: list[int | None], numbers: list[int | None],
+                max_elements: int) -> None:
+        """Build ``captured``'s ``config`` (``hparams``) again at ``build_seeds``, in a child that
+        ran no submitted code since ``forget_builds``. A build ``k`` with ``decoys[k]`` set must
+        come out bit for bit as that seed of the first capture (``bench.captured.import_rebuilt``);
+        the others join the capture as its seed number ``numbers[k]``, for the trainer."""
+
+    def more_inits(self, arm: str, init_seeds: list[int]) -> None:
+        """Tell ``arm``'s trainer about the confirmation's init seeds."""
+
+    def measure(self, arm: str, runs: list[MeasureRun], measure_code: str | None) -> list[float]:
+        """The idea's ``measure()`` on ``arm``'s final models (``measure_code``: the idea's file,
+        run in the baseline's capture child)."""
+
+    def probe(self, arm: str, command: wire.Probe) -> list[float]:
+        """A declared service probe on ``arm``'s final models, in its trusted trainer."""
+
+    def isolation(self) -> list[str]:
+        """The sandbox layers every arm ran under."""
+
+    def cancel(self) -> None:
+        """Stop every arm's work now (the other arm failed)."""
+
+    def close(self) -> None:
+        """End every child; nothing of the job runs after."""
+
+
+def event_numbers(event: dict[str, Any], arm: str) -> tuple[bool, float, int]:
+    """The ``diverged``, ``seconds`` and ``n_params`` of a child's run event, type-checked."""
+    diverged, seconds, n_params = event.get("diverged"), event.get("seconds"), event.get("n_params")
+    if (
+        not isinstance(diverged, bool)
+        or not isinstance(seconds, int | float) or isinstance(seconds, bool)
+        or not math.isfinite(seconds) or seconds < 0
+        or not isinstance(n_params, int) or isinstance(n_params, bool) or n_params < 0
+    ):
+        raise BenchError(ErrorCode.SANDBOX_VIOLATION, f"The {arm} process sent a malformed run event.")
+    return diverged, float(seconds), n_params
+
+
+class SandboxExecutor:
+    """Each arm in sandboxed children (``bench.child``): a capture child that runs its file (and
+    a fresh one per confirmation look, ``rebuild``), and a trusted trainer that runs the bench's
+    trainer on the checked graphs; a custom track's data in a child of its own."""
+
+    def __init__(self, workdir: Path, memory_mb: int, deadline: float, cancel: threading.Event, timeout_s: float,
+                 *, canonical_baseline: bool, tracks_dir: Path, slot: warm.Slot | None = None) -> None:
+        self.workdir = workdir
+        self.tracks_dir = tracks_dir
+        self.limits = Limits(memory_mb=memory_mb)
+        self.deadline = deadline
+        self.cancel_event = cancel
+        self.timeout_s = timeout_s
+        # the baseline is a built-in track's own code (trusted), not a submitted file
+        self.canonical_baseline = canonical_baseline
+        self.slot = slot
+        self.sessions: dict[str, ArmSession] = {}  # the trusted trainers, one per arm
+        # the capture children: per arm, and a confirmation's rebuild_<arm>
+        self.captures: dict[str, ArmSession] = {}
+        self.rebuilds: dict[str, int] = {}  # fresh rebuild children started, per arm
+        self.loads: dict[str, wire.CaptureLoad] = {}  # each arm's file, to load again in a rebuild
+        self.measured_in: set[str] = set()  # capture children the idea's own measure() code ran in
+        self.adopted: set[str] = set()  # children (by slot name) adopted from a warm slot
+
+    def make_data(self, custom: CustomTrack, split_seeds: list[int]) -> None:
+        custom_mod.ensure_data(custom, split_seeds, root=self.tracks_dir, memory_mb=self.limits.memory_mb,
+                               deadline=self.deadline, cancel=self.cancel_event, timeout_s=self.timeout_s)
+
+    def start(self) -> None:
+        """Start both arms' children (or adopt a warm slot's), then wait until all imported torch.
+
+        Launches run one at a time (``sandbox.launch`` serialises them); the torch imports overlap.
+        """
+        slot = self.slot
+        if slot is not None and not self.canonical_baseline:
+            slot.drop("capture_baseline")  # it sees the track packages: not for submitted code
+
+        def adopt(name: str) -> Any:
+            launched = slot.launched.get(name) if slot else None
+            if launched is not None:
+                self.adopted.add(name)
+            return launched
+
+        for arm in ARMS:
+            launched = adopt(f"capture_{arm}")
+            self.captures[arm] = self.capture_session(arm, self.workdir / f"capture_{arm}", launched)
+        for arm in ARMS:
+            launched = adopt(arm)
+            self.sessions[arm] = ArmSession(
+                arm, self.workdir / arm, self.limits, self.deadline, self.cancel_event, self.timeout_s,
+                launched=launched, pending=1 if launched else 0, wait_ready=False,
+            )
+        for session in [*self.captures.values(), *self.sessions.values()]:
+            session.wait_ready()
+
+    def capture_session(self, arm: str, workdir: Path, launched: Any = None) -> ArmSession:
+        """A capture child for ``arm`` (started, or ``launched`` adopted). Only the capture child
+        of a built-in track's own baseline needs the track packages on its path; every child that
+        runs submitted code sees them empty, and no capture child sees any data (read_only=[]:
+        not even the job's data directory)."""
+        return ArmSession(
+            arm, workdir, self.limits, self.deadline, self.cancel_event,
+            self.timeout_s, launched=launched, pending=1 if launched else 0, wait_ready=False,
+            read_only=[], hide_tracks=not (arm == "baseline" and self.canonical_baseline),
+        )
+
+    def load(self, arm: str, command: wire.CaptureLoad) -> wire.LoadedReply:
+        self.loads[arm] = command
+        reply: wire.LoadedReply = self.captures[arm].request(command)
+        return reply
+
+    def capture(self, arm: str, command: wire.Capture, within: tuple[float, str]) -> None:
+        self.captures[arm].request(command, within=within)
+
+    def read_capture(self, arm: str, configs: list[dict[str, Any]], n_seeds: int, dest: Path,
+                     max_elements: int) -> ArmCapture:
+        return import_capture(self.captures[arm], configs, n_seeds, dest, max_elements)
+
+    def load_trainer(self, arm: str, command: wire.Load) -> wire.DeviceReply:
+        reply: wire.DeviceReply = self.sessions[arm].request(command)
+        return reply
+
+    def check(self, arm: str, command: wire.Check) -> dict[str, Any]:
+        checked: dict[str, Any] = self.sessions[arm].request(command).model_dump(exclude_none=True)
+        return checked
+
+    def train(self, arm: str, runs: list[dict[str, Any]], path: str, on_run: Callable[[Trained], None]) -> None:
+        """Only the child that owns a run may report it, only for runs of this command, and only
+        once: the idea's child cannot speak for the baseline's runs. Files are read only by the
+        names the parent expects, in the arm's own directory (``runner.open_output``)."""
+        session = self.sessions[arm]
+        expected = {run["run_id"] for run in runs}
+
+        def read_rows(run_id: str) -> np.ndarray:
+            with open_output(session.workdir, wire.rows_file(run_id), arm) as fh:
+                rows: np.ndarray = load_npy(fh, arm, "prediction file")
+            return rows
+
+        def on_event(event: dict[str, Any]) -> None:
+            run_id = event.get("run_id")
+            if event.get("event") != "run" or not isinstance(run_id, str) or run_id not in expected:
+                raise BenchError(
+                    ErrorCode.SANDBOX_VIOLATION,
+                    f"The {arm} process reported a run it was not asked to train now ({str(run_id)[:40]!r}).",
+                    "Do not write to the protocol pipe: the bench reports runs itself.",
+                )
+            expected.discard(run_id)
+            with open_output(session.workdir, wire.prediction_file(run_id), arm) as fh:
+                pred = load_npy(fh, arm, "prediction file")
+            diverged, seconds, n_params = event_numbers(event, arm)
+            on_run(Trained(
+                run_id=run_id, predictions=pred, diverged=diverged, seconds=seconds, n_params=n_params,
+                path=str(event.get("path", "sequential")), read_rows=lambda: read_rows(run_id),
+                read_state=lambda shapes: read_kept(session, run_id, shapes),
+            ))
+
+        session.request(wire.Train(runs=runs, path=path), on_event)
+        if expected:
+            raise BenchError(
+                ErrorCode.CRASHED,
+                f"The {arm} process ended a training command without results for {len(expected)} run(s).",
+            )
+
+    def trusted_capture(self, key: str) -> bool:
+        """Capture child ``key`` (an arm, or a confirmation's ``rebuild_<arm>``) ran the bench's
+        own code alone: a built-in track's own baseline, unless the idea's ``measure()`` ran
+        there (red team: its module code wrapped the child's build to sabotage every seed the
+        first capture had not built, and forged helps)."""
+        return key == "baseline" and self.canonical_baseline and key not in self.measured_in
+
+    def forget_builds(self) -> None:
+        for key, session in self.captures.items():  # every child submitted code ran in
+            if not self.trusted_capture(key):
+                session.close()
+
+    def rebuild(self, arm: str, *, hparams: dict[str, Any], build_seeds: list[int], within: tuple[float, str],
+                captured: ArmCapture, config: int, decoys: list[int | None], numbers: list[int | None],
+                max_elements: int) -> None:
+        """The child exports nothing (``wire.Rebuild``): the graph and its constants are the first
+        capture's. In a fresh capture child, unless ``arm`` is a built-in track's own baseline in a child
+        no submitted code ran in (it builds again there: one child start fewer). The child's
+        error reaches nobody: it knows the confirmation's seeds (not even its code: a file
+        chooses it)."""
+        fresh = not self.trusted_capture(arm)
+        if fresh:
+            self.rebuilds[arm] = self.rebuilds.get(arm, 0) + 1  # a directory of its own: nothing left by the last
+            session = self.capture_session(arm, self.workdir / f"rebuild_{arm}_{self.rebuilds[arm]}")
+            self.captures[f"rebuild_{arm}"] = session  # killed with the others if the other arm fails
+        else:
+            session = self.captures[arm]
+        try:
+            if fresh:
+                session.wait_ready()
+                session.request(self.loads[arm])
+            try:
+                session.request(wire.Rebuild(hparams=hparams, init_seeds=build_seeds,
+                                             targets=[t for _, t in captured_targets(captured, config)]), within=within)
+            except BenchError as exc:
+                if exc.code in (ErrorCode.CANCELLED, ErrorCode.NO_SPACE, ErrorCode.SANDBOX_UNAVAILABLE):
+                    raise
+                raise not_capturable(f"the {arm} failed when it was built again for the confirmation",
+                                     REBUILD_HINT) from None
+            new = import_rebuilt(session, captured, config, decoys, max_elements)
+        finally:
+            if fresh:
+                session.close()
+        for k, arrays in new.items():
+            number = numbers[k]
+            assert number is not None and decoys[k] is None, "a decoy is checked, never written"
+            for j, array in enumerate(arrays):
+                np.save(captured.directory / tensor_path(config, number, j), array, allow_pickle=False)
+
+    def more_inits(self, arm: str, init_seeds: list[int]) -> None:
+        self.sessions[arm].request(wire.MoreInits(init_seeds=init_seeds))
+
+    def measure(self, arm: str, runs: list[MeasureRun], measure_code: str | None) -> list[float]:
+        session = self.captures[arm]
+        commands = []
+        for run in runs:
+            names = hand_over_for_measure(session, run.run_id, run.state, run.probe)
+            commands.append({"config": run.config, "seed_index": run.seed_index, **names})
+        if measure_code is not None:
+            self.measured_in.add(arm)  # submitted code runs there now: trusted no more
+        values: list[float] = session.request(wire.Measure(runs=commands, measure_code=measure_code)).values
+        return values
+
+    def probe(self, arm: str, command: wire.Probe) -> list[float]:
+        return list(self.sessions[arm].request(command).values)
+
+    def isolation(self) -> list[str]:
+        return [layer for layer in self.sessions["idea"].layers if layer in self.sessions["baseline"].layers]
+
+    def cancel(self) -> None:
+        for session in [*self.captures.values(), *self.sessions.values()]:
+            if session.proc.poll() is None:
+                session._kill(ErrorCode.CANCELLED)
+
+    def close(self) -> None:
+        """Close every child at once."""
+        sessions = [*self.captures.values(), *self.sessions.values()]
+        if not sessions:
+            return
+        with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
+            list(pool.map(lambda session: session.close(), sessions))

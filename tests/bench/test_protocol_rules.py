@@ -1,0 +1,228 @@
+"""The protocol's rules, judged through a scripted executor (tests/bench/scripted.py): no child
+process; each test writes what every run scores, and the protocol's own code decides.
+
+The end-to-end tests through real sandboxed children (test_confirmation.py, test_protocol.py,
+tests/security) check that the sandbox executor delivers what these assume."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.errors import BenchError, ErrorCode
+from bench.options import EngineOptions
+from bench.protocol import Progress, judge
+from bench.report import Report
+from bench.seeding import SeedSecret, confirmation_seeds
+from bench.stats import confirmation_p, paired_sign_flip_p
+from tests.bench.scripted import TRACK, Asked, Scripted, by_lr, scripted_request
+
+SECRET = SeedSecret(key=b"scripted-protocol-rules-secret-0", epoch=1)
+N = 7
+
+
+def run(script: Any, **request: Any) -> tuple[dict[str, Any], Scripted, list[Progress]]:
+    executor = Scripted(script)
+    events: list[Progress] = []
+    request.setdefault("job_key", "job")
+    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, **request), events.append,
+                   executor=executor, track=TRACK)
+    Report.model_validate(report)
+    return report, executor, events
+
+
+def test_a_real_win_is_confirmed_on_fresh_seeds_and_every_counted_run_is_run() -> None:
+    report, executor, events = run(by_lr({"baseline": 0.03, "idea": 0.03}, {"baseline": 0.5, "idea": 0.3}))
+    br = report["bench_report"]
+    assert (report["practical_verdict"], report["system_verdict"], br["decided_by"]) == (
+        "helps", "worked", "confirmation")
+    assert br["comparison"]["per_seed_diffs"] == pytest.approx([0.09 - 0.25] * N)
+    assert br["confirmation"]["seeds"] == confirmation_seeds(N) and len(br["confirmation"]["looks"]) == 1
+    assert not set(br["confirmation"]["seeds"]) & set(br["seeds"]["final"])
+    # the sweep on the union grid (3 lrs x 2 seeds x 2 arms), the screening and the confirmation
+    assert len(executor.asked(split="val")) == 12
+    assert len(executor.asked(split="test", phase="screening")) == len(executor.asked(phase="confirmation")) == 2 * N
+    # the plan counted what ran, and progress said so (bench.plan: one count of the runs)
+    assert events[-1].done == events[-1].total == len(executor.asked()) == max(e.total for e in events)
+    assert executor.jobs[0].calls[-3:] == ["rebuild:baseline", "rebuild:idea", "close"] or \
+        executor.jobs[0].calls[-3:] == ["rebuild:idea", "rebuild:baseline", "close"]
+    assert "forget_builds" in executor.jobs[0].calls  # no child that ran submitted code builds it again
+
+
+def test_a_null_idea_that_wins_only_its_screening_is_not_helps() -> None:
+    """As a lucky re-roll would: the idea wins the screening, then is the baseline's equal on the
+    confirmation's fresh seeds; a futile first look (p = 1) ends it."""
+    tuned = by_lr({"baseline": 0.03, "idea": 0.03})
+
+    def lucky(run: Asked) -> float:
+        if run.arm == "idea" and run.split == "test" and run.phase == "screening":
+            return 0.3
+        return tuned(run)
+
+    report, executor, _ = run(lucky)
+    br = report["bench_report"]
+    assert br["comparison"]["verdict"] == "idea better (significant)"
+    assert br["confirmation"]["comparison"]["per_seed_diffs"] == [0.0] * N
+    assert not br["confirmation"]["significant"] and br["confirmation"]["p_value"] == 1.0
+    assert len(br["confirmation"]["looks"]) == 1
+    assert (report["practical_verdict"], report["practical_detail"], report["system_verdict"]) == (
+        "inconclusive", "not_replicated", "failed")
+    assert report["worked"] is False and br["p_helps"] == 1.0
+
+
+def test_a_win_that_only_came_from_the_baselines_tuning_is_not_helps() -> None:
+    """The baseline's sweep picks a worse lr (0.01) than its best on test (0.03, the idea's): the
+    baseline is trained at the idea's lr too, matches the idea there, and the win is gone."""
+    def script(run: Asked) -> float:
+        if run.split == "val":
+            return by_lr({"baseline": 0.01, "idea": 0.03})(run)
+        return 0.3 if run.cfg["lr"] == 0.03 else 0.5
+
+    report, executor, events = run(script)
+    br = report["bench_report"]
+    matched = br["screening"]["matched_lr"]
+    assert br["baseline"]["best_cfg"]["lr"] == 0.01 and br["idea"]["best_cfg"]["lr"] == matched["lr"] == 0.03
+    assert br["comparison"]["verdict"] == "idea better (significant)"
+    assert matched["comparison"]["per_seed_diffs"] == [0.0] * N
+    assert (report["practical_verdict"], report["practical_detail"]) == ("inconclusive", "lr_confounded")
+    assert br["confirmation"] is None and br["p_helps"] == 1.0
+    assert len(executor.asked(arm="baseline", split="test")) == 2 * N  # its best lr and the idea's
+    assert events[-1].done == events[-1].total == len(executor.asked())
+
+
+def test_a_win_over_a_baseline_still_at_its_grids_edge_is_not_helps() -> None:
+    """Both arms do better the larger the lr: the grid is extended once, both still pick its top,
+    and a win over a baseline that may be under-tuned is lr_confounded, with a warning."""
+    def script(run: Asked) -> float:
+        return (0.3 if run.arm == "idea" else 0.5) + 0.1 / run.cfg["lr"] / 100
+
+    report, executor, events = run(script)
+    br = report["bench_report"]
+    grid = br["lr_grid"] if isinstance(br["lr_grid"], list) else br["lr_grid"]["baseline"]
+    assert br["baseline"]["best_cfg"]["lr"] == max(grid) > max(TRACK.card["defaults"]["lr_grid"])
+    assert br["comparison"]["verdict"] == "idea better (significant)" and br["screening"]["matched_lr"] is None
+    assert (report["practical_verdict"], report["practical_detail"]) == ("inconclusive", "lr_confounded")
+    assert any("still at the edge" in w for w in br["warnings"])
+    assert len(executor.asked(split="val")) == 16  # 3 lrs, then one more above, x 2 seeds x 2 arms
+    assert events[-1].done == events[-1].total == len(executor.asked())
+
+
+def test_a_close_first_look_gets_a_second_on_fresh_seeds() -> None:
+    """The first look is close (neither significant at alpha/5 nor futile); the 2N pairs are a
+    clear win: N more confirmation seeds are trained and the second look decides."""
+    close = [1.0, 1.0, 1.0, 1.0, 1.0, -0.5, 0.2]  # baseline - idea over the first look's pairs (MSE)
+    tuned = by_lr({"baseline": 0.03, "idea": 0.03}, {"baseline": 1.0, "idea": 0.0})
+
+    def script(run: Asked) -> float:
+        if run.split == "val" or run.arm == "baseline":
+            return tuned(run)
+        if run.phase == "confirmation" and run.n < N:
+            return math.sqrt(1.0 - close[run.n])
+        return 0.0
+
+    report, executor, events = run(script)
+    stage = report["bench_report"]["confirmation"]
+    p1 = paired_sign_flip_p([-g for g in close], alternative="less")[0]
+    assert 0.01 < p1 <= 0.5
+    assert [look["n_pairs"] for look in stage["looks"]] == [N, 2 * N]
+    p2 = paired_sign_flip_p([-g for g in close] + [-1.0] * N, alternative="less")[0]  # all 2N pairs
+    assert [look["p_better"] for look in stage["looks"]] == pytest.approx([p1, p2])
+    assert stage["seeds"] == confirmation_seeds(2 * N) and len(stage["per_seed"]["baseline"]) == 2 * N
+    assert stage["p_value"] == pytest.approx(confirmation_p([p1, p2])) == pytest.approx(p2 / 0.8)
+    assert stage["significant"]
+    assert [look["alpha"] for look in stage["looks"]] == pytest.approx([0.01, 0.04])
+    assert report["practical_verdict"] == "helps" and "in 2 looks" in report["summary"]
+    assert [e.message for e in events if "first look was close" in (e.message or "")]
+    assert len(executor.asked(phase="confirmation")) == 2 * 2 * N
+    assert executor.jobs[0].calls.count("forget_builds") == 2  # each look builds in fresh children
+    assert events[-1].done == events[-1].total == len(executor.asked())
+
+
+MATCHED = "# a matched baseline\ndef build_model(spec, **hp):\n    raise AssertionError\n"
+
+
+@pytest.mark.parametrize("worse_by", [0.0, 0.2])
+def test_a_matched_baseline_is_judged_against_the_tracks_first(worse_by: float) -> None:
+    """Its check is a screening of the matched baseline (as the idea) against the track's, on the
+    same seeds: worse by more than the track's smallest effect ends baseline_inferior; else the
+    job goes on, and its report shows what the check found."""
+    tuned = by_lr({"baseline": 0.03, "idea": 0.03}, {"baseline": 0.5, "idea": 0.3})
+
+    def script(run: Asked) -> float:
+        if run.checking and run.arm == "idea":  # the matched baseline, in its check
+            return math.sqrt(0.25 + worse_by) if run.split == "test" else tuned(run)
+        return tuned(run)
+
+    if worse_by:
+        with pytest.raises(BenchError) as caught:
+            run(script, baseline_code=MATCHED)
+        assert caught.value.code == ErrorCode.BASELINE_INFERIOR
+        assert "worse than the track's canonical baseline by 0.2" in caught.value.message
+        return
+    report, executor, events = run(script, baseline_code=MATCHED)
+    br = report["bench_report"]
+    assert [job.checking for job in executor.jobs] == [True, False]
+    assert not executor.asked(checking=True, phase="confirmation")  # the check screens only
+    check = br["matched_baseline_check"]
+    assert check["non_inferior"] is True and check["worse_by"] == pytest.approx(0.0, abs=1e-6)
+    assert report["practical_verdict"] == "helps"
+
+
+def test_parity_is_a_rule_on_the_trainers_counts() -> None:
+    """An idea config over the parity ratio ends the job before any run is trained."""
+    executor = Scripted(by_lr({"baseline": 0.03, "idea": 0.03}))
+    executor.options["counts"] = {"idea": 321 * 2}
+    with pytest.raises(BenchError) as caught:
+        judge(scripted_request(seed_secret=SECRET, n_seeds=N), executor=executor, track=TRACK)
+    assert caught.value.code == ErrorCode.PARAMETER_PARITY
+    assert not executor.asked()
+
+
+def test_a_second_job_scores_the_track_baselines_sweep_and_screening_from_the_cache(tmp_path: Path) -> None:
+    """The canonical baseline's runs are the same in every job of an epoch (its seeds, its graph):
+    the second job trains the idea alone, where the seeds are the first job's (the sweep's), and
+    still gets the same numbers; a job's own screening seeds are its own draw."""
+    options = EngineOptions(cache_dir=tmp_path)
+    script = by_lr({"baseline": 0.03, "idea": 0.03}, {"baseline": 0.5, "idea": 0.3})
+    first, executor, _ = run(script, options=options)
+    again, executor_again, _ = run(script, options=options, job_key="another")
+    assert first["bench_report"]["execution"]["baseline_cache_hits"] == 0
+    hits = again["bench_report"]["execution"]["baseline_cache_hits"]
+    assert hits >= 6 and not executor_again.asked(arm="baseline", split="val")  # the sweep: all cached
+    assert again["bench_report"]["baseline"]["sweep"] == first["bench_report"]["baseline"]["sweep"]
+
+
+def test_an_idea_with_more_configs_gives_the_baseline_a_denser_grid_of_equal_budget() -> None:
+    """PROTOCOL.md 1: both arms' tuning budgets are equal by construction: two idea configs per
+    lr, so the baseline sweeps twice the lrs over the same range."""
+    executor = Scripted(by_lr({"baseline": 0.03, "idea": 0.03}), {"hparams": {"idea": {"width": [8, 16]}}})
+    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job"), executor=executor, track=TRACK)
+    idea, baseline = executor.asked(arm="idea", split="val"), executor.asked(arm="baseline", split="val")
+    assert len(idea) == len(baseline) == 3 * 2 * 2  # (3 lrs x 2 configs | 6 lrs) x 2 sweep seeds
+    lrs = {arm: sorted({a.cfg["lr"] for a in runs}) for arm, runs in (("idea", idea), ("baseline", baseline))}
+    assert len(lrs["baseline"]) == 2 * len(lrs["idea"])  # log-spaced over the same range
+    assert (lrs["baseline"][0], lrs["baseline"][-1]) == (lrs["idea"][0], lrs["idea"][-1])
+    assert report["bench_report"]["budget"] == {"configs": {"baseline": 6, "idea": 6}, "sweep_seeds": 2}
+
+
+def test_a_self_measured_mechanism_is_measured_on_both_arms_final_models() -> None:
+    """The idea's measure() on every screening model of both arms (the baseline's in its capture
+    child, by the idea's code); the parent decides the expectation."""
+    measured: list[tuple[str, int]] = []
+
+    def measure(arm: str, run: Any) -> float:
+        measured.append((arm, run.seed_index))
+        return 1.0 if arm == "idea" else 0.0
+
+    executor = Scripted(by_lr({"baseline": 0.03, "idea": 0.03}, {"baseline": 0.5, "idea": 0.3}),
+                        {"mechanism": {"quantity": "a gate's mean", "prediction": "the idea's gate is open",
+                                      "expect": {"kind": "higher_than_baseline"}}, "measured": measure})
+    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job"), executor=executor, track=TRACK)
+    assert sorted(arm for arm, _ in measured) == ["baseline"] * N + ["idea"] * N
+    signature = report["bench_report"]["mechanism_signature"]
+    assert signature["idea_values"] == [1.0] * N and signature["baseline_values"] == [0.0] * N
+    assert signature["confirmed"] is True and signature["self_measured"] is True
+    assert report["mechanism_ok"] == 1 and report["system_verdict"] == "worked"
