@@ -251,7 +251,8 @@ def build_report(outcome: Outcome) -> dict[str, Any]:
     verdicts = decide(
         comparison, mechanism_ok, m, None if replication is None else replication["significant"],
         lr_matched=lr_matched(screening, outcome.best_cfgs["baseline"]["lr"], outcome.lr_grids["baseline"]),
-        self_measured=self_measured, reaches=reaches(m, outcome.lower_is_better, screening, replication),
+        self_measured=self_measured, reaches=reaches(m, outcome.lower_is_better, screening, replication,
+                                                     float((outcome.matched_check or {}).get("worse_by", 0.0))),
     )
 
     tables = outcome.sweep_tables

@@ -259,11 +259,18 @@ def effect(comparison: Mapping[str, Any], lower_is_better: bool) -> float:
 
 
 def reaches(smallest: float, lower_is_better: bool, screening: Mapping[str, Any],
-            confirmation: Mapping[str, Any] | None) -> bool:
+            confirmation: Mapping[str, Any] | None, shortfall: float = 0.0) -> bool:
     """The idea's gain reaches the track's smallest effect in the screening and, when one ran,
-    in the confirmation."""
-    return effect(screening["comparison"], lower_is_better) >= smallest and (
-        confirmation is None or effect(confirmation["comparison"], lower_is_better) >= smallest)
+    in the confirmation: over the track's own baseline too, when a matched baseline stood in
+    for it. ``shortfall``: how much worse than the track's baseline the matched one was in its
+    check (``matched_baseline_check.worse_by``, on the screening's seeds and builds; 0 when it
+    was better or there was none). Non-inferiority lets a matched baseline fall short by up to
+    the smallest effect, so without it an agent's sandbagged matched baseline (worse by 0.9 m)
+    turned an idea 0.6 m better than the track's baseline into ``helps`` (a win of 1.5 m over
+    the sandbag): the gain counted is the gain over the sandbag less what the sandbag lost."""
+    handicap = max(0.0, shortfall)
+    return effect(screening["comparison"], lower_is_better) - handicap >= smallest and (
+        confirmation is None or effect(confirmation["comparison"], lower_is_better) - handicap >= smallest)
 
 
 def p_helps(screening: Mapping[str, Any], confirmation: Mapping[str, Any] | None) -> float:

@@ -669,8 +669,29 @@ class _Job:
         return sweep_table(runs, self.diverged_value("sweep"))
 
     def best(self, arm: str) -> SweepRow:
-        """The arm's sweep row with the best mean validation metric (first on ties)."""
-        return best(self.sweep_table(arm), self.lower_is_better)
+        """The arm's sweep row with the best mean validation metric (first on ties); a matched
+        baseline's is the config its check chose (``pinned``)."""
+        pinned = self.pinned() if arm == "baseline" else None
+        return pinned if pinned is not None else best(self.sweep_table(arm), self.lower_is_better)
+
+    def pinned(self) -> SweepRow | None:
+        """A matched baseline's final config is the one (lr and hparams) its check chose and
+        measured against the track's baseline: its shortfall (``worse_by``), which ``reaches``
+        subtracts, holds at that config alone. Re-tuned in the job on a grid the idea's configs
+        densify (``budget_factor``), it ran at an lr its check never ran (0.03 is on no
+        densified grid of 0.01..0.1), where a file that reads its own lr off Adam's first step
+        sandbagged freely: a copy of the track's baseline got helps (red team, lr_keyed_matched)."""
+        chosen = (self.request.canonical or {}).get("chosen")
+        if chosen is None:
+            return None
+        d = self.settings.defaults
+        config = {"lr": float(chosen["lr"]), "epochs": d.epochs, "batch_size": d.batch_size,
+                  "weight_decay": d.weight_decay, "hparams": dict(chosen["hparams"])}
+        shown = report_cfg(config)
+        for row in self.sweep_table("baseline"):
+            if row.cfg == shown:
+                return row
+        return SweepRow(config=config, cfg=shown)
 
     def run_sweep_with_edges(self) -> None:
         """Sweep the lr grid; extend it once (both arms) where an arm's best lr is at an edge."""
@@ -1104,6 +1125,10 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
         "n_params": int(report["parameter_parity"]["baseline"]), "n_buffers": int(report["parameter_parity"]["buffers"]["baseline"]),
         "flops": float(report["parameter_parity"]["flops_per_example"]["baseline"]),
         "matched_n_params": int(report["parameter_parity"]["idea"]),
+        # the config (lr, hparams) the check chose and measured: the job's final one (_Job.pinned)
+        "chosen": {"lr": float(report["idea"]["best_cfg"]["lr"]),
+                   "hparams": {k: v for k, v in report["idea"]["best_cfg"].items()
+                               if k not in ("lr", "epochs", "batch_size", "weight_decay")}},
         # what the matched baseline built in its check: its job must build exactly the same
         "built": {k: report["capture"]["idea"][k] for k in ("graph_sha256", "tensors_sha256")},
     }

@@ -226,3 +226,33 @@ def test_a_self_measured_mechanism_is_measured_on_both_arms_final_models() -> No
     assert signature["idea_values"] == [1.0] * N and signature["baseline_values"] == [0.0] * N
     assert signature["confirmed"] is True and signature["self_measured"] is True
     assert report["mechanism_ok"] == 1 and report["system_verdict"] == "worked"
+
+
+@pytest.mark.parametrize(("idea_mse", "verdict"), [(0.2469, ("inconclusive", "below_effect")), (0.235, ("helps", None))])
+def test_a_win_over_a_sandbagged_matched_baseline_counts_only_what_beats_the_tracks(
+    idea_mse: float, verdict: tuple[str, str | None],
+) -> None:
+    """Red-team shape (issue 25.5): the agent's matched baseline is worse than the track's by 0.9
+    of the smallest effect m (non-inferior: its check allows up to m), and the idea beats it by
+    1.5 m, so by 0.6 m over the track's baseline: not helps (below_effect). An idea that beats
+    the track's baseline by m too still helps."""
+    canonical, matched = 0.25, 0.25 * (1 + 0.9 * 0.02)  # MSE; the track's smallest effect is 2 %
+    tuned = by_lr({"baseline": 0.03, "idea": 0.03})
+
+    def script(run: Asked) -> float:
+        if run.split == "val":
+            return tuned(run)
+        if run.checking:  # the check: the matched baseline (as the idea) against the track's
+            return math.sqrt(matched if run.arm == "idea" else canonical)
+        return math.sqrt(matched if run.arm == "baseline" else idea_mse)
+
+    report, _, _ = run(script, baseline_code=MATCHED)
+    br = report["bench_report"]
+    check = br["matched_baseline_check"]
+    assert check["non_inferior"] and check["worse_by"] == pytest.approx(matched - canonical, rel=1e-4)
+    m = br["smallest_effect"]
+    gain = -br["comparison"]["delta_mean"]
+    assert gain >= m and -br["confirmation"]["comparison"]["delta_mean"] >= m  # over the matched baseline
+    assert br["comparison"]["verdict"] == "idea better (significant)" and br["confirmation"]["significant"]
+    assert (report["practical_verdict"], report["practical_detail"]) == verdict
+    assert (gain - check["worse_by"] >= m) == (verdict[0] == "helps")

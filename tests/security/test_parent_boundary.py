@@ -381,3 +381,22 @@ def test_a_matched_baseline_that_reads_its_role_is_refused(job_tmp: Path) -> Non
     check's, graphs and tensors."""
     error = judge_error(CANONICAL_COPY, baseline_code=hostile("two_faced_baseline.py"), n_seeds=2)
     assert error.code is ErrorCode.INCONSISTENT_BUILD, error.to_dict()
+
+
+def test_a_matched_baseline_is_compared_at_the_config_its_check_measured(job_tmp: Path) -> None:
+    """Red team (session 15): a matched baseline that reads the lr it is trained at off Adam's
+    first step (a constant scalar parameter kicked by exactly lr, then carried by momentum to
+    5.9562 lr) is the canonical MLP (reparametrized) only at lr 0.03, where its check measured it
+    (worse_by 6.6e-5), and sandbagged at every other lr. An idea that is a copy of the canonical
+    baseline with a second config densified the matched baseline's grid in the job (budget_factor
+    2: geomspace(0.01, 0.1, 6), no 0.03): it re-tuned to 0.0251, sandbagged, and the copy got
+    helps / worked (screening gain 0.425, confirmation 0.501, m 0.0127). The job's final matched
+    config is now its check's (bench.protocol._Job.pinned)."""
+    report = judge(JudgeRequest(track="smoke", idea_code=hostile("canonical_copy_two_configs.py"),
+                                baseline_code=hostile("lr_keyed_matched.py"), n_seeds=8, job_key="rt_lrkey_1",
+                                timeout_s=600.0))
+    br = report["bench_report"]
+    check = br["matched_baseline_check"]
+    assert check["non_inferior"] and check["worse_by"] < check["smallest_effect"]
+    assert br["baseline"]["best_cfg"]["lr"] == check["chosen"]["lr"] == 0.03
+    assert report["practical_verdict"] != "helps", br["comparison"]
