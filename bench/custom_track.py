@@ -315,7 +315,8 @@ def ridge_score(metric: str, x_train: np.ndarray, y_train: np.ndarray, x_eval: n
     (regression), or on one-hot labels whose scores, times a temperature fitted on the train
     split, are the logits (classification). A reference fit the bench owns (issue 25.8)."""
     def features(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-        return (x.reshape(len(x), -1).astype(np.float64) - mean) / std
+        scaled: np.ndarray = (x.reshape(len(x), -1).astype(np.float64) - mean) / std
+        return scaled
 
     flat = x_train.reshape(len(x_train), -1).astype(np.float64)
     mean, std = flat.mean(axis=0), flat.std(axis=0) + 1e-8

@@ -98,13 +98,13 @@ def check_output_shape(model: nn.Module, x: torch.Tensor, output_shape: list[int
 FLOP_ROWS = 8
 
 
-class _ElementWork(TorchDispatchMode):
+class _ElementWork(TorchDispatchMode):  # type: ignore[no-untyped-call]  # (torch's, untyped)
     """Counts, over every ATen op a forward calls, the elements its tensor outputs hold: what
     ``FlopCounterMode`` leaves out (it counts matrix products, convolutions and attention only,
     so a dense layer written as broadcast multiply and sum cost nothing; red team)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.elements = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -182,7 +182,7 @@ def train(
                 diverged = True
                 break
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
             last = float(loss.detach())
         if diverged:

@@ -255,7 +255,7 @@ def probe(models: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor, loss: s
             for m in models:
                 m.zero_grad(set_to_none=True)
                 value = loss_fn(m(xb), yb)
-                value.backward()
+                value.backward()  # type: ignore[no-untyped-call]
                 grads = [
                     p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
                     for p in m.parameters() if p.requires_grad
