@@ -39,34 +39,6 @@ def _per_worker(url: str) -> str:
 
 REDIS_URL = _per_worker(os.environ.get("IDEABENCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"))
 
-# The modules that take longest, longest first (seconds in a full run here, session 15). `make test`
-# runs `--dist loadscope --no-loadscope-reorder`: xdist hands whole modules to its workers in
-# collection order, so these start at once and the many short modules fill the gaps, where by
-# default (most tests first) a few long modules started last and ran alone at the end.
-SLOW_FIRST = (
-    "tests/faults/test_faults.py",  # 257
-    "tests/workers/test_end_to_end.py",  # 229
-    "tests/security/test_parent_boundary.py",  # 167
-    "tests/client/test_client.py",  # 160
-    "tests/bench/test_protocol.py",  # 139
-    "tests/bench/test_confirmation.py",  # 120
-    "tests/security/test_capture.py",  # 93
-    "tests/fuzz/test_schemathesis.py",  # 86
-    "tests/bench/test_custom_track.py",  # 86
-    "tests/browser/test_dashboard_pages.py",  # 74
-    "tests/bench/test_sandbox.py",  # 70
-    "tests/bench/test_baseline_cache.py",  # 54
-    "tests/security/test_through_the_api.py",  # 52
-    "tests/security/test_custom_track_binding.py",  # 42
-    "tests/client/test_mcp.py",  # 41
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest modules first (``SLOW_FIRST``), the rest in their usual order (a stable sort)."""
-    rank = {module: i for i, module in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(SLOW_FIRST)))
-
 
 def service_missing(what: str, detail: str, how: str) -> NoReturn:
     """Skip (or, with CI=true, fail) a test whose server is not reachable."""
