@@ -179,10 +179,13 @@ class _Tracker:
     were (issue 27.2)."""
 
     def __init__(self, callback: ProgressCallback | None, total: int, clock: Callable[[], float] = time.monotonic,
-                 ) -> None:
+                 offset: int = 0) -> None:
         self.callback = callback
         self.total = total
         self.done = 0
+        # runs made before this job's (a matched baseline's check): counted in what is shown,
+        # so a job's count never goes back, and left out of the time per run
+        self.offset = offset
         self.stage = "sweep"
         self.clock = clock
         self.training_started: float | None = None
@@ -206,7 +209,8 @@ class _Tracker:
     def emit(self, message: str = "", run: dict[str, Any] | None = None) -> None:
         if self.callback is None:
             return
-        self.callback(Progress(self.stage, self.done, self.total, self.eta(), message, run))
+        self.callback(Progress(self.stage, self.done + self.offset, self.total + self.offset, self.eta(), message,
+                               run))
 
     def run_finished(self, run: dict[str, Any]) -> None:
         with self.lock:
@@ -224,7 +228,7 @@ class _Job:
 
     def __init__(self, request: JudgeRequest, options: EngineOptions, track: Track, workdir: Path,
                  on_progress: ProgressCallback | None, cancel: threading.Event, secret: SeedSecret,
-                 deadline: float, executor: Executor) -> None:
+                 deadline: float, executor: Executor, progress_offset: int = 0) -> None:
         self.request = request
         self.executor = executor
         self.options = options
@@ -245,7 +249,7 @@ class _Job:
         self.seed_data: dict[int, data_mod.SeedData] = {}
         self._prefetcher: ThreadPoolExecutor | None = None
         self._prefetched: dict[int, Future[data_mod.SeedData]] = {}
-        self.tracker = _Tracker(on_progress, 0)
+        self.tracker = _Tracker(on_progress, 0, offset=progress_offset)
         self.capture_info: dict[str, ArmCapture] = {}
         self.kept: dict[str, list[np.ndarray]] = {}  # run id -> trained tensors of a final model
         self.buffers: dict[str, int] = {}  # buffer and constant elements per arm (trusted count)
@@ -1057,13 +1061,14 @@ def judge(
         track = custom_mod.as_track(custom, options.tracks_dir) if custom is not None else load_track(request.track)
     n_seeds = _check_request(request, track)
     _check_space()
+    checked_runs = 0
     if request.baseline_code is not None and request.canonical is None and not request.check_only:
-        request = check_matched_baseline(request, on_progress, cancel, started, executor, track)
+        request, checked_runs = check_matched_baseline(request, on_progress, cancel, started, executor, track)
     limits = Limits(memory_mb=request.memory_mb)
     slot = warm.take(limits) if keep_warm and executor is None else None
     try:
         return _judge(request, options, track, custom, n_seeds, slot, executor or sandbox_executor(options, slot),
-                      on_progress, cancel, started)
+                      on_progress, cancel, started, checked_runs)
     except BenchError as exc:
         # A child that could not write its files reports it as its own failure
         # (training_error, crashed): when the disk is what ran out, say so instead.
@@ -1080,15 +1085,19 @@ def judge(
 
 
 def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback | None,
-                           cancel: threading.Event | None, started: float,
-                           executor: ExecutorFactory | None = None, track: Track | None = None) -> JudgeRequest:
+                           cancel: threading.Event | None, started: float, executor: ExecutorFactory | None = None,
+                           track: Track | None = None) -> tuple[JudgeRequest, int]:
     """A matched baseline is judged first, as an idea against the track's canonical baseline, on
     the same seeds, screening only (PROTOCOL.md 1): a job whose matched baseline is worse than the
     canonical one by more than the track's smallest effect ends ``baseline_inferior`` (a baseline
     that ignores an input, or stores its weights halved, made a copy of the canonical baseline
     "help"; issue 25.5). Returns ``request`` with what the check found (``canonical``), which
-    the job's parity and compute parity measure against and its report shows."""
+    the job's parity and compute parity measure against and its report shows, and the runs the
+    check made (the job's progress counts on from them)."""
+    runs = [0]
+
     def forward(progress: Progress) -> None:
+        runs[0] = progress.done
         if on_progress is not None:
             on_progress(dataclasses.replace(progress, stage=f"baseline_check:{progress.stage}"[:32],
                                             message=f"checking the matched baseline: {progress.message}"[:500]))
@@ -1140,7 +1149,7 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
             f"allows {m:.4g} (its smallest effect): a win over it would not be a win.",
         )
     remaining = request.timeout_s - (time.monotonic() - started)
-    return dataclasses.replace(request, canonical=found, timeout_s=max(1.0, remaining))
+    return dataclasses.replace(request, canonical=found, timeout_s=max(1.0, remaining)), runs[0]
 
 
 # What an idea's buffers, constants and literals may hold beyond its baseline's, in 32-bit words of
@@ -1172,7 +1181,7 @@ def _check_space() -> None:
 def _judge(
     request: JudgeRequest, options: EngineOptions, track: Track, custom: custom_mod.CustomTrack | None, n_seeds: int,
     slot: warm.Slot | None, make_executor: ExecutorFactory, on_progress: ProgressCallback | None,
-    cancel: threading.Event | None, started: float,
+    cancel: threading.Event | None, started: float, progress_offset: int = 0,
 ) -> dict[str, Any]:
     tmpdir = slot.tmp if slot is not None else warm.JobDir()
     with tmpdir as tmp:
@@ -1182,7 +1191,7 @@ def _judge(
         cancel = cancel or threading.Event()
         deadline = time.monotonic() + request.timeout_s
         job = _Job(request, options, track, Path(tmp), on_progress, cancel, secret, deadline,
-                   make_executor(request, Path(tmp), deadline, cancel))
+                   make_executor(request, Path(tmp), deadline, cancel), progress_offset)
         try:
             job.sweep_seed_list = sweep_seeds(job.settings.defaults.sweep_seeds)
             job.screening_seed_list = [] if request.check_only else screening_seeds(n_seeds, secret, job.job_key)

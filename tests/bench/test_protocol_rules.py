@@ -169,6 +169,10 @@ def test_a_matched_baseline_is_judged_against_the_tracks_first(worse_by: float) 
     check = br["matched_baseline_check"]
     assert check["non_inferior"] is True and check["worse_by"] == pytest.approx(0.0, abs=1e-6)
     assert report["practical_verdict"] == "helps"
+    # one count for the whole job: the check's runs, then the job's on from them (it never goes back)
+    done = [e.done for e in events]
+    assert done == sorted(done) and events[0].stage.startswith("baseline_check:")
+    assert events[-1].done == events[-1].total == len(executor.asked())
 
 
 def test_parity_is_a_rule_on_the_trainers_counts() -> None:
