@@ -13,7 +13,8 @@ from threading import Lock
 
 import numpy as np
 
-from bench.track import Splits, Track
+from bench.errors import BenchError, ErrorCode
+from bench.track import Splits, Track, TrackUnavailable
 
 PROBE_SIZE = 256
 _CACHE_SIZE = 32
@@ -29,7 +30,12 @@ def splits_for(track: Track, split_seed: int, task_seed: int | None) -> tuple[Sp
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    splits = track.make_splits(split_seed, task_seed)
+    try:
+        splits = track.make_splits(split_seed, task_seed)
+    except TrackUnavailable as exc:  # the deployment's data, not the idea: no internal error
+        raise BenchError(ErrorCode.TRACK_UNAVAILABLE, f"This worker cannot make {track.name}'s data: {exc}"[:1000],
+                         "Not your idea's fault: the operator must install the track's data on every worker, "
+                         "or submit to another track.") from None
     value = (splits, splits.checksum())
     with _cache_lock:
         _cache[key] = value

@@ -18,6 +18,11 @@ import torch
 from torch import nn
 
 
+class TrackUnavailable(RuntimeError):
+    """Raised by ``make_splits`` when this deployment cannot make the track's data (a data set
+    that is not installed or not whole): the job ends ``track_unavailable``, not ``internal``."""
+
+
 @dataclass(frozen=True)
 class Splits:
     """Train / validation / test tensors of one data seed.

@@ -260,3 +260,21 @@ def test_a_win_over_a_sandbagged_matched_baseline_counts_only_what_beats_the_tra
     assert br["comparison"]["verdict"] == "idea better (significant)" and br["confirmation"]["significant"]
     assert (report["practical_verdict"], report["practical_detail"]) == verdict
     assert (gain - check["worse_by"] >= m) == (verdict[0] == "helps")
+
+
+def test_a_worker_without_a_tracks_data_ends_the_job_track_unavailable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """cifar10's data lies outside the repository (IDEABENCH_CIFAR10_DIR). The API refuses a track
+    its host cannot run, but a worker without the data took the job and ended it ``internal``
+    ("a bug in ideabench... retry later"): now ``track_unavailable``, naming what is missing."""
+    from bench.registry import load_track
+
+    monkeypatch.setenv("IDEABENCH_CIFAR10_DIR", str(tmp_path))  # empty: no batch files
+    executor = Scripted(by_lr({"baseline": 0.03, "idea": 0.03}))
+    request = scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job")
+    with pytest.raises(BenchError) as caught:
+        judge(request, executor=executor, track=load_track("cifar10"))
+    assert caught.value.code is ErrorCode.TRACK_UNAVAILABLE, caught.value.message
+    assert "data_batch_1" in caught.value.message and "Not your idea's fault" in (caught.value.hint or "")
+    assert not executor.asked()

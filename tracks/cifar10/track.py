@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bench.track import Splits, Track, load_card
+from bench.track import Splits, Track, TrackUnavailable, load_card
 
 CARD = load_card(__file__)
 
@@ -35,14 +35,14 @@ def data_dir() -> Path:
     """The batch directory from ``IDEABENCH_CIFAR10_DIR``; a clear error when it is unusable."""
     value = os.environ.get(ENV_VAR)
     if not value:
-        raise RuntimeError(
+        raise TrackUnavailable(
             f"The cifar10 track needs the environment variable {ENV_VAR} set to a directory "
             "holding the CIFAR-10 python batches (data_batch_1..5, test_batch)."
         )
     path = Path(value)
     missing = [name for name in (*TRAIN_FILES, TEST_FILE) if not (path / name).is_file()]
     if missing:
-        raise RuntimeError(
+        raise TrackUnavailable(
             f"{ENV_VAR}={value!r} lacks the CIFAR-10 python batch file(s) {', '.join(missing)}; "
             "it must hold data_batch_1..5 and test_batch (the contents of cifar-10-batches-py)."
         )
@@ -55,7 +55,7 @@ def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     data = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
     labels = np.asarray(batch[b"labels"], dtype=np.int64)
     if len(data) != len(labels):
-        raise RuntimeError(f"{path}: {len(data)} images but {len(labels)} labels.")
+        raise TrackUnavailable(f"{path}: {len(data)} images but {len(labels)} labels.")
     return data, labels
 
 
@@ -85,7 +85,7 @@ def make_splits(split_seed: int, task_seed: int | None = None) -> Splits:
     sizes = CARD["sizes"]
     n_pool = sizes["train"] + sizes["val"]
     if len(train_y) < n_pool or len(test_y) < sizes["test"]:
-        raise RuntimeError(
+        raise TrackUnavailable(
             f"{ENV_VAR} holds {len(train_y)} training and {len(test_y)} test images; the track "
             f"needs at least {n_pool} and {sizes['test']}."
         )
