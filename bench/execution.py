@@ -171,6 +171,9 @@ class SandboxExecutor:
         self.sessions: dict[str, ArmSession] = {}  # the trusted trainers, one per arm
         # the capture children: per arm, and a confirmation's rebuild_<arm>
         self.captures: dict[str, ArmSession] = {}
+        # guards the two dicts: one arm's rebuild adds its child while the other arm's failure
+        # cancels every child (a dict that changes size while it is read raises)
+        self._children = threading.Lock()
         self.rebuilds: dict[str, int] = {}  # fresh rebuild children started, per arm
         self.loads: dict[str, wire.CaptureLoad] = {}  # each arm's file, to load again in a rebuild
         self.measured_in: set[str] = set()  # capture children the idea's own measure() code ran in
@@ -283,7 +286,7 @@ class SandboxExecutor:
         return key == "baseline" and self.canonical_baseline and key not in self.measured_in
 
     def forget_builds(self) -> None:
-        for key, session in self.captures.items():  # every child submitted code ran in
+        for key, session in self.children(captures_only=True):  # every child submitted code ran in
             if not self.trusted_capture(key):
                 session.close()
 
@@ -299,7 +302,8 @@ class SandboxExecutor:
         if fresh:
             self.rebuilds[arm] = self.rebuilds.get(arm, 0) + 1  # a directory of its own: nothing left by the last
             session = self.capture_session(arm, self.workdir / f"rebuild_{arm}_{self.rebuilds[arm]}")
-            self.captures[f"rebuild_{arm}"] = session  # killed with the others if the other arm fails
+            with self._children:  # killed with the others if the other arm fails
+                self.captures[f"rebuild_{arm}"] = session
         else:
             session = self.captures[arm]
         try:
@@ -344,14 +348,19 @@ class SandboxExecutor:
     def isolation(self) -> list[str]:
         return [layer for layer in self.sessions["idea"].layers if layer in self.sessions["baseline"].layers]
 
+    def children(self, captures_only: bool = False) -> list[tuple[str, ArmSession]]:
+        """Every child started so far (a copy: safe while another thread starts one)."""
+        with self._children:
+            return [*self.captures.items(), *([] if captures_only else self.sessions.items())]
+
     def cancel(self) -> None:
-        for session in [*self.captures.values(), *self.sessions.values()]:
+        for _, session in self.children():
             if session.proc.poll() is None:
                 session._kill(ErrorCode.CANCELLED)
 
     def close(self) -> None:
         """Close every child at once."""
-        sessions = [*self.captures.values(), *self.sessions.values()]
+        sessions = [session for _, session in self.children()]
         if not sessions:
             return
         with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
