@@ -470,6 +470,17 @@ class _Job:
         }
 
     @property
+    def matched_path_fixed(self) -> bool:
+        """A matched baseline (in its job, or in its check against the track's baseline) trains on
+        the sequential path whatever the other arm is (red team, path_keyed_matched): the job's
+        path also depends on the idea (an unbatchable idea puts both arms on the sequential
+        path), and the two trainers differ where a file can sense it (an attention kernel, Adam's
+        rounding). A matched baseline that compared two attention kernels in train mode was the
+        track's baseline bit for bit in its vectorized check and sabotaged itself on the job's
+        sequential path: an exact copy of the track's baseline got helps (8/8, confirmed)."""
+        return self.request.baseline_code is not None or self.request.checking_matched
+
+    @property
     def lower_is_better(self) -> bool:
         return self.settings.lower_is_better
 
@@ -623,7 +634,9 @@ class _Job:
     def choose_path(self, checked: dict[str, dict[str, Any]], wanted: bool) -> None:
         """Vectorized when both arms' models batch, else both run one at a time."""
         if not wanted:
-            self.path, self.path_reason = "sequential", "IDEABENCH_EXECUTION=sequential"
+            self.path, self.path_reason = "sequential", (
+                "a matched baseline trains on one path in its check and its job" if self.matched_path_fixed
+                else "IDEABENCH_EXECUTION=sequential")
             return
         reasons = [f"{arm}: {checked[arm].get('why', '')}" for arm in ARMS if not checked[arm].get("vectorizable")]
         self.path = "sequential" if reasons else "vectorized"
@@ -1238,7 +1251,7 @@ def _judge(
                                           init_seeds=init_seeds),
             )))
             first = job.data(job.sweep_seed_list[0])
-            want_vectorized = job.options.execution != "sequential"
+            want_vectorized = job.options.execution != "sequential" and not job.matched_path_fixed
             checked = job.both(lambda arm: job.executor.check(arm, wire.Check(
                 data_dir=str(first.data_dir), configs=job.grids[arm], probe=want_vectorized,
                 loss=track.card["metric"]["loss"], mechanism_probe=(job.mechanism or {}).get("probe"),

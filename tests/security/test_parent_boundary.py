@@ -359,6 +359,8 @@ def test_an_honest_matched_baseline_is_checked_and_parity_is_the_canonical_ones(
                                 n_seeds=2, timeout_s=300.0))["bench_report"]
     check = report["matched_baseline_check"]
     assert check["non_inferior"] is True and check["n_params"] == 321 and check["seeds"]
+    assert report["execution"]["path"] == "sequential"  # as in its check (_Job.matched_path_fixed)
+    assert report["execution"]["sequential_reason"] == "a matched baseline trains on one path in its check and its job"
     wide = CANONICAL_COPY.replace("32), nn.ReLU(), nn.Linear(32, 1)", "36), nn.ReLU(), nn.Linear(36, 1)")
     big_baseline = CANONICAL_COPY.replace("32), nn.ReLU(), nn.Linear(32, 1)", "40), nn.ReLU(), nn.Linear(40, 1)")
     error = judge_error(wide, baseline_code=big_baseline)  # 361 > 1.1 x 321, though < 1.1 x 401
@@ -400,3 +402,17 @@ def test_a_matched_baseline_is_compared_at_the_config_its_check_measured(job_tmp
     assert check["non_inferior"] and check["worse_by"] < check["smallest_effect"]
     assert br["baseline"]["best_cfg"]["lr"] == check["chosen"]["lr"] == 0.03
     assert report["practical_verdict"] != "helps", br["comparison"]
+
+
+def test_a_matched_baseline_that_senses_its_trainers_path_gains_nothing(job_tmp: Path) -> None:
+    """Red team (session 15, second pass): a matched baseline that compares two attention kernels
+    in train mode is the canonical MLP bit for bit on the vectorized path (its check: both arms
+    batch) and sabotages itself on the sequential one, where an idea with running statistics (an
+    unbatchable BatchNorm on a detached zero branch) puts the job; an exact copy of the canonical
+    baseline got helps (screening delta -0.724, 8/8; confirmation -0.785, 8/8). A matched
+    baseline now trains on the sequential path in its check and in its job
+    (``_Job.matched_path_fixed``): its check sees the sabotage and ends the job."""
+    with pytest.raises(BenchError) as caught:
+        judge(JudgeRequest(track="smoke", idea_code=hostile("bn_copy_idea.py"),
+                           baseline_code=hostile("path_keyed_matched.py"), n_seeds=8, job_key="rt2-path-test"))
+    assert caught.value.code is ErrorCode.BASELINE_INFERIOR, caught.value.message
