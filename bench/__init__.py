@@ -5,4 +5,6 @@ Pure modules (no torch): ``bench.stats``, ``bench.verdicts``, ``bench.report``,
 imports torch lazily.
 """
 
-BENCH_VERSION = 1
+from typing import Final
+
+BENCH_VERSION: Final = 1

@@ -9,16 +9,17 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from bench import BENCH_VERSION
+from bench import report as model
 from bench.card import TrackSettings
-from bench.decide import block_comparisons, lr_matched, p_helps, reaches, stage_p
+from bench.decide import lr_matched, p_helps, reaches, stage_comparisons, stage_p
 from bench.report import Report
 from bench.sandbox import ALLOW_WEAK_ENV, missing_judge_layers
-from bench.stats import CONFIRMATION_LOOKS, CONFIRMATION_SHARES, compare, confirmation_p
+from bench.stats import CONFIRMATION_LOOKS, CONFIRMATION_SHARES, Comparison, compare, confirmation_p
 from bench.verdicts import decide, mechanism_confirmed
 
 ARMS = ("baseline", "idea")
@@ -111,36 +112,36 @@ def _bound(value: float | None, unbounded: str) -> str:
 
 
 def summary_text(
-    track_id: str, metric: str, comparison: dict[str, Any], verdicts: dict[str, Any],
-    mechanism: dict[str, Any] | None, n_params: dict[str, int], confirmation: dict[str, Any] | None = None,
-    matched: dict[str, Any] | None = None,
+    track_id: str, metric: str, comparison: Comparison, verdicts: dict[str, Any],
+    mechanism: dict[str, Any] | None, n_params: dict[str, int], confirmation: model.Confirmation | None = None,
+    matched: tuple[float, Comparison] | None = None,
 ) -> str:
     """One plain-language paragraph in the style of the seed reports' ``verdict``."""
     c = comparison
-    better = "lower" if c["delta_mean"] < 0 else "higher"
+    better = "lower" if c.delta_mean < 0 else "higher"
     text = (
-        f"On {track_id}, across {c['n_pairs']} paired seeds the idea reached {metric} "
-        f"{c['idea_mean']:.6g} versus the baseline's {c['baseline_mean']:.6g} "
-        f"(paired delta {c['delta_mean']:+.6g}, {better}; {c['rel_delta_pct']:+.2f}%), "
-        f"winning {c['idea_wins']}/{c['n_pairs']} pairs; exact sign-flip p={c['p_value']:.4g}, "
-        f"95% CI of the delta [{_bound(c['ci_low'], '-inf')}, {_bound(c['ci_high'], 'inf')}], "
-        f"MDE {c['mde']:.4g} ({c['mde_rel_pct']:.1f}% of the baseline): {c['verdict']}. "
+        f"On {track_id}, across {c.n_pairs} paired seeds the idea reached {metric} "
+        f"{c.idea_mean:.6g} versus the baseline's {c.baseline_mean:.6g} "
+        f"(paired delta {c.delta_mean:+.6g}, {better}; {c.rel_delta_pct:+.2f}%), "
+        f"winning {c.idea_wins}/{c.n_pairs} pairs; exact sign-flip p={c.p_value:.4g}, "
+        f"95% CI of the delta [{_bound(c.ci_low, '-inf')}, {_bound(c.ci_high, 'inf')}], "
+        f"MDE {c.mde:.4g} ({c.mde_rel_pct:.1f}% of the baseline): {c.verdict}. "
     )
     if matched is not None:
-        k = matched["comparison"]
+        lr, k = matched
         text += (
-            f"Against the baseline trained at the idea's learning rate ({matched['lr']:g}): delta "
-            f"{k['delta_mean']:+.6g}, p={k['p_value']:.4g}: {k['verdict']}. "
+            f"Against the baseline trained at the idea's learning rate ({lr:g}): delta "
+            f"{k.delta_mean:+.6g}, p={k.p_value:.4g}: {k.verdict}. "
         )
     if confirmation is not None:
-        k = confirmation["comparison"]
-        looks = confirmation.get("looks") or []
+        kc = confirmation.comparison
+        looks = confirmation.looks or []
         text += (
-            f"Confirmation on {k['n_pairs']} fresh seeds of this job"
-            f"{f' (in {len(looks)} looks)' if len(looks) > 1 else ''}: delta {k['delta_mean']:+.6g}, "
-            f"the idea won {k['idea_wins']}/{k['n_pairs']}, p={confirmation['p_value']:.4g} "
+            f"Confirmation on {kc.n_pairs} fresh seeds of this job"
+            f"{f' (in {len(looks)} looks)' if len(looks) > 1 else ''}: delta {kc.delta_mean:+.6g}, "
+            f"the idea won {kc.idea_wins}/{kc.n_pairs}, p={confirmation.p_value:.4g} "
             f"(one-sided, adjusted for its looks): "
-            f"{'replicated' if confirmation['significant'] else 'not replicated'}. "
+            f"{'replicated' if confirmation.significant else 'not replicated'}. "
         )
     practical = verdicts["practical_verdict"]
     if practical == "inconclusive" and verdicts.get("practical_detail"):
@@ -166,77 +167,81 @@ def summary_text(
     return text
 
 
-def stage_block(outcome: Outcome, stage: Stage) -> dict[str, Any]:
-    """One test stage of the report: its comparison, per-seed values, seeds and commitment."""
-    values = stage.values
-    block: dict[str, Any] = {
-        "comparison": compare(values["baseline"], values["idea"], lower_is_better=outcome.lower_is_better),
-        "per_seed": values,
-        "seeds": stage.seeds,
-        "seed_commitment": outcome.seed_commitment,
-        "diverged": stage.diverged,
-        "wall_time_s": stage.seconds,
-        "matched_lr": None,
-    }
-    if stage.matched_lr is not None:  # the baseline at the idea's learning rate (_Job.matched_cfg)
-        block["matched_lr"] = {
-            "lr": stage.matched_lr,
-            "comparison": compare(values["matched"], values["idea"], lower_is_better=outcome.lower_is_better),
-        }
-    return block
+def _comparison(c: Comparison) -> model.Comparison:
+    return model.Comparison.model_validate(c.as_dict())
 
 
-def confirmation_block(outcome: Outcome, stage: Stage, first_look: Stage, alpha: float) -> dict[str, Any]:
-    """The confirmation stage: its comparison over every pair it ran, and its looks (``look``
-    pairs, then all of them when a second look ran), each tested at its share of alpha
+def stage_block(outcome: Outcome, stage: Stage, tests: list[Comparison]) -> model.Stage:
+    """One test stage of the report: its tests (``tests``: ``decide.stage_comparisons`` of its
+    values), per-seed values, seeds and commitment."""
+    return model.Stage(
+        comparison=_comparison(tests[0]),
+        per_seed={key: list(stage.values[key]) for key in model.STAGE_KEYS if key in stage.values}, seeds=stage.seeds,
+        seed_commitment=model.SeedCommitment.model_validate(outcome.seed_commitment),
+        diverged=stage.diverged, wall_time_s=stage.seconds,
+        # the baseline at the idea's learning rate (_Job.matched_cfg)
+        matched_lr=None if stage.matched_lr is None else {"lr": stage.matched_lr,
+                                                          "comparison": tests[1].as_dict()},
+    )
+
+
+def confirmation_block(outcome: Outcome, stage: Stage, first_look: Stage, alpha: float,
+                       tests: list[Comparison]) -> model.Confirmation:
+    """The confirmation stage: its comparison over every pair it ran (``tests``), and its looks
+    (``look`` pairs, then all of them when a second look ran), each tested at its share of alpha
     (``stats.CONFIRMATION_SHARES``). Significant when the adjusted p (``stats.confirmation_p``)
     is <= alpha. Its seeds are labelled by the models' key."""
-    block = stage_block(outcome, stage)
+    block = stage_block(outcome, stage, tests)
     look = len(first_look.seeds)
-    first = block if len(stage.seeds) == look else stage_block(outcome, first_look)
-    looks = [{"n_pairs": len(b["per_seed"]["idea"]), "p_better": stage_p(block_comparisons(b)), "alpha": alpha * share}
-             for b, share in zip([first] + ([block] if block is not first else []), CONFIRMATION_SHARES,
-                                 strict=False)]
-    p = confirmation_p([entry["p_better"] for entry in looks])
+    pairs = [(len(first_look.values["idea"]), tests if len(stage.seeds) == look
+              else stage_comparisons(first_look.values, outcome.lower_is_better))]
+    if len(stage.seeds) != look:
+        pairs.append((len(stage.values["idea"]), tests))
+    looks = [model.ConfirmationLook(n_pairs=n, p_better=stage_p(t), alpha=alpha * share)
+             for (n, t), share in zip(pairs, CONFIRMATION_SHARES, strict=False)]
+    p = confirmation_p([entry.p_better for entry in looks])
     shares = " and ".join(f"{share:g} alpha" for share in CONFIRMATION_SHARES)
-    block.update(p_value=p, significant=p <= alpha, job_key=outcome.job_key, model_key=outcome.model_key,
-                 looks=looks,
-                 test=f"one-sided exact paired sign-flip, idea better (the screened direction), at up to "
-                 f"{CONFIRMATION_LOOKS} looks ({look} pairs, then {CONFIRMATION_LOOKS * look} when the first is "
-                 f"neither significant nor futile) tested at {shares}; against the baseline at the idea's "
-                 "learning rate too when it differs, the larger p; p_value = min(1, min over the looks of p / "
-                 "its share)",
-                 n_runs=outcome.confirmation_runs, baseline_cache="never (fresh seeds)")
-    return block
+    return model.Confirmation(
+        **dict(block), p_value=p, significant=p <= alpha, job_key=outcome.job_key, model_key=outcome.model_key,
+        looks=looks,
+        test=f"one-sided exact paired sign-flip, idea better (the screened direction), at up to "
+        f"{CONFIRMATION_LOOKS} looks ({look} pairs, then {CONFIRMATION_LOOKS * look} when the first is "
+        f"neither significant nor futile) tested at {shares}; against the baseline at the idea's "
+        "learning rate too when it differs, the larger p; p_value = min(1, min over the looks of p / "
+        "its share)",
+        n_runs=outcome.confirmation_runs, baseline_cache="never (fresh seeds)")
 
 
-def pooled_block(screening: dict[str, Any], confirmation: dict[str, Any], lower_is_better: bool) -> dict[str, Any]:
+def pooled_block(screening: Stage, confirmation: Stage, lower_is_better: bool) -> dict[str, Any]:
     """Both stages' pairs in one comparison: shown for information, it decides nothing."""
-    values = {a: screening["per_seed"][a] + confirmation["per_seed"][a] for a in ARMS}
-    pooled = compare(values["baseline"], values["idea"], lower_is_better=lower_is_better)
+    values = {a: screening.values[a] + confirmation.values[a] for a in ARMS}
+    pooled = compare(values["baseline"], values["idea"], lower_is_better=lower_is_better).as_dict()
     keep = ("delta_mean", "idea_wins", "n_pairs", "p_value", "p_method", "ci_low", "ci_high", "rel_delta_pct")
     return {**{k: pooled[k] for k in keep}, "decides": False,
             "note": "screening and confirmation pairs pooled; the verdict comes from the stages, not from this"}
 
 
-def build_report(outcome: Outcome) -> dict[str, Any]:
-    """Assemble, validate and return the report of one judged idea."""
+def build_report(outcome: Outcome) -> Report:
+    """Assemble and return the report of one judged idea (validated as it is built)."""
     card = outcome.card
     settings = TrackSettings.of(card)
     track_id = f"{card['name']}@{card['version']}"
-    screening = stage_block(outcome, outcome.screening)
-    values = screening["per_seed"]
-    comparison = screening["comparison"]
-    replication = None if outcome.confirmation is None else confirmation_block(
-        outcome, outcome.confirmation, outcome.first_look or outcome.confirmation, comparison["alpha"])
+    tests = stage_comparisons(outcome.screening.values, outcome.lower_is_better)
+    screening = stage_block(outcome, outcome.screening, tests)
+    values = outcome.screening.values
+    comparison = tests[0]
+    confirmed_tests = None if outcome.confirmation is None else stage_comparisons(
+        outcome.confirmation.values, outcome.lower_is_better)
+    replication = None if outcome.confirmation is None or confirmed_tests is None else confirmation_block(
+        outcome, outcome.confirmation, outcome.first_look or outcome.confirmation, comparison.alpha, confirmed_tests)
     mechanism = None
-    mechanism_ok = None
+    mechanism_ok: Literal[0, 1] | None = None
     measured = outcome.measured
     if outcome.mechanism is not None and measured is not None:
         confirmed, detail = mechanism_confirmed(
             outcome.mechanism["expect"], measured["idea"], measured["baseline"]
         )
-        mechanism_ok = int(confirmed)
+        mechanism_ok = 1 if confirmed else 0
         mechanism = {
             **outcome.mechanism, "idea_values": measured["idea"], "baseline_values": measured["baseline"],
             "idea_mean": float(np.mean(measured["idea"])),
@@ -246,13 +251,14 @@ def build_report(outcome: Outcome) -> dict[str, Any]:
             # a declared probe (bench.probes) is measured by the trusted trainer.
             "self_measured": "probe" not in outcome.mechanism,
         }
-    m = float(card["smallest_effect_rel_pct"]) / 100.0 * abs(comparison["baseline_mean"])
+    m = float(card["smallest_effect_rel_pct"]) / 100.0 * abs(comparison.baseline_mean)
     self_measured = mechanism is not None and mechanism["self_measured"]
     verdicts = decide(
-        comparison, mechanism_ok, m, None if replication is None else replication["significant"],
-        lr_matched=lr_matched(screening, outcome.best_cfgs["baseline"]["lr"], outcome.lr_grids["baseline"]),
-        self_measured=self_measured, reaches=reaches(m, outcome.lower_is_better, screening, replication,
-                                                     float((outcome.matched_check or {}).get("worse_by", 0.0))),
+        comparison.as_dict(), mechanism_ok, m, None if replication is None else replication.significant,
+        lr_matched=lr_matched(tests, outcome.best_cfgs["baseline"]["lr"], outcome.lr_grids["baseline"]),
+        self_measured=self_measured,
+        reaches=reaches(m, outcome.lower_is_better, comparison, None if confirmed_tests is None else confirmed_tests[0],
+                        float((outcome.matched_check or {}).get("worse_by", 0.0))),
     )
 
     tables = outcome.sweep_tables
@@ -282,78 +288,77 @@ def build_report(outcome: Outcome) -> dict[str, Any]:
         )
     wall = outcome.wall
 
-    def arm_block(arm: str) -> dict[str, Any]:
-        return {
-            "best_cfg": outcome.best_cfgs[arm], "sweep": tables[arm], "full": _full(values[arm]),
+    def arm_block(arm: str, flat: bool = False) -> model.ArmResult:
+        full = _full(values[arm])
+        return model.ArmResult.model_validate({
+            "best_cfg": outcome.best_cfgs[arm], "sweep": tables[arm], "full": full,
             "union_lr_grid": outcome.lr_grids[arm], "n_params": n_params[arm], "wall_time_s": wall[arm],
-            "diverged": diverged[arm],
-        }
+            "diverged": diverged[arm], **(full if flat else {}),  # the seeds' flat idea shape, kept compatible
+        })
 
-    idea_block = arm_block("idea")
-    idea_block.update(_full(values["idea"]))  # the seeds' flat idea shape, kept compatible
     metric_name = card["metric"]["name"].upper() if card["metric"]["name"] == "mse" else card["metric"]["name"]
-    bench_report = {
-        "bench_version": BENCH_VERSION,
-        "track": card["name"],
-        "track_id": track_id,
-        "track_version": card["version"],
-        "model": "matched_custom" if outcome.matched_baseline else card["baseline"]["name"],
-        "metric_direction": "lower is better" if card["metric"]["direction"] == "lower" else "higher is better",
-        "metric": card["metric"]["name"],
-        "n_seeds": len(values["idea"]),
-        "baseline": arm_block("baseline"),
-        "idea": idea_block,
-        "comparison": comparison,
-        "screening": screening,
-        "confirmation": replication,
-        "decided_by": "screening" if replication is None else "confirmation",
-        "pooled": None if replication is None else pooled_block(screening, replication, outcome.lower_is_better),
-        "p_helps": p_helps(screening, replication),
-        "mechanism_signature": mechanism,
-        "idea_sweep": tables["idea"],
-        "best_idea_cfg": outcome.best_cfgs["idea"],
-        "parameter_parity": {**n_params, "ratio": ratio, "buffers": outcome.buffers,
-                             "max_ratio": settings.param_parity_ratio, "counted_by": "bench",
-                             "flops_per_example": outcome.flops,
-                             "compute_ratio": outcome.flops["idea"] / max(outcome.flops["baseline"], 1.0),
-                             "max_compute_ratio": settings.compute_ratio},
-        "capture": outcome.capture,
-        "custom_track": outcome.custom_track,
-        "matched_baseline_check": outcome.matched_check or None,
-        "track_justification": settings.justification if outcome.custom_track else None,
-        "data_checksum": outcome.data_checksum,
-        "seeds": {"sweep": outcome.sweep_seeds, "final": screening["seeds"],
-                  "confirmation": None if replication is None else replication["seeds"]},
-        "seed_commitment": outcome.seed_commitment,
-        "public_data": settings.public_data,
-        "lr_grid": outcome.lr_grids["idea"],
-        "budget": {"configs": budget, "sweep_seeds": len(outcome.sweep_seeds)},
-        "wall_time_s": {**wall, "total": outcome.wall_s},
-        "versions": _versions(),
-        "device": outcome.device,
-        "warnings": warnings,
-        "isolation": outcome.isolation,
-        "sandbox": {"complete": not weak, "missing": weak},
-        "execution": outcome.execution,
-        "diverged": diverged,
-        "submission": outcome.submission,
-        "smallest_effect": m,
-    }
+    bench_report = model.BenchReport(
+        bench_version=BENCH_VERSION,
+        track=card["name"],
+        track_id=track_id,
+        track_version=card["version"],
+        model="matched_custom" if outcome.matched_baseline else card["baseline"]["name"],
+        metric_direction="lower is better" if card["metric"]["direction"] == "lower" else "higher is better",
+        metric=card["metric"]["name"],
+        n_seeds=len(values["idea"]),
+        baseline=arm_block("baseline"),
+        idea=arm_block("idea", flat=True),
+        comparison=screening.comparison,
+        screening=screening,
+        confirmation=replication,
+        decided_by="screening" if replication is None else "confirmation",
+        pooled=None if outcome.confirmation is None else pooled_block(outcome.screening, outcome.confirmation,
+                                                                      outcome.lower_is_better),
+        p_helps=p_helps(tests, None if replication is None else replication.p_value),
+        mechanism_signature=None if mechanism is None else model.MechanismSignature.model_validate(mechanism),
+        idea_sweep=[model.SweepRow.model_validate(row) for row in tables["idea"]],
+        best_idea_cfg=outcome.best_cfgs["idea"],
+        parameter_parity={**n_params, "ratio": ratio, "buffers": outcome.buffers,
+                          "max_ratio": settings.param_parity_ratio, "counted_by": "bench",
+                          "flops_per_example": outcome.flops,
+                          "compute_ratio": outcome.flops["idea"] / max(outcome.flops["baseline"], 1.0),
+                          "max_compute_ratio": settings.compute_ratio},
+        capture=outcome.capture,
+        custom_track=None if outcome.custom_track is None else model.CustomTrack.model_validate(outcome.custom_track),
+        matched_baseline_check=outcome.matched_check or None,
+        track_justification=settings.justification if outcome.custom_track else None,
+        data_checksum=outcome.data_checksum,
+        seeds=model.Seeds(sweep=outcome.sweep_seeds, final=screening.seeds,
+                          confirmation=None if replication is None else replication.seeds),
+        seed_commitment=screening.seed_commitment,
+        public_data=settings.public_data,
+        lr_grid=outcome.lr_grids["idea"],
+        budget={"configs": budget, "sweep_seeds": len(outcome.sweep_seeds)},
+        wall_time_s={**wall, "total": outcome.wall_s},
+        versions=_versions(),
+        device=outcome.device,
+        warnings=warnings,
+        isolation=outcome.isolation,
+        sandbox={"complete": not weak, "missing": weak},
+        execution=outcome.execution,
+        diverged=diverged,
+        submission=outcome.submission,
+        smallest_effect=m,
+    )
     metrics = {
         arm: f"{metric_name} {np.mean(values[arm]):.7g}, std {_full(values[arm])['std']:.5g}; "
         f"best sweep {_fmt_cfg(outcome.best_cfgs[arm])}; {n_params[arm]} parameters."
         for arm in ARMS
     }
-    report = {
-        "worked": verdicts["worked"],
-        "summary": summary_text(track_id, metric_name, comparison, verdicts, mechanism, n_params, replication,
-                                screening["matched_lr"]),
-        "metrics": metrics,
-        "system_verdict": verdicts["system_verdict"],
-        "practical_verdict": verdicts["practical_verdict"],
-        "practical_detail": verdicts["practical_detail"],
-        "mechanism_ok": mechanism_ok,
-        "system_judged": True,
-        "bench_report": bench_report,
-    }
-    return Report.model_validate(report).model_dump(mode="json", exclude_none=False)
+    matched = None if outcome.screening.matched_lr is None else (outcome.screening.matched_lr, tests[1])
+    return Report(
+        worked=verdicts["worked"],
+        summary=summary_text(track_id, metric_name, comparison, verdicts, mechanism, n_params, replication, matched),
+        metrics=metrics,
+        system_verdict=verdicts["system_verdict"],
+        practical_verdict=verdicts["practical_verdict"],
+        practical_detail=verdicts["practical_detail"],
+        mechanism_ok=mechanism_ok,
+        system_judged=True,
+        bench_report=bench_report,
+    )

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from bench.errors import BenchError, ErrorCode
-from bench.stats import VERDICT_BETTER, compare
+from bench.stats import Comparison, compare
 
 MAX_DIVERGED_SHARE = 0.25  # more diverged final runs than this in an arm: no verdict
 BASELINE_KEYS = ("baseline", "matched")  # a stage's baselines: the track's, and at the idea's lr
@@ -162,27 +162,21 @@ def matched_config(baseline: Mapping[str, Any], idea: Mapping[str, Any]) -> dict
 
 
 # -- a stage's tests ----------------------------------------------------------------------------
-def stage_comparisons(values: Mapping[str, Sequence[float]], lower_is_better: bool) -> list[dict[str, Any]]:
+def stage_comparisons(values: Mapping[str, Sequence[float]], lower_is_better: bool) -> list[Comparison]:
     """The stage's tests of the idea against each baseline it ran (the track's, and the matched
     one when run), in ``BASELINE_KEYS`` order."""
     return [compare(list(values[key]), list(values["idea"]), lower_is_better=lower_is_better)
             for key in BASELINE_KEYS if key in values]
 
 
-def stage_p(comparisons: Sequence[Mapping[str, Any]]) -> float:
+def stage_p(comparisons: Sequence[Comparison]) -> float:
     """A stage's one-sided p that the idea is better: the largest of its tests' (intersection-union)."""
-    return max(float(c["p_better"]) for c in comparisons)
+    return max(c.p_better for c in comparisons)
 
 
-def stage_better(comparisons: Sequence[Mapping[str, Any]]) -> bool:
+def stage_better(comparisons: Sequence[Comparison]) -> bool:
     """The idea is significantly better than every baseline the stage ran."""
-    return all(c["verdict"] == VERDICT_BETTER for c in comparisons)
-
-
-def block_comparisons(block: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """A report stage block's tests: against the baseline, and at the idea's lr when run."""
-    matched = block.get("matched_lr")
-    return [block["comparison"], *([matched["comparison"]] if matched else [])]
+    return all(c.better for c in comparisons)
 
 
 # -- parity ---------------------------------------------------------------------------------------
@@ -240,42 +234,44 @@ def compute_error(hparams: Mapping[str, Any], cost: float, base_flops: float, ra
 
 
 # -- what the verdict is made of ----------------------------------------------------------------
-def lr_matched(screening: Mapping[str, Any], baseline_lr: float, baseline_grid: Sequence[float]) -> bool | None:
-    """Whether a win is free of the learning rate's confound: None when the arms chose one lr;
-    else whether the idea also beat the baseline at its own lr; False whenever the baseline's
-    best lr is at an edge of its extended grid, where its optimum may lie outside (a win may
-    come from an under-tuned baseline, or from an idea that rescales its own weights, under
-    Adam an effective learning rate of its own): such a win cannot be "helps" (lr_confounded)."""
-    matched = None if screening["matched_lr"] is None else stage_better(block_comparisons(screening))
+def lr_matched(screening: Sequence[Comparison], baseline_lr: float, baseline_grid: Sequence[float]) -> bool | None:
+    """Whether a win is free of the learning rate's confound: None when the arms chose one lr
+    (``screening`` holds one test); else whether the idea also beat the baseline at its own lr;
+    False whenever the baseline's best lr is at an edge of its extended grid, where its optimum
+    may lie outside (a win may come from an under-tuned baseline, or from an idea that rescales
+    its own weights, under Adam an effective learning rate of its own): such a win cannot be
+    "helps" (lr_confounded)."""
+    matched = None if len(screening) < 2 else stage_better(screening)
     if at_edge(float(baseline_lr), baseline_grid):
         return False
     return matched
 
 
-def effect(comparison: Mapping[str, Any], lower_is_better: bool) -> float:
+def effect(comparison: Comparison, lower_is_better: bool) -> float:
     """The idea's gain, in the metric's units (positive: better)."""
-    delta = float(comparison["delta_mean"])
-    return -delta if lower_is_better else delta
+    return -comparison.delta_mean if lower_is_better else comparison.delta_mean
 
 
-def reaches(smallest: float, lower_is_better: bool, screening: Mapping[str, Any],
-            confirmation: Mapping[str, Any] | None, shortfall: float = 0.0) -> bool:
+def reaches(smallest: float, lower_is_better: bool, screening: Comparison,
+            confirmation: Comparison | None, shortfall: float = 0.0) -> bool:
     """The idea's gain reaches the track's smallest effect in the screening and, when one ran,
-    in the confirmation: over the track's own baseline too, when a matched baseline stood in
-    for it. ``shortfall``: how much worse than the track's baseline the matched one was in its
-    check (``matched_baseline_check.worse_by``, on the screening's seeds and builds; 0 when it
-    was better or there was none). Non-inferiority lets a matched baseline fall short by up to
-    the smallest effect, so without it an agent's sandbagged matched baseline (worse by 0.9 m)
-    turned an idea 0.6 m better than the track's baseline into ``helps`` (a win of 1.5 m over
-    the sandbag): the gain counted is the gain over the sandbag less what the sandbag lost."""
+    in the confirmation (each against the track's baseline): over the track's own baseline too,
+    when a matched baseline stood in for it. ``shortfall``: how much worse than the track's
+    baseline the matched one was in its check (``matched_baseline_check.worse_by``, on the
+    screening's seeds and builds; 0 when it was better or there was none). Non-inferiority lets
+    a matched baseline fall short by up to the smallest effect, so without it an agent's
+    sandbagged matched baseline (worse by 0.9 m) turned an idea 0.6 m better than the track's
+    baseline into ``helps`` (a win of 1.5 m over the sandbag): the gain counted is the gain over
+    the sandbag less what the sandbag lost."""
     handicap = max(0.0, shortfall)
-    return effect(screening["comparison"], lower_is_better) - handicap >= smallest and (
-        confirmation is None or effect(confirmation["comparison"], lower_is_better) - handicap >= smallest)
+    return effect(screening, lower_is_better) - handicap >= smallest and (
+        confirmation is None or effect(confirmation, lower_is_better) - handicap >= smallest)
 
 
-def p_helps(screening: Mapping[str, Any], confirmation: Mapping[str, Any] | None) -> float:
+def p_helps(screening: Sequence[Comparison], confirmation_p: float | None) -> float:
     """The evidence that the idea helps, for the false-discovery accounting across ideas: the
-    screening's one-sided p, or the larger of both stages' when a confirmation ran (a valid
-    p-value: both must be small, P(max <= t) <= t under the null)."""
-    p = stage_p(block_comparisons(screening))
-    return p if confirmation is None else max(p, float(confirmation["p_value"]))
+    screening's one-sided p (``screening``: its tests), or the larger of both stages' when a
+    confirmation ran (``confirmation_p``, adjusted for its looks; a valid p-value: both must be
+    small, P(max <= t) <= t under the null)."""
+    p = stage_p(screening)
+    return p if confirmation_p is None else max(p, confirmation_p)

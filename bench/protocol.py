@@ -66,6 +66,7 @@ from bench.npy import read_npy
 from bench.options import EngineOptions
 from bench.redraw import max_tensors
 from bench.registry import load_track
+from bench.report import Report
 from bench.sandbox import Limits
 from bench.seeding import (
     CONFIRM_SEED_BASE,
@@ -987,7 +988,9 @@ def check(request: JudgeRequest, cancel: threading.Event | None = None) -> dict[
     if request.custom_track is not None:
         raise BenchError(ErrorCode.UNKNOWN_TRACK, "A check runs on built-in tracks only.",
                          "Submit the idea to the custom track as a job; its errors come back the same way.")
-    return judge(dataclasses.replace(request, check_only=True), cancel=cancel)
+    found = _run(dataclasses.replace(request, check_only=True), None, cancel)
+    assert isinstance(found, dict)
+    return found
 
 
 def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, seconds: float) -> dict[str, Any]:
@@ -1055,8 +1058,9 @@ def judge(
     keep_warm: bool = False,
     executor: ExecutorFactory | None = None,
     track: Track | None = None,
-) -> dict[str, Any]:
-    """Run the whole protocol for ``request`` and return the report as JSON data.
+) -> Report:
+    """Run the whole protocol for ``request`` and return its report (``Report.model_dump(mode="json")``
+    is what the service stores).
 
     ``keep_warm`` (a worker judging job after job): use the children ``bench.warm``
     started ahead of this job, if any, and start the next job's when this one ends.
@@ -1067,6 +1071,16 @@ def judge(
     Raises ``bench.errors.BenchError`` when the idea fails (no verdict), with the
     error code, message and hint for the agent.
     """
+    report = _run(request, on_progress, cancel, keep_warm=keep_warm, executor=executor, track=track)
+    assert isinstance(report, Report)
+    return report
+
+
+def _run(
+    request: JudgeRequest, on_progress: ProgressCallback | None, cancel: threading.Event | None, *,
+    keep_warm: bool = False, executor: ExecutorFactory | None = None, track: Track | None = None,
+) -> Report | dict[str, Any]:
+    """``judge``'s body: the report, or what a check found (``request.check_only``)."""
     started = time.monotonic()
     custom = request.custom_track
     options = request.options or EngineOptions.from_env()
@@ -1122,37 +1136,40 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
     check = dataclasses.replace(request, idea_code=matched, baseline_code=None, hparams=None,
                                 mechanism=None, confirm=False, checking_matched=True)
     try:
-        report = judge(check, forward, cancel, executor=executor, track=track)["bench_report"]
+        report = judge(check, forward, cancel, executor=executor, track=track).bench_report
     except BenchError as exc:
         if exc.code in (ErrorCode.CANCELLED, ErrorCode.TIMEOUT, ErrorCode.NO_SPACE, ErrorCode.SANDBOX_UNAVAILABLE,
                         ErrorCode.INTERNAL):
             raise
         raise BenchError(exc.code, f"The matched baseline, judged against the track's canonical baseline, "
                          f"failed: {exc.message}", exc.hint) from None
-    comparison = report["comparison"]
-    sign = 1.0 if report["metric_direction"] == "lower is better" else -1.0
-    worse_by = float(comparison["delta_mean"]) * sign
-    at_its_lr = report["screening"].get("matched_lr")
+    comparison, parity = report.comparison, report.parameter_parity
+    assert (report.screening is not None and report.seeds is not None and parity is not None
+            and report.idea.best_cfg is not None and report.capture is not None and report.smallest_effect is not None
+            and comparison.baseline_mean is not None and comparison.idea_mean is not None)  # all the engine's
+    sign = 1.0 if report.metric_direction == "lower is better" else -1.0
+    worse_by = comparison.delta_mean * sign
+    at_its_lr = report.screening.matched_lr
     if at_its_lr is not None:
         # The track's baseline also trained at the matched one's learning rate: the worse of the
         # two, as a win must beat both (red team: a second config gave the track's baseline a
         # denser grid in the check, whose lr chosen on validation did badly on test, and a
         # sandbagged matched baseline passed as non-inferior).
         worse_by = max(worse_by, float(at_its_lr["comparison"]["delta_mean"]) * sign)
-    m = float(report["smallest_effect"])
+    m = report.smallest_effect
+    chosen = report.idea.best_cfg
     found = {
-        "canonical_mean": float(comparison["baseline_mean"]), "matched_mean": float(comparison["idea_mean"]),
+        "canonical_mean": comparison.baseline_mean, "matched_mean": comparison.idea_mean,
         "worse_by": worse_by, "smallest_effect": m, "non_inferior": bool(worse_by <= m),
-        "p_value": float(comparison["p_value"]), "seeds": report["seeds"]["final"],
-        "n_params": int(report["parameter_parity"]["baseline"]), "n_buffers": int(report["parameter_parity"]["buffers"]["baseline"]),
-        "flops": float(report["parameter_parity"]["flops_per_example"]["baseline"]),
-        "matched_n_params": int(report["parameter_parity"]["idea"]),
+        "p_value": comparison.p_value, "seeds": report.seeds.final,
+        "n_params": int(parity["baseline"]), "n_buffers": int(parity["buffers"]["baseline"]),
+        "flops": float(parity["flops_per_example"]["baseline"]),
+        "matched_n_params": int(parity["idea"]),
         # the config (lr, hparams) the check chose and measured: the job's final one (_Job.pinned)
-        "chosen": {"lr": float(report["idea"]["best_cfg"]["lr"]),
-                   "hparams": {k: v for k, v in report["idea"]["best_cfg"].items()
-                               if k not in ("lr", "epochs", "batch_size", "weight_decay")}},
+        "chosen": {"lr": float(chosen["lr"]),
+                   "hparams": {k: v for k, v in chosen.items() if k not in ("lr", "epochs", "batch_size", "weight_decay")}},
         # what the matched baseline built in its check: its job must build exactly the same
-        "built": {k: report["capture"]["idea"][k] for k in ("graph_sha256", "tensors_sha256")},
+        "built": {k: report.capture["idea"][k] for k in ("graph_sha256", "tensors_sha256")},
     }
     if not found["non_inferior"]:
         raise BenchError(
@@ -1195,7 +1212,7 @@ def _judge(
     request: JudgeRequest, options: EngineOptions, track: Track, custom: custom_mod.CustomTrack | None, n_seeds: int,
     slot: warm.Slot | None, make_executor: ExecutorFactory, on_progress: ProgressCallback | None,
     cancel: threading.Event | None, started: float, progress_offset: int = 0,
-) -> dict[str, Any]:
+) -> Report | dict[str, Any]:
     tmpdir = slot.tmp if slot is not None else warm.JobDir()
     with tmpdir as tmp:
         # a check draws under a throwaway secret: it touches nothing of the epoch's seeds

@@ -152,12 +152,16 @@ class SeedCommitment(_Model):
     commitment: str
 
 
+StageKey = Literal["baseline", "idea", "matched"]  # a stage's per-seed arms (matched: the baseline at the idea's lr)
+STAGE_KEYS: tuple[StageKey, ...] = ("baseline", "idea", "matched")
+
+
 class Stage(_Model):
     """One test stage (screening, or confirmation) of the protocol: paired per-seed values
     of both arms, their comparison, the seeds and the epoch they were drawn under."""
 
     comparison: Comparison
-    per_seed: dict[Literal["baseline", "idea", "matched"], list[float]]
+    per_seed: dict[StageKey, list[float]]
     seeds: list[int]
     seed_commitment: SeedCommitment
     diverged: dict[str, int] | None = None
@@ -190,6 +194,7 @@ class Confirmation(Stage):
     test: str | None = None
     n_runs: int | None = None
     looks: list[ConfirmationLook] | None = None
+    baseline_cache: str | None = None  # never: the confirmation's seeds are fresh
 
 
 class Attempts(_Model):
@@ -213,6 +218,7 @@ class BenchReport(_Model):
     track: str
     model: str
     metric_direction: str
+    metric: str | None = None  # the metric's name (absent from the hand-run seeds)
     n_seeds: int
     baseline: ArmResult
     idea: ArmResult
@@ -251,6 +257,8 @@ class BenchReport(_Model):
     execution: dict[str, Any] | None = None
     diverged: dict[str, int] | None = None
     submission: dict[str, Any] | None = None
+    capture: dict[str, Any] | None = None  # per arm: what the capture found (graph and tensor hashes, ops)
+    smallest_effect: float | None = None  # the track's smallest effect, in the metric's units
 
 
 class Report(_Model):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -249,21 +250,62 @@ def _pct(value: float, reference: float) -> float:
     return 100.0 * value / abs(reference) if reference != 0.0 else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Paired statistics of ``idea - baseline`` for one test (``compare``): every field set,
+    every float finite except a CI side that is unbounded (None, see ``sign_flip_ci``).
+    Immutable: a decision reads it, nothing rewrites it. ``as_dict`` is the report's
+    ``comparison`` block (``bench.report.Comparison`` reads it back, old reports too)."""
+
+    delta_mean: float
+    idea_wins: int
+    n_pairs: int
+    per_seed_diffs: tuple[float, ...]
+    p_value: float  # two-sided
+    p_method: str
+    p_better: float  # one-sided, in the idea-better direction
+    ci_low: float | None
+    ci_high: float | None
+    ci_level: float
+    t_ci_low: float
+    t_ci_high: float
+    ci90_low: float | None
+    ci90_high: float | None
+    effect_size: float
+    rel_delta_pct: float
+    mde: float
+    mde_rel_pct: float
+    baseline_mean: float
+    idea_mean: float
+    alpha: float
+    verdict: str
+    system_worked: bool
+
+    @property
+    def better(self) -> bool:
+        """The idea is significantly better (two-sided test at ``alpha``, in its direction)."""
+        return self.verdict == VERDICT_BETTER
+
+    def as_dict(self) -> dict[str, Any]:
+        """The block as JSON data, in the field order reports have always had."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["per_seed_diffs"] = list(self.per_seed_diffs)
+        return out
+
+
 def compare(
     baseline: Sequence[float] | ArrayLike,
     idea: Sequence[float] | ArrayLike,
     *,
     lower_is_better: bool = True,
     alpha: float = ALPHA,
-) -> dict[str, Any]:
-    """The report's ``comparison`` block for paired per-seed test metrics.
+) -> Comparison:
+    """The paired test of per-seed test metrics (the report's ``comparison`` block).
 
     ``baseline``, ``idea``: shape (n,), n >= 2, paired by position (pair i shares
     seed i). Diffs are ``idea - baseline``. ``p_value`` is two-sided; ``p_better`` is the
     one-sided exact p in the idea-better direction (what confirmation and the false-discovery
-    accounting use). Returns plain JSON-ready values (floats,
-    ints, lists, str, bool; a CI side may be None when unbounded, see
-    ``sign_flip_ci``) and never NaN or inf. Raises ValueError on unequal lengths,
+    accounting use). Never NaN or inf. Raises ValueError on unequal lengths,
     fewer than 2 pairs or non-finite values.
     """
     if not 0.0 < alpha < 1.0:
@@ -291,31 +333,31 @@ def compare(
         verdict = VERDICT_BETTER if idea_better else VERDICT_WORSE
     else:
         verdict = VERDICT_NONE
-    return {
-        "delta_mean": delta,
-        "idea_wins": wins,
-        "n_pairs": n,
-        "per_seed_diffs": [float(x) for x in d],
-        "p_value": p,
-        "p_method": p_method,
-        "p_better": p_better,
-        "ci_low": ci_low,
-        "ci_high": ci_high,
-        "ci_level": 1.0 - alpha,
-        "t_ci_low": delta - t_half,
-        "t_ci_high": delta + t_half,
-        "ci90_low": ci90_low,
-        "ci90_high": ci90_high,
-        "effect_size": hedges_g(d),
-        "rel_delta_pct": _pct(delta, baseline_mean),
-        "mde": mde,
-        "mde_rel_pct": _pct(mde, baseline_mean),
-        "baseline_mean": baseline_mean,
-        "idea_mean": float(np.mean(i)),
-        "alpha": float(alpha),
-        "verdict": verdict,
-        "system_worked": verdict == VERDICT_BETTER,
-    }
+    return Comparison(
+        delta_mean=delta,
+        idea_wins=wins,
+        n_pairs=n,
+        per_seed_diffs=tuple(float(x) for x in d),
+        p_value=p,
+        p_method=p_method,
+        p_better=p_better,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        ci_level=1.0 - alpha,
+        t_ci_low=delta - t_half,
+        t_ci_high=delta + t_half,
+        ci90_low=ci90_low,
+        ci90_high=ci90_high,
+        effect_size=hedges_g(d),
+        rel_delta_pct=_pct(delta, baseline_mean),
+        mde=mde,
+        mde_rel_pct=_pct(mde, baseline_mean),
+        baseline_mean=baseline_mean,
+        idea_mean=float(np.mean(i)),
+        alpha=float(alpha),
+        verdict=verdict,
+        system_worked=verdict == VERDICT_BETTER,
+    )
 
 
 def bh_qvalues(p_values: Sequence[float]) -> list[float]:

@@ -137,7 +137,7 @@ def run_one(kind: str, index: int, epoch: int, code: str | None = None) -> dict[
 
     started = time.monotonic()
     try:
-        report = judge(request, on_progress, keep_warm=True)
+        report = judge(request, on_progress, keep_warm=True).model_dump(mode="json")
     except BenchError as exc:  # a gain's sandbagged matched baseline: refused (baseline_inferior)
         return {"kind": kind, "epoch": epoch, "refused": exc.code.value, "screened": False,
                 "screened_guarded": False, "helps": False, "worked": False, "runs": 0, "confirmation_runs": 0,
@@ -145,12 +145,12 @@ def run_one(kind: str, index: int, epoch: int, code: str | None = None) -> dict[
     ended = time.monotonic()
     trained, confirmation_runs = runs_trained(report)
     br = report["bench_report"]
-    from bench.decide import block_comparisons, stage_p
-
+    matched = br["screening"]["matched_lr"]
+    tests = [br["screening"]["comparison"], *([matched["comparison"]] if matched else [])]
     return {
         "kind": kind, "epoch": epoch,
         # what the agent reads and what the service's accounting keys on
-        "p_screening": stage_p(block_comparisons(br["screening"])), "p_helps": float(br["p_helps"]),
+        "p_screening": max(float(t["p_better"]) for t in tests), "p_helps": float(br["p_helps"]),
         "p_confirmation": None if br["confirmation"] is None else float(br["confirmation"]["p_value"]),
         "family": br["capture"]["idea"]["family"],
         # the screening's comparison with the baseline alone (the protocol before the lr guard)

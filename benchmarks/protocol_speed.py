@@ -92,7 +92,7 @@ def run_engine(track: str, idea: str, warm: bool) -> tuple[float, dict[str, Any]
         start = time.perf_counter()
         request = JudgeRequest(track=track, idea_code=idea, timeout_s=3600.0, seed_secret=public_secret(),
                                job_key=JOB_KEY)
-        report = judge(request, keep_warm=warm)
+        report = judge(request, keep_warm=warm).model_dump(mode="json")
         seconds = time.perf_counter() - start
     return seconds, report["bench_report"]
 

@@ -47,7 +47,7 @@ def measure(track: str) -> dict[str, Any]:
     check(request)
     fixed_s = time.monotonic() - started
     started = time.monotonic()
-    report = judge(request)
+    report = judge(request).model_dump(mode="json")
     total_s = time.monotonic() - started
     runs = runs_made(report)
     return {"track": track, "fixed_s": round(fixed_s, 1), "run_s": round(max(0.0, total_s - fixed_s) / runs, 3),

@@ -91,7 +91,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout, memory_mb=args.memory_mb, name=Path(args.idea).stem, job_key=args.job_key,
     )
     try:
-        report = judge(request, on_progress=None if args.json else _Bar(), cancel=threading.Event())
+        report = judge(request, on_progress=None if args.json else _Bar(),
+                       cancel=threading.Event()).model_dump(mode="json")
     except BenchError as exc:
         if args.json:
             _print_json({"error": exc.to_dict()})

@@ -121,7 +121,7 @@ def main() -> int:
             continue
         request.seed_secret = public_secret(epoch=1)
         request.job_key = f"golden_{name}"
-        report = scrub(judge(request))
+        report = scrub(judge(request).model_dump(mode="json"))
         (args.out / f"{name}.json").write_text(json.dumps(report, indent=1, sort_keys=True))
         line = f"{name}: {report['system_verdict']}/{report['practical_verdict']}"
         if args.compare is not None:

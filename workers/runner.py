@@ -154,9 +154,10 @@ def _execute_claimed(ctx: WorkerContext, claim: Claim, job: Job) -> Outcome:
     beat.start()
     writer = ProgressWriter(ctx, claim)
     try:
-        report = judge(judge_request(job, ctx), on_progress=writer, cancel=cancel,
+        judged = judge(judge_request(job, ctx), on_progress=writer, cancel=cancel,
                        keep_warm=ctx.settings.warm_children)
-        writer.flush(report.get("bench_report", {}).get("warnings"))
+        writer.flush(judged.bench_report.warnings)
+        report = judged.model_dump(mode="json")  # what is stored: the engine's Report as JSON
     except BenchError as exc:
         writer.flush()
         cancelled = exc.code is ErrorCode.CANCELLED or beat.cancel_requested

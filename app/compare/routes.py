@@ -22,7 +22,8 @@ def compare(body: CompareRequest, _caller: ReaderDep) -> Comparison:
 
     try:
         with numpy.errstate(over="raise", invalid="raise"):
-            result = compare_arms(body.baseline, body.idea, lower_is_better=body.lower_is_better, alpha=body.alpha)
+            result = compare_arms(body.baseline, body.idea, lower_is_better=body.lower_is_better,
+                                  alpha=body.alpha).as_dict()
     except (ValueError, FloatingPointError, OverflowError) as exc:
         raise ApiError(422, ApiCode.INVALID_COMPARISON, f"The numbers cannot be compared: {exc}.") from None
     if any(isinstance(v, float) and not math.isfinite(v) for v in result.values()):

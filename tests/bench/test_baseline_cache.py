@@ -45,7 +45,7 @@ def _judge(monkeypatch: pytest.MonkeyPatch, cache_dir: Path, *, enabled: bool = 
     options = EngineOptions(cache_dir=cache_dir, baseline_cache=enabled)
     # one job key: the same screening draw from the pool (another job's overlaps it only in part)
     report = judge(JudgeRequest(track="smoke", idea_code=IDEA, n_seeds=2, options=options,
-                                job_key="cache_job"))["bench_report"]
+                                job_key="cache_job")).model_dump(mode="json")["bench_report"]
     assert not (cache_dir / "from_env").exists()
     return report
 
@@ -77,8 +77,8 @@ def test_mechanism_on_a_hit_measures_the_cached_models(monkeypatch: pytest.Monke
     monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(tmp_path))
     request = JudgeRequest(track="smoke", idea_code=get_card("smoke")["example_idea"], n_seeds=2,
                            job_key="cache_job")
-    fresh = judge(request)["bench_report"]
-    hit = judge(request)["bench_report"]
+    fresh = judge(request).model_dump(mode="json")["bench_report"]
+    hit = judge(request).model_dump(mode="json")["bench_report"]
     assert hit["execution"]["baseline_cache_misses"] == 0 and hit["execution"]["baseline_cache"] is True
     assert hit["mechanism_signature"]["baseline_values"] == fresh["mechanism_signature"]["baseline_values"]
     assert hit["baseline"]["full"]["per_seed"] == fresh["baseline"]["full"]["per_seed"]

@@ -89,8 +89,8 @@ def test_decide_keeps_helps_only_when_it_replicates() -> None:
 
 def test_one_sided_p_and_bh_qvalues_by_hand() -> None:
     c = compare([1.0] * 8, [0.0] * 4 + [0.5] * 4)  # lower is better: the idea wins 8/8
-    assert (c["p_value"], c["p_better"]) == (2 / 256, 1 / 256)
-    assert compare([0.0] * 8, [1.0] * 8)["p_better"] == 1.0
+    assert (c.p_value, c.p_better) == (2 / 256, 1 / 256)
+    assert compare([0.0] * 8, [1.0] * 8).p_better == 1.0
     # m = 5, sorted p: 0.01 0.02 0.03 0.04 0.5 -> m*p/rank: 0.05 0.05 0.05 0.05 0.5
     assert bh_qvalues([0.04, 0.5, 0.01, 0.03, 0.02]) == pytest.approx([0.05, 0.5, 0.05, 0.05, 0.05])
     # a later smaller ratio pulls earlier ones down: 0.01*3/1=0.03, 0.04*3/2=0.06, 0.045*3/3=0.045
@@ -109,7 +109,7 @@ CHECKED = {"n_params": 351, "n_buffers": 0, "flops": 702.0}
 def _judge(job_key: str, events: list[Any] | None = None, **kwargs: Any) -> dict[str, Any]:
     request = JudgeRequest(track="smoke", idea_code=MLP, baseline_code=kwargs.pop("baseline", LINEAR),
                            n_seeds=N, job_key=job_key, canonical=CHECKED, **kwargs)
-    return judge(request, events.append if events is not None else None)
+    return judge(request, events.append if events is not None else None).model_dump(mode="json")
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +305,7 @@ def test_the_ideas_measure_code_cannot_take_over_the_baselines_rebuild(monkeypat
     the baseline's own model. That child is closed like every other that ran submitted code."""
     monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)
     hijack = (Path(__file__).parents[1] / "security" / "hostile" / "measure_hijack.py").read_text()
-    report = judge(JudgeRequest(track="smoke", idea_code=hijack, n_seeds=N, job_key="job_hijack"))
+    report = judge(JudgeRequest(track="smoke", idea_code=hijack, n_seeds=N, job_key="job_hijack")).model_dump(mode="json")
     confirmation = report["bench_report"]["confirmation"]
     assert confirmation is not None and confirmation["comparison"]["per_seed_diffs"] == [0.0] * N
     assert report["practical_verdict"] != "helps"

@@ -107,7 +107,7 @@ def test_judge_on_a_custom_track_marks_the_report_and_hides_the_labels() -> None
     track = CustomTrack.from_source(TINY, version=3, author="tester", file="tiny_quadratic.py")
     warned = "the baseline is no better than a constant predictor"
     report = judge(JudgeRequest(track=track.id, idea_code=IDEA, n_seeds=4,
-                                custom_track=replace(track, validation_warnings=[warned])))
+                                custom_track=replace(track, validation_warnings=[warned]))).model_dump(mode="json")
     bench = report["bench_report"]
     assert bench["track_id"] == "tiny_quadratic@3"
     assert bench["custom_track"] == {
@@ -172,7 +172,7 @@ np.save = _save_or_link
 def build_model(spec):
     return nn.Linear(4, 1)
 """
-    report = judge(JudgeRequest(track=track.id, idea_code=evil, custom_track=track, n_seeds=2))
+    report = judge(JudgeRequest(track=track.id, idea_code=evil, custom_track=track, n_seeds=2)).model_dump(mode="json")
     assert report["bench_report"]["idea"]["full"]["mean"] > 1e-6  # not the labels themselves
 
 
@@ -183,7 +183,7 @@ def test_seed_000s_idea_is_judged_on_its_custom_track() -> None:
     they hold). It was refused as parameter_parity once that cap counted parameters alone."""
     track = CustomTrack.from_source((ROOT / "examples" / "tracks" / "so3_spectral.py").read_text())
     idea = (ROOT / "examples" / "ideas" / "so3_exact_generator.py").read_text()
-    report = judge(JudgeRequest(track=track.id, idea_code=idea, custom_track=track, n_seeds=3))
+    report = judge(JudgeRequest(track=track.id, idea_code=idea, custom_track=track, n_seeds=3)).model_dump(mode="json")
     bench = report["bench_report"]
     # the maps compressed (1,296 raw words), and the literal numbers (sizes and dims, a few bits each)
     assert report["system_judged"] is True and bench["parameter_parity"]["buffers"] == {"idea": 993, "baseline": 987}

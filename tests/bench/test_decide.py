@@ -14,7 +14,6 @@ from bench.decide import (
     SweepRun,
     at_edge,
     best,
-    block_comparisons,
     compute_error,
     edge_steps,
     lr_matched,
@@ -29,7 +28,7 @@ from bench.decide import (
     too_many_diverged,
 )
 from bench.errors import ErrorCode
-from bench.stats import VERDICT_BETTER, VERDICT_NONE, compare
+from bench.stats import VERDICT_BETTER, VERDICT_NONE, Comparison, compare
 
 nan = math.nan
 
@@ -88,16 +87,14 @@ def test_a_stage_wins_only_against_every_baseline_it_ran() -> None:
     assert len(won) == 1 and stage_better(won) and stage_p(won) == 1 / 2 ** 8
     values["matched"] = list(idea)  # the baseline at the idea's lr is as good as the idea
     both = stage_comparisons(values, lower_is_better=True)
-    assert [c["verdict"] for c in both] == [VERDICT_BETTER, VERDICT_NONE]
+    assert [c.verdict for c in both] == [VERDICT_BETTER, VERDICT_NONE]
     assert not stage_better(both) and stage_p(both) == 1.0
-    assert stage_comparisons(values, lower_is_better=False)[0]["verdict"] != VERDICT_BETTER  # direction
+    assert stage_comparisons(values, lower_is_better=False)[0].verdict != VERDICT_BETTER  # direction
 
 
-def _block(base: list[float], idea: list[float], matched: list[float] | None = None) -> dict[str, Any]:
-    block: dict[str, Any] = {"comparison": compare(base, idea, lower_is_better=True), "matched_lr": None}
-    if matched is not None:
-        block["matched_lr"] = {"lr": 0.1, "comparison": compare(matched, idea, lower_is_better=True)}
-    return block
+def _block(base: list[float], idea: list[float], matched: list[float] | None = None) -> list[Comparison]:
+    """A stage's tests: against the baseline, and against it at the idea's lr when ``matched``."""
+    return [compare(b, idea, lower_is_better=True) for b in (base, matched) if b is not None]
 
 
 BASE = [1.0, 1.1, 0.9, 1.2, 1.0, 1.05, 0.95, 1.15]
@@ -116,7 +113,7 @@ def test_a_win_over_a_baseline_at_its_grids_edge_or_only_over_its_tuning_is_lr_c
 
 
 def test_the_effect_must_reach_the_smallest_effect_in_every_stage_that_ran() -> None:
-    screening, confirmation = _block(BASE, BETTER), _block(BASE, [b - 0.01 for b in BASE])
+    screening, confirmation = compare(BASE, BETTER), compare(BASE, [b - 0.01 for b in BASE])
     assert reaches(0.4, True, screening, None)
     assert not reaches(0.6, True, screening, None)
     assert not reaches(0.4, True, screening, confirmation)  # the confirmation's gain is 0.01
@@ -125,10 +122,10 @@ def test_the_effect_must_reach_the_smallest_effect_in_every_stage_that_ran() -> 
 
 
 def test_p_helps_is_the_larger_of_both_stages() -> None:
-    screening = _block(BASE, BETTER, matched=[b - 0.4 for b in BASE])
-    assert p_helps(screening, None) == stage_p(block_comparisons(screening))
-    assert p_helps(screening, {"p_value": 0.3}) == 0.3
-    assert p_helps(_block(BASE, BETTER), {"p_value": 1e-9}) == 1 / 2 ** 8
+    screening = _block(BASE, BETTER, matched=[b + (0.05 if k % 2 else -0.05) for k, b in enumerate(BETTER)])
+    assert p_helps(screening, None) == stage_p(screening) == screening[1].p_better > screening[0].p_better
+    assert p_helps(screening, 0.9) == 0.9 and p_helps(screening, 0.3) == stage_p(screening)
+    assert p_helps(_block(BASE, BETTER), 1e-9) == 1 / 2 ** 8
 
 
 def test_more_than_a_quarter_diverged_decides_nothing() -> None:

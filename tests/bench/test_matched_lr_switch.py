@@ -90,7 +90,7 @@ def test_a_matched_baseline_compared_at_an_lr_its_check_never_ran_is_not_helps(i
     executor = Factory(make_script(idea_lr))
     request = scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", baseline_code=MATCHED)
     request.idea_code = IDEA
-    report = judge(request, executor=executor, track=TRACK)
+    report = judge(request, executor=executor, track=TRACK).model_dump(mode="json")
     Report.model_validate(report)
     br = report["bench_report"]
     check = br["matched_baseline_check"]

@@ -29,6 +29,6 @@ def test_sequential_execution_trains_one_run_at_a_time(tmp_path: Path, monkeypat
     monkeypatch.setenv("IDEABENCH_EXECUTION", "auto")  # the job's options, not the environment, decide
     idea = get_card("smoke")["example_idea"]
     options = EngineOptions(cache_dir=tmp_path, baseline_cache=False, execution="sequential")
-    report = judge(JudgeRequest(track="smoke", idea_code=idea, n_seeds=2, options=options))
+    report = judge(JudgeRequest(track="smoke", idea_code=idea, n_seeds=2, options=options)).model_dump(mode="json")
     assert report["bench_report"]["execution"]["path"] == "sequential"
     assert not any(tmp_path.iterdir())  # no cache written

@@ -21,7 +21,7 @@ GOOD_HEADER = "import torch\nfrom torch import nn\n"
 @pytest.fixture(scope="module")
 def smoke_report() -> dict:
     events = []
-    report = judge(JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"]), events.append)
+    report = judge(JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"]), events.append).model_dump(mode="json")
     report["_events"] = events
     return report
 
@@ -55,13 +55,13 @@ def test_reruns_give_identical_numbers_with_fresh_or_warm_children() -> None:
 
     # one job (its key): the same screening draw and capture order, so the same numbers
     request = JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2, job_key="rerun")
-    cold = judge(request)
+    cold = judge(request).model_dump(mode="json")
     assert warm._slot is None
     judge(request, keep_warm=True)  # no slot yet: starts its own children, then the next job's
     slot = warm.take(sandbox.Limits(memory_mb=request.memory_mb))  # waits for the launch
     warm._slot = slot
     assert slot is not None and slot.alive
-    adopted = judge(request, keep_warm=True)
+    adopted = judge(request, keep_warm=True).model_dump(mode="json")
     assert all(proc.poll() is not None for proc, _ in slot.launched.values())  # used, then killed
     assert not Path(slot.tmp.name).exists()
     for arm in ("baseline", "idea"):

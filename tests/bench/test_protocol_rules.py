@@ -29,7 +29,7 @@ def run(script: Any, **request: Any) -> tuple[dict[str, Any], Scripted, list[Pro
     events: list[Progress] = []
     request.setdefault("job_key", "job")
     report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, **request), events.append,
-                   executor=executor, track=TRACK)
+                   executor=executor, track=TRACK).model_dump(mode="json")
     Report.model_validate(report)
     return report, executor, events
 
@@ -203,7 +203,7 @@ def test_an_idea_with_more_configs_gives_the_baseline_a_denser_grid_of_equal_bud
     """PROTOCOL.md 1: both arms' tuning budgets are equal by construction: two idea configs per
     lr, so the baseline sweeps twice the lrs over the same range."""
     executor = Scripted(by_lr({"baseline": 0.03, "idea": 0.03}), {"hparams": {"idea": {"width": [8, 16]}}})
-    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job"), executor=executor, track=TRACK)
+    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job"), executor=executor, track=TRACK).model_dump(mode="json")
     idea, baseline = executor.asked(arm="idea", split="val"), executor.asked(arm="baseline", split="val")
     assert len(idea) == len(baseline) == 3 * 2 * 2  # (3 lrs x 2 configs | 6 lrs) x 2 sweep seeds
     lrs = {arm: sorted({a.cfg["lr"] for a in runs}) for arm, runs in (("idea", idea), ("baseline", baseline))}
@@ -224,7 +224,7 @@ def test_a_self_measured_mechanism_is_measured_on_both_arms_final_models() -> No
     executor = Scripted(by_lr({"baseline": 0.03, "idea": 0.03}, {"baseline": 0.5, "idea": 0.3}),
                         {"mechanism": {"quantity": "a gate's mean", "prediction": "the idea's gate is open",
                                       "expect": {"kind": "higher_than_baseline"}}, "measured": measure})
-    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job"), executor=executor, track=TRACK)
+    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job"), executor=executor, track=TRACK).model_dump(mode="json")
     assert sorted(arm for arm, _ in measured) == ["baseline"] * N + ["idea"] * N
     signature = report["bench_report"]["mechanism_signature"]
     assert signature["idea_values"] == [1.0] * N and signature["baseline_values"] == [0.0] * N

@@ -89,7 +89,7 @@ def test_worked_must_mirror_system_verdict() -> None:
 def test_engine_shaped_report_round_trips() -> None:
     base = [0.056, 0.060, 0.063, 0.059, 0.052, 0.057, 0.057, 0.050]
     idea = [0.037, 0.044, 0.042, 0.049, 0.042, 0.051, 0.044, 0.037]
-    comparison = compare(base, idea)
+    comparison = compare(base, idea).as_dict()
     verdicts = decide(comparison, 1, smallest_effect=0.002)
     report = {
         **verdicts,

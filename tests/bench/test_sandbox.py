@@ -216,7 +216,7 @@ def test_double_forked_setsid_daemon_survives_nothing(job_tmp: Path) -> None:
     report = judge(
         JudgeRequest(track="smoke", idea_code=source, n_seeds=2, timeout_s=120),
         on_progress=lambda _: seen.append(bool(_processes_with(marker))),
-    )
+    ).model_dump(mode="json")
     assert report["bench_report"]["n_seeds"] == 2
     assert any(seen), "the daemon never ran: the test proves nothing"
     _assert_nothing_left(str(job_tmp), marker)
@@ -360,7 +360,7 @@ def test_full_isolation_runs_here_when_required(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_worker_stays_healthy_after_hostile_jobs(job_tmp: Path) -> None:
     _judge_fails(job_tmp, "crashed", "import ctypes\nctypes.string_at(0)\n" + GOOD_TAIL)
-    report = judge(JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2))
+    report = judge(JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2)).model_dump(mode="json")
     assert report["bench_report"]["isolation"] == sandbox.isolation_layers()
     _assert_nothing_left(str(job_tmp))
 

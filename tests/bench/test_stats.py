@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from bench.report import Comparison
 from bench.stats import (
     EFFECT_SIZE_CAP,
     MC_SEED,
@@ -71,7 +73,7 @@ def test_one_sided_p_values() -> None:
 def test_all_zero_diffs() -> None:
     assert paired_sign_flip_p([0.0] * 8)[0] == 1.0
     assert sign_flip_ci([0.0] * 8) == (0.0, 0.0)
-    out = compare([0.5] * 8, [0.5] * 8)
+    out = compare([0.5] * 8, [0.5] * 8).as_dict()
     assert out["p_value"] == 1.0
     assert out["verdict"] == "no significant win"
     assert out["effect_size"] == 0.0 and out["mde"] == 0.0
@@ -80,7 +82,7 @@ def test_all_zero_diffs() -> None:
 
 
 def test_zero_baseline_mean_gives_zero_relative_numbers() -> None:
-    out = compare([0.0] * 4, [1.0, 2.0, 3.0, 4.0])
+    out = compare([0.0] * 4, [1.0, 2.0, 3.0, 4.0]).as_dict()
     assert out["rel_delta_pct"] == 0.0 and out["mde_rel_pct"] == 0.0
     json.dumps(out, allow_nan=False)
 
@@ -259,13 +261,13 @@ def test_mde_is_about_1_15_sd_at_n8() -> None:
     base = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
     idea = [b + x for b, x in zip(base, [0.1, -0.2, 0.3, 0.0, 0.2, -0.1, 0.4, 0.1], strict=True)]
     sd = float(np.std(np.subtract(idea, base), ddof=1))
-    assert compare(base, idea)["mde"] == pytest.approx(1.153 * sd, rel=2e-3)
+    assert compare(base, idea).mde == pytest.approx(1.153 * sd, rel=2e-3)
 
 
 def test_compare_hand_computed() -> None:
     base = [10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0]
     idea = [9.0, 8.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.0]  # diffs -1..-8
-    out = compare(base, idea)
+    out = compare(base, idea).as_dict()
     assert out["per_seed_diffs"] == [-1.0, -2.0, -3.0, -4.0, -5.0, -6.0, -7.0, -8.0]
     assert out["delta_mean"] == -4.5 and out["idea_wins"] == 8 and out["n_pairs"] == 8
     assert out["p_value"] == 2 / 256 and out["verdict"] == "idea better (significant)"
@@ -286,9 +288,9 @@ def test_compare_hand_computed() -> None:
 def test_compare_direction_and_ties() -> None:
     base = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     idea = [2.0, 3.0, 2.5, 4.0, 1.0, 2.0, 3.0, 2.0]  # one tie, seven higher
-    lower = compare(base, idea)
+    lower = compare(base, idea).as_dict()
     assert lower["idea_wins"] == 0 and lower["verdict"] == "idea worse (significant)"
-    higher = compare(base, idea, lower_is_better=False)
+    higher = compare(base, idea, lower_is_better=False).as_dict()
     assert higher["idea_wins"] == 7 and higher["verdict"] == "idea better (significant)"
     assert higher["per_seed_diffs"] == lower["per_seed_diffs"]  # always idea - baseline
 
@@ -297,5 +299,17 @@ def test_effect_size_never_infinite() -> None:
     assert hedges_g([0.5, 0.5, 0.5]) == EFFECT_SIZE_CAP
     assert hedges_g([-0.5, -0.5, -0.5]) == -EFFECT_SIZE_CAP
     assert hedges_g([0.0, 0.0]) == 0.0
-    out = compare([1.0, 2.0, 3.0], [1.5, 2.5, 3.5])
+    out = compare([1.0, 2.0, 3.0], [1.5, 2.5, 3.5]).as_dict()
     assert all_finite(out) and abs(out["effect_size"]) <= EFFECT_SIZE_CAP
+
+
+def test_a_comparison_is_frozen_and_its_block_is_json() -> None:
+    """``compare`` returns an immutable value (a decision reads it; nothing rewrites it), and its
+    block holds exactly the report's comparison fields, in JSON types."""
+    out = compare([1.0, 2.0, 3.0], [0.5, 1.5, 2.5])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        out.p_value = 0.0  # type: ignore[misc]
+    block = out.as_dict()
+    assert isinstance(block["per_seed_diffs"], list) and block["per_seed_diffs"] == [-0.5, -0.5, -0.5]
+    assert set(block) == set(Comparison.model_fields) - {"model_config"}
+    assert Comparison.model_validate(block).model_dump() == block

@@ -167,7 +167,7 @@ def test_an_unbatchable_idea_puts_both_arms_on_the_sequential_path(
         "def build_model(spec):\n"
         "    return nn.Sequential(nn.Linear(8, 28), nn.BatchNorm1d(28), nn.ReLU(), nn.Linear(28, 1))\n"
     )
-    execution = judge(JudgeRequest(track="smoke", idea_code=idea, n_seeds=2))["bench_report"]["execution"]
+    execution = judge(JudgeRequest(track="smoke", idea_code=idea, n_seeds=2)).model_dump(mode="json")["bench_report"]["execution"]
     assert execution["path"] == "sequential"
     assert "idea" in execution["sequential_reason"] and "running statistics" in execution["sequential_reason"]
 

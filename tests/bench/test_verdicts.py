@@ -46,9 +46,9 @@ def test_exact_recomputation_keeps_seed_verdicts(path: Path) -> None:
         return values
 
     out = compare(per_seed(bench["baseline"]), per_seed(bench["idea"]))
-    assert out["verdict"] == bench["comparison"]["verdict"]
-    assert out["idea_wins"] == bench["comparison"]["idea_wins"]
-    assert out["delta_mean"] == pytest.approx(bench["comparison"]["delta_mean"], rel=1e-6)
+    assert out.verdict == bench["comparison"]["verdict"]
+    assert out.idea_wins == bench["comparison"]["idea_wins"]
+    assert out.delta_mean == pytest.approx(bench["comparison"]["delta_mean"], rel=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -275,10 +275,10 @@ def test_a_tiny_sure_win_is_below_effect_and_a_real_one_helps() -> None:
     from bench.assemble import build_report
 
     baseline = [0.5 + 0.01 * i for i in range(8)]
-    tiny = build_report(_outcome(baseline, [b * (1 - 1e-7) for b in baseline]))
+    tiny = build_report(_outcome(baseline, [b * (1 - 1e-7) for b in baseline])).model_dump(mode="json")
     assert tiny["bench_report"]["comparison"]["verdict"] == "idea better (significant)"
     assert (tiny["practical_verdict"], tiny["practical_detail"]) == ("inconclusive", "below_effect")
-    real = build_report(_outcome(baseline, [b * 0.9 for b in baseline]))
+    real = build_report(_outcome(baseline, [b * 0.9 for b in baseline])).model_dump(mode="json")
     assert real["practical_verdict"] == "helps" and real["worked"] is True
     assert real["bench_report"]["sandbox"] == {"complete": True, "missing": []}
 
@@ -287,6 +287,6 @@ def test_a_report_under_a_weak_sandbox_says_so() -> None:
     from bench.assemble import build_report
 
     baseline = [0.5 + 0.01 * i for i in range(8)]
-    weak = build_report(_outcome(baseline, baseline, isolation=["process", "empty_env", "no_new_privs", "seccomp"]))
+    weak = build_report(_outcome(baseline, baseline, isolation=["process", "empty_env", "no_new_privs", "seccomp"])).model_dump(mode="json")
     assert weak["bench_report"]["sandbox"] == {"complete": False, "missing": ["namespaces", "no_network"]}
     assert any(w.startswith("weak sandbox: judged without namespaces, no_network") for w in weak["bench_report"]["warnings"])

@@ -135,13 +135,13 @@ def _pid_holds_a_job(stack: Stack, pid: int) -> bool:
                for status, worker, _ in stack.statuses().values())
 
 
-KILLS = 10
+KILLS = 6  # trimmed from 20, then 10, for make test (issue 26.9): each kill costs a worker start and a job
 
 
-def test_workers_sigkilled_ten_times_every_job_ends_once(stack: Stack) -> None:
+def test_workers_sigkilled_six_times_every_job_ends_once(stack: Stack) -> None:
     rng = random.Random(SEED)
     with TestClient(stack.app) as client:
-        jobs = stack.submit(client, 10)
+        jobs = stack.submit(client, KILLS)
         kills, mid_job = 0, 0
         started = time.monotonic()
         following = stack.spawn()
@@ -164,7 +164,7 @@ def test_workers_sigkilled_ten_times_every_job_ends_once(stack: Stack) -> None:
     attempts = [a for _, _, a in stack.statuses().values()]
     print(f"faults: {kills} SIGKILLs ({mid_job} while a job ran) in {kill_phase_s:.0f} s; "
           f"attempts per job {sorted(attempts)}")
-    assert kills == KILLS and mid_job >= 3 and len(jobs) >= 10
+    assert kills == KILLS and mid_job >= 3 and len(jobs) >= KILLS
     assert sum(attempts) >= len(jobs) + mid_job - 1  # every kill mid-job cost that job an attempt
 
 

@@ -251,13 +251,13 @@ def test_data_dependent_control_flow_is_not_capturable(job_tmp: Path) -> None:
 
 
 def test_the_capture_child_sees_no_data(job_tmp: Path) -> None:
-    report = judge(JudgeRequest(track="smoke", idea_code=(HOSTILE / "snoop_data.py").read_text(), n_seeds=2))
+    report = judge(JudgeRequest(track="smoke", idea_code=(HOSTILE / "snoop_data.py").read_text(), n_seeds=2)).model_dump(mode="json")
     assert report["system_judged"] is True  # it ran, and found no .npy file anywhere near it
 
 
 def test_a_declared_probe_is_measured_by_the_bench_not_by_the_idea(job_tmp: Path) -> None:
     source = (HOSTILE / "forge_mechanism.py").read_text()
-    report = judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2))
+    report = judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2)).model_dump(mode="json")
     mechanism = report["bench_report"]["mechanism_signature"]
     assert mechanism["self_measured"] is False
     assert all(v > 1e-3 for v in mechanism["idea_values"])  # its measure() said 0.0
@@ -273,7 +273,7 @@ def test_a_module_probe_on_a_part_that_misses_the_output_fails_before_training(j
 
 def test_an_own_measure_is_reported_as_self_measured(job_tmp: Path) -> None:
     source = (HOSTILE / "forge_mechanism.py").read_text().replace('    "probe": {"kind": "input_gradient"},\n', "")
-    report = judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2))
+    report = judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2)).model_dump(mode="json")
     mechanism = report["bench_report"]["mechanism_signature"]
     assert mechanism["self_measured"] is True
     assert mechanism["idea_values"] == [0.0, 0.0]
@@ -290,7 +290,7 @@ def test_an_own_measure_that_confirms_itself_cannot_raise_the_verdict(job_tmp: P
     source = source.replace("    return nn.Sequential(", "    return Idea(").replace(
         "def build_model(spec):", "class Idea(nn.Sequential):\n    pass\n\n\ndef build_model(spec):").replace(
         "    CALLS[0] += 1\n    return 0.0 if CALLS[0] <= 100 else 1.0", "    return 0.0 if type(model).__name__ == 'Idea' else 1.0")
-    report = judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2))
+    report = judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2)).model_dump(mode="json")
     assert report["mechanism_ok"] == 1 and report["bench_report"]["mechanism_signature"]["self_measured"] is True
     assert report["practical_verdict"] != "helps"  # the same model as the baseline
     assert report["system_verdict"] == "failed" and report["worked"] is False

@@ -57,7 +57,7 @@ def test_events_forged_for_the_baseline_are_refused_and_do_not_poison_the_cache(
     # The next, honest submission on the same cache: the baseline itself, judged against the
     # baseline, must not come out as a win (it would, had the forged diverged flags been cached).
     baseline = SMOKE["example_idea"]
-    report = judge(JudgeRequest(track="smoke", idea_code=baseline, n_seeds=2, timeout_s=120))
+    report = judge(JudgeRequest(track="smoke", idea_code=baseline, n_seeds=2, timeout_s=120)).model_dump(mode="json")
     assert report["practical_verdict"] != "helps"
     assert report["bench_report"]["diverged"] == {"baseline": 0, "idea": 0}
 
@@ -356,7 +356,7 @@ def test_an_honest_matched_baseline_is_checked_and_parity_is_the_canonical_ones(
     """A matched baseline padded with dead parameters admitted an idea as large (issue 25.5):
     parity is measured against the canonical baseline (321 parameters on smoke)."""
     report = judge(JudgeRequest(track="smoke", idea_code=CANONICAL_COPY, baseline_code=CANONICAL_COPY,
-                                n_seeds=2, timeout_s=300.0))["bench_report"]
+                                n_seeds=2, timeout_s=300.0)).model_dump(mode="json")["bench_report"]
     check = report["matched_baseline_check"]
     assert check["non_inferior"] is True and check["n_params"] == 321 and check["seeds"]
     assert report["execution"]["path"] == "sequential"  # as in its check (_Job.matched_path_fixed)
@@ -396,7 +396,7 @@ def test_a_matched_baseline_is_compared_at_the_config_its_check_measured(job_tmp
     config is now its check's (bench.protocol._Job.pinned)."""
     report = judge(JudgeRequest(track="smoke", idea_code=hostile("canonical_copy_two_configs.py"),
                                 baseline_code=hostile("lr_keyed_matched.py"), n_seeds=8, job_key="rt_lrkey_1",
-                                timeout_s=600.0))
+                                timeout_s=600.0)).model_dump(mode="json")
     br = report["bench_report"]
     check = br["matched_baseline_check"]
     assert check["non_inferior"] and check["worse_by"] < check["smallest_effect"]

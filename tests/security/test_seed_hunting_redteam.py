@@ -98,6 +98,6 @@ def test_one_file_resubmitted_keeps_its_family_and_graph(tmp_path: Path) -> None
     no-ops are its input now, so both jobs are one family. (~30 s: two smoke jobs.)"""
     captures = []
     for _ in range(2):
-        report = judge(JudgeRequest(track="smoke", idea_code=ROLL, n_seeds=2))
+        report = judge(JudgeRequest(track="smoke", idea_code=ROLL, n_seeds=2)).model_dump(mode="json")
         captures.append(report["bench_report"]["capture"]["idea"])
     assert captures[0]["family"] == captures[1]["family"], captures

@@ -20,6 +20,7 @@ from app.reports.models import Report, VerdictCount
 from app.reports.service import build_report_row
 from bench.errors import BenchError, ErrorCode
 from bench.protocol import Progress
+from bench.report import Report as JudgeReport
 from tests.app.factories import insert_job, report_body
 from tests.conftest import RecordingQueue
 from workers import runner
@@ -90,11 +91,11 @@ def test_execute_job_success_writes_progress_and_one_report(ctx: WorkerContext, 
                                                             monkeypatch: Any) -> None:
     seen: list[int | None] = []
 
-    def fake_judge(request: Any, on_progress: Any, cancel: threading.Event, keep_warm: bool) -> dict[str, Any]:
+    def fake_judge(request: Any, on_progress: Any, cancel: threading.Event, keep_warm: bool) -> JudgeReport:
         assert request.track == "smoke" and request.device == "cpu"
         on_progress(Progress("sweep", 3, 10, 5.0, "sweeping"))
         seen.append(load(ctx, job_id).runs_done)
-        return report_body("partial", "helps", mechanism_ok=0)
+        return JudgeReport.model_validate(report_body("partial", "helps", mechanism_ok=0))
 
     monkeypatch.setattr(runner, "judge", fake_judge)
     assert runner.execute_job(ctx, job_id) is runner.Outcome.SUCCEEDED
@@ -144,12 +145,12 @@ def test_cancel_request_reaches_the_running_judge(ctx: WorkerContext, job_id: st
 
 def test_a_lost_lease_stops_the_run_and_discards_its_result(ctx: WorkerContext, job_id: str,
                                                             monkeypatch: Any) -> None:
-    def fake_judge(request: Any, on_progress: Any, cancel: threading.Event, keep_warm: bool) -> dict[str, Any]:
+    def fake_judge(request: Any, on_progress: Any, cancel: threading.Event, keep_warm: bool) -> JudgeReport:
         with ctx.sessions() as session:  # the reconciler presumed us dead and re-queued the job
             session.execute(Job.__table__.update().where(Job.id == job_id).values(status="queued", worker_id=None))
             session.commit()
         assert cancel.wait(5)
-        return report_body()
+        return JudgeReport.model_validate(report_body())
 
     monkeypatch.setattr(runner, "judge", fake_judge)
     assert runner.execute_job(ctx, job_id) is runner.Outcome.LOST
@@ -261,9 +262,9 @@ def test_a_jobs_log_lines_carry_its_submissions_request_id(ctx: WorkerContext, m
         job_id = job.id
     logger = logging.getLogger("ideabench.test.engine")
 
-    def fake_judge(*_args: Any, **_kwargs: Any) -> dict[str, Any]:
+    def fake_judge(*_args: Any, **_kwargs: Any) -> JudgeReport:
         logger.info("training")  # a line logged while the job runs, far from the runner
-        return report_body("failed", "inconclusive", mechanism_ok=None)
+        return JudgeReport.model_validate(report_body("failed", "inconclusive", mechanism_ok=None))
 
     monkeypatch.setattr(runner, "judge", fake_judge)
     with json_log_lines(logger.name) as lines:
