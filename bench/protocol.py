@@ -73,6 +73,7 @@ from bench.seeding import (
     SCREEN_POOL,
     RunSeeds,
     SeedSecret,
+    build_seed,
     capture_order,
     confirmation_seeds,
     deployment_secret,
@@ -280,25 +281,16 @@ class _Job:
         return run_seeds(seed, self.secret, self.model_key or None, track=self.seed_track)
 
     def build_seed(self, arm: str, seed: int) -> int:
-        """The seed ``arm``'s file builds protocol seed ``seed``'s model with (torch's, numpy's and
-        Python's seed in its capture child); the trusted trainer draws the parameters' values
-        from ``seeds(seed).init`` whatever the file built (``bench.redraw``).
-
-        A submitted file builds the screening's seeds with seeds drawn for this job alone
-        (issue 25, red team): what it learns of them in one job (by an error's text, by its own
-        numbers) is of no use in another, so in the confirmation's rebuild it cannot tell them,
-        its decoys, from the confirmation's seeds. The track's own baseline (a built-in track's
-        or a custom track's: the baseline cache, keyed by seed and graph, stands on its builds)
-        and every file at the sweep's seeds (the models' key) and at the confirmation's (a
-        resubmission re-rolls nothing) build with the init seed itself. In a matched baseline's
-        check the track's baseline builds with the matched one's seeds (``checking_matched``):
-        non-inferiority is a point estimate, and an honest copy must be the same model there
-        (the baseline cache then keys its runs by the build seed too)."""
-        track_baseline = arm == "baseline" and self.request.baseline_code is None
-        if seed in self.sweep_seed_list or seed >= CONFIRM_SEED_BASE or (
-                track_baseline and not self.request.checking_matched):
-            return self.seeds(seed).init
-        return self.secret.derive("build", self.seed_track, self.job_key, seed)
+        """The seed ``arm``'s file builds protocol seed ``seed``'s model with (``seeding.build_seed``
+        has the rule and why). The track's baseline in a matched baseline's check
+        (``checking_matched``) builds with the matched one's seeds: non-inferiority is a point
+        estimate, and an honest copy must be the same model there (the baseline cache then keys
+        its runs by the build seed too)."""
+        request = self.request
+        bench = arm == "baseline" and request.baseline_code is None and request.custom_track is None
+        return build_seed(self.secret, self.seeds(seed).init, bench=bench and not request.checking_matched,
+                          shared=seed in self.sweep_seed_list or seed >= CONFIRM_SEED_BASE,
+                          track=self.seed_track, job_key=self.job_key, seed=seed)
 
     def prefetch(self, seeds: list[int]) -> None:
         """Make the seeds' data in a background thread (it overlaps child start and training)."""
@@ -456,8 +448,11 @@ class _Job:
         self.flops = {arm: max(flops[arm]) for arm in ARMS}
 
     def enable_cache(self, device: str) -> None:
-        """Reuse the canonical baseline's runs (bench.baseline_cache) when allowed."""
-        if self.request.baseline_code is not None or not self.options.baseline_cache:
+        """Reuse the canonical baseline's runs (bench.baseline_cache) when allowed: a built-in
+        track's baseline only (a custom track's is its author's code, which builds the screening
+        with this job's seeds alone: ``seeding.build_seed``)."""
+        if self.request.baseline_code is not None or self.request.custom_track is not None \
+                or not self.options.baseline_cache:
             return
         self.cache = baseline_cache.BaselineCache(self.options.baseline_dir)
         self.cache_context = {

@@ -136,6 +136,25 @@ def confirmation_seeds(n: int) -> list[int]:
     return [CONFIRM_SEED_BASE + i for i in range(n)]
 
 
+def build_seed(secret: SeedSecret, init: int, *, bench: bool, shared: bool, track: str, job_key: str,
+               seed: int) -> int:
+    """The seed a file builds protocol seed ``seed``'s model with (torch's, numpy's and Python's
+    seed in its capture child); the trusted trainer draws the parameters' values from ``init``
+    whatever the file built (``bench.redraw``).
+
+    ``init`` when the seed is ``shared`` (a sweep seed, part of the models' key; a confirmation
+    seed: a resubmission re-rolls nothing) or when the file is the ``bench``'s own code (a
+    built-in track's baseline, whose runs the baseline cache keeps by seed and graph across
+    jobs). Every other file (an idea, a matched baseline, a custom track's baseline: its author's
+    code) builds the screening's seeds with seeds of this job alone. The screening pool's init
+    seeds are shared by every job of the epoch: a file that learnt them (written into an error's
+    text or its own numbers) could tell the confirmation's decoys from its new seeds and
+    sabotage only those, or compute offline the values every idea starts from."""
+    if shared or bench:
+        return init
+    return secret.derive("build", track, job_key, seed)
+
+
 def run_seeds(seed: int, secret: SeedSecret, job_key: str | None = None, *, track: str) -> RunSeeds:
     """Expand one protocol seed of ``track`` (a built-in track's name, a custom track's
     ``name@version``) into split / order / init seeds under ``secret``. The track is in the

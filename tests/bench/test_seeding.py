@@ -13,6 +13,7 @@ from bench.seeding import (
     SECRET_ENV,
     SecretStore,
     SeedSecret,
+    build_seed,
     capture_order,
     deployment_secret,
     final_seeds,
@@ -179,3 +180,24 @@ def test_processes_starting_at_once_on_a_fresh_data_dir_agree_and_none_reads_a_p
     for i, directory in enumerate(directories):
         assert len(set(keys[6 * i: 6 * i + 6])) == 1, directory  # one key per directory
         assert not [p.name for p in Path(directory).iterdir() if p.name != "seed_secret.json"]  # no temp left
+
+
+def test_only_the_benchs_own_code_builds_the_screening_with_the_epochs_init_seeds() -> None:
+    """``build_seed``: every file builds the sweep's and the confirmation's seeds (``shared``) with
+    the init seed, and the bench's own baseline every seed; any other file (an idea, a matched
+    baseline, a custom track's baseline: its author's code) builds the screening's with seeds of
+    its job alone, never the init seeds every job of the epoch shares (before, a custom track's
+    baseline built with them: its author could learn them, then tell the confirmation's decoys
+    from its new seeds)."""
+    secret = SeedSecret(key=b"k" * 32, epoch=1)
+    inits = [run_seeds(seed, secret, track="custom/t@1").init for seed in range(10)]
+
+    def built(job: str, *, bench: bool = False, shared: bool = False) -> list[int]:
+        return [build_seed(secret, init, bench=bench, shared=shared, track="custom/t@1", job_key=job, seed=s)
+                for s, init in enumerate(inits)]
+
+    assert built("job_a", bench=True) == inits
+    assert built("job_a", shared=True) == built("job_b", shared=True) == inits
+    job_a, job_b = built("job_a"), built("job_b")
+    assert len(set(job_a)) == len(job_a) and job_a == built("job_a")  # a job rebuilds its own seeds
+    assert not set(job_a) & set(job_b) and not set(job_a) & set(inits)

@@ -129,3 +129,40 @@ def test_honest_inits_are_drawn_alike_and_sabotaged_ones_are_not() -> None:
         assert info.value.code == ErrorCode.NOT_CAPTURABLE
     with pytest.raises(BenchError):  # a LayerNorm's ones, zeroed in a later seed
         check_drawn_alike(first[2], np.zeros_like(first[2]), "baseline", 2)
+
+
+# Hostile: a track author's baseline that writes the seeds it was built with into an error's text
+# (the red team's leak of issue 25) once it has built every model of a job.
+SEED_LEAKING_BASELINE = (Path(__file__).resolve().parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text().replace(
+    '"name": "tiny_quadratic"', '"name": "seed_leaking_baseline"').replace(
+    "def build_baseline(spec):\n    return nn.Sequential(nn.Linear(spec[\"n_features\"], 16), nn.ReLU(), nn.Linear(16, 1))",
+    "SEEN = []\n\n\ndef build_baseline(spec):\n    import torch\n    SEEN.append(torch.initial_seed())\n"
+    "    if len(SEEN) == BUILDS:\n        raise RuntimeError('built with ' + ' '.join(map(str, SEEN)))\n"
+    "    return nn.Sequential(nn.Linear(spec[\"n_features\"], 16), nn.ReLU(), nn.Linear(16, 1))")
+
+
+def test_a_custom_tracks_baseline_never_sees_the_epochs_screening_init_seeds(cache: Path) -> None:
+    """Issue 25's residual: a custom track's baseline (its author's code) built the screening
+    with the epoch's shared init seeds, which every job of the epoch trains from: its author
+    could learn them, then tell the confirmation's decoys from its new seeds. It now builds them
+    with seeds of its job alone, as any submitted file does (the sweep's stay shared)."""
+    from bench.protocol import JudgeRequest, judge
+    from bench.seeding import public_secret, screening_pool
+
+    n_sweep = CustomTrack.from_source(SEED_LEAKING_BASELINE.replace("BUILDS", "2")).card["defaults"]["sweep_seeds"]
+    track = CustomTrack.from_source(SEED_LEAKING_BASELINE.replace("BUILDS", str(n_sweep + 2)))
+    secret = public_secret()
+    idea = "from torch import nn\n\ndef build_model(spec):\n    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))\n"
+    leaked = []
+    for job_key in ("job_a", "job_b"):
+        with pytest.raises(BenchError) as info:
+            judge(JudgeRequest(track=track.id, idea_code=idea, custom_track=track, n_seeds=2, seed_secret=secret,
+                               job_key=job_key))
+        assert "built with" in info.value.message, info.value.message
+        leaked.append({int(s) for s in info.value.message.split("built with ", 1)[1].split()[:n_sweep + 2]})
+    sweep = {run_seeds(s, secret, track=track.id).init for s in sweep_seeds(n_sweep)}
+    pool = {run_seeds(s, secret, track=track.id).init for s in screening_pool()}
+    for seen in leaked:
+        assert len(seen) == n_sweep + 2 and sweep <= seen  # the sweep's seeds are shared (the models' key)
+        assert not (seen - sweep) & pool  # no screening init seed of the epoch
+    assert not (leaked[0] - sweep) & (leaked[1] - sweep)  # and another job, other seeds
