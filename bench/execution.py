@@ -63,6 +63,7 @@ class Trained:
     path: str  # how the trainer ran it: vectorized or sequential
     read_rows: Callable[[], np.ndarray]
     read_state: Callable[[Shapes], list[np.ndarray]]
+    cached: bool = False  # answered by the baseline cache (bench.baseline_cache.CachedTrain): no rows to read
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,6 @@ from bench.assemble import Outcome, Stage, build_report
 from bench.captured import (
     MAX_TENSOR_ELEMENTS,
     ArmCapture,
-    pack,
-    unpack,
 )
 from bench.card import TrackSettings
 from bench.contract import check_hparams, check_measurable, check_source
@@ -265,10 +263,8 @@ class _Job:
         self.path = "sequential"
         self.path_reason = ""
         self.paths_used: dict[str, set[str]] = {arm: set() for arm in ARMS}
-        self.cache: baseline_cache.BaselineCache | None = None
+        self.cached: baseline_cache.CachedTrain | None = None  # the track's baseline through its cache
         self.cache_context: dict[str, Any] = {}
-        self.cache_hits = 0
-        self.cache_misses = 0
         self._lock = threading.Lock()
 
     # -- plumbing -------------------------------------------------------------
@@ -454,7 +450,11 @@ class _Job:
         if self.request.baseline_code is not None or self.request.custom_track is not None \
                 or not self.options.baseline_cache:
             return
-        self.cache = baseline_cache.BaselineCache(self.options.baseline_dir)
+        self.cached = baseline_cache.CachedTrain(
+            baseline_cache.BaselineCache(self.options.baseline_dir), self.executor.train,
+            shapes=lambda run: self.capture_info["baseline"].shapes[
+                self.capture_info["baseline"].config_index(run["cfg"].get("hparams", {}))],
+            warn=self.warnings.append)
         self.cache_context = {
             "kind": "baseline_run", "format": baseline_cache.FORMAT,
             "track": f"{self.card['name']}@{self.card['version']}", "card": self.card,
@@ -526,10 +526,10 @@ class _Job:
         """Train ``records`` (both arms in parallel) and score them in place.
 
         Runs of one arm with the same split, hparams and trainer settings form a batch
-        group (trained as one batched model on the vectorized path). Canonical baseline
-        groups are looked up in the baseline cache first: a group whose runs are all
-        cached is scored from the cache (final models kept for the mechanism are
-        rebuilt in the child from their cached state_dicts).
+        group (trained as one batched model on the vectorized path). A built-in track's
+        baseline trains through the baseline cache (``baseline_cache.CachedTrain``): a group
+        whose runs are all cached is scored from the cache (final models kept for the
+        mechanism are rebuilt in the child from their cached state_dicts).
         """
         by_id: dict[str, RunRecord] = {}
         batches: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
@@ -547,25 +547,11 @@ class _Job:
             groups.setdefault(f"{key}#{(seen[key] - 1) // MAX_GROUP}", []).append(record)
         keep = self.mechanism is not None
         cache_keys: dict[str, str] = {}
-        cacheable = self.cache is not None and records[0].stage != "confirmation"  # fresh seeds: never again
+        cacheable = self.cached is not None and records[0].stage != "confirmation"  # fresh seeds: never again
         for members in groups.values():
             group_id = next(self._groups)
-            described = [self._describe(r) for r in members]
-            if self.cache is not None and cacheable and members[0].arm == "baseline":
-                signature = sorted(baseline_cache.canonical_json(d) for d in described) if self.path == "vectorized" else None
-                keys = [baseline_cache.digest({**self.cache_context, "run": d, "group": signature}) for d in described]
-                hits = [self.cache.get(k) for k in keys]
-                kept = keep and members[0].stage == "screening"
-                states = [self._cached_state(h, members[0]) if kept and h is not None else None for h in hits]
-                if all(h is not None and (s is not None or not kept) for h, s in zip(hits, states, strict=True)):
-                    for record, hit, state in zip(members, hits, states, strict=True):
-                        assert hit is not None
-                        self._score(record, hit.predictions, hit.diverged, hit.seconds, hit.n_params, cached=True)
-                        self.cache_hits += 1
-                        if state is not None:  # the mechanism is measured on the cached trained model
-                            self.kept[record.run_id] = state
-                    continue
-                cache_keys.update({r.run_id: k for r, k in zip(members, keys, strict=True)})
+            if cacheable and members[0].arm == "baseline":
+                cache_keys.update(self.cache_keys(members))
             for record in members:
                 seeds = self.seeds(record.seed)
                 batches[record.arm].append({
@@ -579,36 +565,39 @@ class _Job:
         def on_run_for(arm: str) -> Callable[[Trained], None]:
             def on_run(trained: Trained) -> None:
                 record = by_id[trained.run_id]
-                with self._lock:
-                    self.paths_used[arm].add(trained.path)
+                if not trained.cached:  # (a cached run's path is its key's: what the job chose)
+                    with self._lock:
+                        self.paths_used[arm].add(trained.path)
                 pred = trained.predictions
-                self._score(record, pred, trained.diverged, trained.seconds, trained.n_params)
-                if not record.diverged:
+                self._score(record, pred, trained.diverged, trained.seconds, trained.n_params, cached=trained.cached)
+                if not record.diverged and not trained.cached:  # (a cached run's rows were checked when it trained)
                     check_rows_alone(pred, self.checked_rows(record), trained.read_rows(), arm)
-                state = None
                 if keep and record.stage == "screening":  # the trained tensors, for the mechanism
                     state = trained.read_state(self.capture_info[arm].shapes[self._config_index(record)])
                     with self._lock:
                         self.kept[record.run_id] = state
-                key = cache_keys.get(record.run_id)
-                if key is not None and self.cache is not None:
-                    with self._lock:
-                        self.cache_misses += 1
-                    if trained.path == self.path:  # a group that fell back is not what its key describes
-                        try:
-                            self.cache.put(key, pred, diverged=trained.diverged, seconds=trained.seconds,
-                                           n_params=trained.n_params, state=pack(state) if state is not None else None)
-                        except OSError as exc:
-                            self.warnings.append(f"baseline cache not written: {exc}")
 
             return on_run
 
         def run_arm(arm: str) -> None:
-            if batches[arm]:
+            if not batches[arm]:
+                return
+            if self.cached is not None and arm == "baseline":
+                self.cached.train(arm, batches[arm], self.path, on_run_for(arm), cache_keys)
+            else:
                 self.executor.train(arm, batches[arm], self.path, on_run_for(arm))
 
         self.both(run_arm)
         self.runs.extend(records)
+
+    def cache_keys(self, members: list[RunRecord]) -> dict[str, str]:
+        """The baseline cache's key of each run of one batch group: the track, the run (config,
+        seeds, data), the path and, on the vectorized path, the whole group (batched runs are
+        trained together)."""
+        described = [self._describe(r) for r in members]
+        signature = sorted(baseline_cache.canonical_json(d) for d in described) if self.path == "vectorized" else None
+        return {r.run_id: baseline_cache.digest({**self.cache_context, "run": d, "group": signature})
+                for r, d in zip(members, described, strict=True)}
 
     def execution(self) -> dict[str, Any]:
         """How the runs ran, for the report's ``bench_report.execution``."""
@@ -619,9 +608,10 @@ class _Job:
             path = next(iter(used))
         else:
             path = "mixed"
+        hits, misses = (0, 0) if self.cached is None else (self.cached.hits, self.cached.misses)
         info: dict[str, Any] = {
-            "path": path, "arms_in_parallel": True, "baseline_cache": self.cache_hits > 0,
-            "baseline_cache_hits": self.cache_hits, "baseline_cache_misses": self.cache_misses,
+            "path": path, "arms_in_parallel": True, "baseline_cache": hits > 0,
+            "baseline_cache_hits": hits, "baseline_cache_misses": misses,
         }
         if self.path_reason:
             info["sequential_reason"] = self.path_reason
@@ -880,16 +870,6 @@ class _Job:
 
     def _config_index(self, record: RunRecord) -> int:
         return self.capture_info[record.arm].config_index(record.cfg.get("hparams", {}))
-
-    def _cached_state(self, hit: baseline_cache.CachedRun, record: RunRecord) -> list[np.ndarray] | None:
-        """A cache hit's trained tensors, if they match this job's capture of the baseline."""
-        if hit.state_path is None:
-            return None
-        shapes = self.capture_info[record.arm].shapes[self._config_index(record)]
-        try:
-            return unpack(hit.state_path.read_bytes(), shapes)
-        except OSError:
-            return None
 
     def measure(self, finals: dict[str, list[RunRecord]]) -> dict[str, list[float]]:
         """The idea's ``measure`` on every final model of both arms, in the capture children.

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from bench import baseline_cache
+from bench.execution import Trained
 from bench.options import EngineOptions
 from bench.protocol import JudgeRequest, judge
 
@@ -25,6 +28,53 @@ def test_keys_are_canonical_and_sensitive() -> None:
     assert baseline_cache.digest(a) == baseline_cache.digest(b)
     c = {"track": "smoke@1", "run": {"cfg": {"lr": 0.03, "epochs": 12}, "seed": 0}}
     assert baseline_cache.digest(a) != baseline_cache.digest(c)
+
+
+def _run(run_id: str, group: int, keep: bool = False) -> dict[str, Any]:
+    return {"run_id": run_id, "group": group, "keep": keep, "cfg": {"lr": 0.01}}
+
+
+def _trained(run_id: str, path: str = "vectorized", state: list[np.ndarray] | None = None) -> Trained:
+    return Trained(run_id=run_id, predictions=np.full((4, 1), float(len(run_id)), np.float32), diverged=False,
+                   seconds=0.5, n_params=321, path=path, read_rows=lambda: np.zeros((2, 1), np.float32),
+                   read_state=lambda _shapes: state if state is not None else [])
+
+
+def test_the_cache_wraps_train_a_group_is_answered_only_when_all_of_it_is_cached(tmp_path: Path) -> None:
+    """``CachedTrain``: a batch group whose every run is cached (with its kept tensors) is answered
+    from the cache and never trained; any other group is trained and stored once ``on_run``
+    accepted it, unless the trainer ran it on another path; a run without a key is never stored."""
+    state = [np.arange(6, dtype=np.float32).reshape(2, 3)]
+    shapes = (((2, 3), "float32"),)
+    asked: list[list[str]] = []
+    paths = {"a1": "vectorized", "a2": "vectorized", "b1": "vectorized", "c1": "sequential", "d1": "vectorized"}
+
+    def train(arm: str, runs: list[dict[str, Any]], path: str, on_run: Callable[[Trained], None]) -> None:
+        asked.append([r["run_id"] for r in runs])
+        for r in runs:
+            on_run(_trained(r["run_id"], paths[r["run_id"]], state if r["keep"] else None))
+
+    warnings: list[str] = []
+    cached = baseline_cache.CachedTrain(baseline_cache.BaselineCache(tmp_path), train, shapes=lambda _run: shapes,
+                                        warn=warnings.append)
+    runs = [_run("a1", 1, keep=True), _run("a2", 1, keep=True), _run("b1", 2), _run("c1", 3), _run("d1", 4)]
+    keys = {r: baseline_cache.digest({"run": r}) for r in ("a1", "a2", "b1", "c1")}  # d1: no key (not cacheable)
+    seen: list[Trained] = []
+    cached.train("baseline", runs, "vectorized", seen.append, keys)
+    assert asked == [["a1", "a2", "b1", "c1", "d1"]] and not any(t.cached for t in seen)
+    assert (cached.hits, cached.misses) == (0, 4)  # c1 ran sequentially: counted, not stored
+    assert [r for r in keys if cached.cache.get(keys[r]) is not None] == ["a1", "a2", "b1"]
+
+    asked.clear()
+    seen.clear()
+    (tmp_path / keys["b1"][:2] / f"{keys['b1']}.json").unlink()  # b1's group is no longer all cached
+    cached.train("baseline", runs, "vectorized", seen.append, keys)
+    assert asked == [["b1", "c1", "d1"]]
+    answered = {t.run_id: t for t in seen if t.cached}
+    assert sorted(answered) == ["a1", "a2"] and answered["a1"].path == "vectorized"
+    assert [a.tobytes() for a in answered["a1"].read_state(shapes)] == [state[0].tobytes()]
+    assert answered["a2"].predictions.tobytes() == _trained("a2").predictions.tobytes()
+    assert cached.hits == 2 and not warnings
 
 
 def test_entries_round_trip_and_bad_entries_miss(tmp_path: Path) -> None:
