@@ -193,12 +193,11 @@ def confirmation_block(outcome: Outcome, stage: Stage, first_look: Stage, alpha:
     is <= alpha. Its seeds are labelled by the models' key."""
     block = stage_block(outcome, stage, tests)
     look = len(first_look.seeds)
-    pairs = [(len(first_look.values["idea"]), tests if len(stage.seeds) == look
-              else stage_comparisons(first_look.values, outcome.lower_is_better))]
+    looked = [(stage, tests)]  # each look's pairs and tests: one look, or the first and then all
     if len(stage.seeds) != look:
-        pairs.append((len(stage.values["idea"]), tests))
-    looks = [model.ConfirmationLook(n_pairs=n, p_better=stage_p(t), alpha=alpha * share)
-             for (n, t), share in zip(pairs, CONFIRMATION_SHARES, strict=False)]
+        looked.insert(0, (first_look, stage_comparisons(first_look.values, outcome.lower_is_better)))
+    looks = [model.ConfirmationLook(n_pairs=len(pairs.values["idea"]), p_better=stage_p(t), alpha=alpha * share)
+             for (pairs, t), share in zip(looked, CONFIRMATION_SHARES, strict=False)]
     p = confirmation_p([entry.p_better for entry in looks])
     shares = " and ".join(f"{share:g} alpha" for share in CONFIRMATION_SHARES)
     return model.Confirmation(
@@ -230,10 +229,11 @@ def build_report(outcome: Outcome) -> Report:
     screening = stage_block(outcome, outcome.screening, tests)
     values = outcome.screening.values
     comparison = tests[0]
-    confirmed_tests = None if outcome.confirmation is None else stage_comparisons(
-        outcome.confirmation.values, outcome.lower_is_better)
-    replication = None if outcome.confirmation is None or confirmed_tests is None else confirmation_block(
-        outcome, outcome.confirmation, outcome.first_look or outcome.confirmation, comparison.alpha, confirmed_tests)
+    confirmed_tests, replication = None, None
+    if outcome.confirmation is not None:
+        confirmed_tests = stage_comparisons(outcome.confirmation.values, outcome.lower_is_better)
+        replication = confirmation_block(outcome, outcome.confirmation, outcome.first_look or outcome.confirmation,
+                                         comparison.alpha, confirmed_tests)
     mechanism = None
     mechanism_ok: Literal[0, 1] | None = None
     measured = outcome.measured
