@@ -73,6 +73,9 @@ class Outcome:
     wall_s: float
     # A matched baseline's check against the track's canonical baseline (bench.protocol).
     matched_check: dict[str, Any] | None = None
+    # On a custom track: on how many test seeds the baseline beat the bench's reference fits
+    # (seeds, not_beaten, margin; _Job.reference_check).
+    references: dict[str, Any] | None = None
 
     @property
     def lower_is_better(self) -> bool:
@@ -253,19 +256,31 @@ def build_report(outcome: Outcome) -> Report:
         }
     m = float(card["smallest_effect_rel_pct"]) / 100.0 * abs(comparison.baseline_mean)
     self_measured = mechanism is not None and mechanism["self_measured"]
+    weak_baseline = bool(outcome.references and outcome.references["not_beaten"])
     verdicts = decide(
         comparison.as_dict(), mechanism_ok, m, None if replication is None else replication.significant,
         lr_matched=lr_matched(tests, outcome.best_cfgs["baseline"]["lr"], outcome.lr_grids["baseline"]),
         self_measured=self_measured,
         reaches=reaches(m, outcome.lower_is_better, comparison, None if confirmed_tests is None else confirmed_tests[0],
                         float((outcome.matched_check or {}).get("worse_by", 0.0))),
+        weak_baseline=weak_baseline,
     )
 
     tables = outcome.sweep_tables
     n_params = outcome.n_params
     warnings = list(outcome.warnings)
-    if outcome.custom_track is not None:  # the track's own caveats travel with every verdict on it
-        warnings += [f"custom track validation: {w}" for w in outcome.custom_track.get("validation_warnings") or []]
+    custom_track = None if outcome.custom_track is None else dict(outcome.custom_track)
+    if custom_track is not None:  # the track's own caveats travel with every verdict on it
+        warnings += [f"custom track validation: {w}" for w in custom_track.get("validation_warnings") or []]
+        custom_track["reference_fits"] = outcome.references
+    if weak_baseline and custom_track is not None and outcome.references is not None:
+        custom_track["weak_baseline"] = True  # counted in no totals or discoveries (app.reports.service)
+        warnings.append(
+            f"weak baseline: the track's baseline did not beat the bench's reference fits (a constant, a ridge "
+            f"regression) by {outcome.references['margin']:.0%} on {outcome.references['not_beaten']} of its "
+            f"{outcome.references['seeds']} test seeds in this job, as validation required; a win over it is no "
+            "win (inconclusive, weak_baseline) and the report counts in no totals or discoveries."
+        )
     ratio = n_params["idea"] / max(1, n_params["baseline"])
     budget = {a: len(tables[a]) for a in ARMS}
     if budget["idea"] > budget["baseline"]:
@@ -324,7 +339,7 @@ def build_report(outcome: Outcome) -> Report:
                           "compute_ratio": outcome.flops["idea"] / max(outcome.flops["baseline"], 1.0),
                           "max_compute_ratio": settings.compute_ratio},
         capture=outcome.capture,
-        custom_track=None if outcome.custom_track is None else model.CustomTrack.model_validate(outcome.custom_track),
+        custom_track=None if custom_track is None else model.CustomTrack.model_validate(custom_track),
         matched_baseline_check=outcome.matched_check or None,
         track_justification=settings.justification if outcome.custom_track else None,
         data_checksum=outcome.data_checksum,

@@ -309,6 +309,19 @@ def trivial_score(metric: str, y_train: np.ndarray, y_eval: np.ndarray, n_classe
 REFERENCE_MARGIN = 0.02  # a baseline must beat the bench's reference fits by 2 % of their score
 
 
+def reference_fit(metric: str, x_train: np.ndarray, y_train: np.ndarray, x_eval: np.ndarray, y_eval: np.ndarray,
+                  n_classes: int) -> tuple[float, float]:
+    """The bench's two reference fits on one split: (a constant, a ridge regression); a track's
+    baseline must beat the better of them by ``REFERENCE_MARGIN`` (``beats_references``)."""
+    return (trivial_score(metric, y_train, y_eval, n_classes),
+            ridge_score(metric, x_train, y_train, x_eval, y_eval, n_classes))
+
+
+def beats_references(value: float, fits: tuple[float, float]) -> bool:
+    """A baseline's score (lower is better) beats the better reference fit by the margin."""
+    return bool(math.isfinite(value) and value <= (1 - REFERENCE_MARGIN) * min(fits))
+
+
 def ridge_score(metric: str, x_train: np.ndarray, y_train: np.ndarray, x_eval: np.ndarray, y_eval: np.ndarray,
                 n_classes: int) -> float:
     """The score of a ridge regression on the flattened, standardised inputs: on the targets
@@ -436,11 +449,9 @@ def validate(
                 "Make build_baseline train stably at the middle of lr_grid (or change lr_grid).",
             )
         n_classes = int(card["spec"]["output_shape"][0])
-        trivial = trivial_score(card["metric"]["name"], first["y_train"], exported.y_val, n_classes)
-        ridge = ridge_score(card["metric"]["name"], first["x_train"], first["y_train"], first["x_val"],
-                            exported.y_val, n_classes)
-        reference = min(trivial, ridge)
-        beats = bool(value <= (1 - REFERENCE_MARGIN) * reference)
+        trivial, ridge = reference_fit(card["metric"]["name"], first["x_train"], first["y_train"], first["x_val"],
+                                       exported.y_val, n_classes)
+        beats = beats_references(value, (trivial, ridge))
         if not beats:
             warnings.append(
                 f"the baseline's smoke run scored {value:.4g} on validation, not 2% better than the bench's "

@@ -781,6 +781,28 @@ class _Job:
         fill = self.diverged_value(runs["idea"][0].stage)
         return {key: fill_diverged([r.value for r in records], fill) for key, records in runs.items()}
 
+    def reference_check(self, stages: list[dict[str, list[RunRecord]] | None]) -> dict[str, Any] | None:
+        """On a custom track: on how many of its test seeds the baseline beat the bench's
+        reference fits (a constant and a ridge regression, fitted on that seed's train split,
+        scored on its test split; ``custom_track.beats_references``). Validation measured this
+        once, on one build; the baseline is its author's code, built again in every job, and a
+        red team's baseline built a sound model for validation and a dead one (a constant, by
+        its biases) in jobs, or on odd build seeds only: an exact copy of the validated baseline
+        got helps, confirmed. None on a built-in track, or when the metric is not lower-is-better."""
+        if self.request.custom_track is None or not self.lower_is_better:
+            return None
+        metric, n_classes = self.card["metric"]["name"], int(self.card["spec"]["output_shape"][0])
+        checked, short = 0, 0
+        for runs in stages:
+            for record in (runs or {}).get("baseline", []):
+                data = self.data(record.seed)
+                x_train, y_train, x_test = (read_npy((data.data_dir / f"{name}.npy").read_bytes())
+                                            for name in ("x_train", "y_train", "x_test"))
+                fits = custom_mod.reference_fit(metric, x_train, y_train, x_test, data.y_test, n_classes)
+                checked += 1
+                short += not custom_mod.beats_references(record.value, fits)
+        return {"seeds": checked, "not_beaten": short, "margin": custom_mod.REFERENCE_MARGIN}
+
     def screened_better(self, runs: dict[str, list[RunRecord]]) -> bool:
         """The idea is significantly better than the baseline, and than the baseline at the
         idea's learning rate when that was run (``matched_cfg``)."""
@@ -908,7 +930,8 @@ class _Job:
         )
 
     def outcome(self, finals: dict[str, list[RunRecord]], confirmation: dict[str, list[RunRecord]] | None,
-                measured: dict[str, list[float]] | None, device: str, wall_s: float) -> Outcome:
+                measured: dict[str, list[float]] | None, device: str, wall_s: float,
+                references: dict[str, Any] | None = None) -> Outcome:
         """Everything the report is made of, fixed now (``bench.assemble.build_report``)."""
         tables = {arm: [row.report() for row in self.sweep_table(arm)] for arm in ARMS}
         digest = hashlib.sha256()
@@ -934,6 +957,7 @@ class _Job:
             data_checksum=digest.hexdigest(), sweep_seeds=list(self.sweep_seed_list),
             isolation=self.executor.isolation(),
             execution=self.execution(), warnings=list(self.warnings), device=device, wall_s=wall_s,
+            references=references,
         )
 
     def capture_blocks(self) -> dict[str, dict[str, Any]]:
@@ -1263,4 +1287,5 @@ def _judge(
             job.close()
             if slot is not None:  # a failure before both sessions adopted their child
                 slot.release(job.executor.adopted)
-        return build_report(job.outcome(finals, confirmation, measured, device, time.monotonic() - started))
+        return build_report(job.outcome(finals, confirmation, measured, device, time.monotonic() - started,
+                                        references=job.reference_check([finals, confirmation])))

@@ -129,6 +129,8 @@ class CustomTrack(_Model):
     author: str | None = None
     hash: str | None = None
     validation_warnings: list[str] | None = None  # what the track's validation warned about
+    weak_baseline: bool | None = None  # its baseline did not beat the reference fits (validation or this job)
+    reference_fits: dict[str, Any] | None = None  # this job's check: seeds, not_beaten, margin
 
 
 class Seeds(_Model):
@@ -270,7 +272,7 @@ class Report(_Model):
     system_verdict: Literal["worked", "partial", "failed"]
     practical_verdict: Literal["helps", "harms", "inconclusive"]
     practical_detail: Literal["negligible", "underpowered", "inconclusive", "not_replicated",
-                              "lr_confounded", "below_effect"] | None = None
+                              "lr_confounded", "below_effect", "weak_baseline"] | None = None
     mechanism_ok: Literal[0, 1] | None
     system_judged: bool
     bench_report: BenchReport

@@ -161,7 +161,7 @@ def system_verdict(helps: bool, mechanism_ok: int | None, self_measured: bool = 
 def decide(
     comparison: Mapping[str, Any], mechanism_ok: int | None, smallest_effect: float,
     replicated: bool | None = None, lr_matched: bool | None = None, self_measured: bool = False,
-    reaches: bool | None = None,
+    reaches: bool | None = None, weak_baseline: bool = False,
 ) -> dict[str, Any]:
     """Practical and system verdicts from a ``comparison`` block (PROTOCOL.md section 5).
 
@@ -180,6 +180,10 @@ def decide(
     win is ``inconclusive`` with detail ``below_effect`` (a 1e-7 relative gain on every seed
     is significant and helps nobody; an agent that tries thousands of ideas finds such wins).
 
+    ``weak_baseline``: the baseline (a custom track's, its author's code) did not beat the
+    bench's reference fits on every test seed of the job: a win over it is ``inconclusive``
+    with detail ``weak_baseline`` (it comes before every other detail).
+
     Returns ``practical_verdict`` (helps / harms / inconclusive), ``practical_detail``
     (None for helps / harms; else "negligible" when the 90% CI lies inside [-m, m],
     else "underpowered" when mde > m, else "inconclusive"), ``system_verdict``
@@ -196,6 +200,8 @@ def decide(
         raise ValueError(f"smallest_effect must be finite and >= 0, got {smallest_effect!r}")
     practical = _PRACTICAL[verdict]
     detail = None if practical != "inconclusive" else _practical_detail(comparison, smallest_effect)
+    if practical == "helps" and weak_baseline:
+        practical, detail = "inconclusive", "weak_baseline"
     if practical == "helps" and lr_matched is False:
         practical, detail = "inconclusive", "lr_confounded"
     elif practical == "helps" and replicated is False:

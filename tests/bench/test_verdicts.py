@@ -290,3 +290,29 @@ def test_a_report_under_a_weak_sandbox_says_so() -> None:
     weak = build_report(_outcome(baseline, baseline, isolation=["process", "empty_env", "no_new_privs", "seccomp"])).model_dump(mode="json")
     assert weak["bench_report"]["sandbox"] == {"complete": False, "missing": ["namespaces", "no_network"]}
     assert any(w.startswith("weak sandbox: judged without namespaces, no_network") for w in weak["bench_report"]["warnings"])
+
+
+def test_a_win_over_a_baseline_that_did_not_beat_the_reference_fits_is_no_win() -> None:
+    """A custom track's baseline (its author's code) that did not beat the bench's reference fits
+    on every test seed of the job: a win over it is ``inconclusive`` / ``weak_baseline``, ahead of
+    every other detail, and the report's custom track is marked weak (counted nowhere)."""
+    from dataclasses import replace
+
+    from bench.assemble import build_report
+
+    better = {"verdict": "idea better (significant)"}
+    assert (decide(better, None, 0.01, weak_baseline=True)["practical_verdict"],
+            decide(better, None, 0.01, weak_baseline=True, replicated=False)["practical_detail"]) == (
+        "inconclusive", "weak_baseline")
+    assert decide({"verdict": "idea worse (significant)"}, None, 0.01, weak_baseline=True)["practical_verdict"] == "harms"
+    baseline = [0.5 + 0.01 * i for i in range(8)]
+    track = {"name": "t", "version": 1, "weak_baseline": False, "validation_warnings": []}
+    win = replace(_outcome(baseline, [b * 0.9 for b in baseline]), custom_track=track)
+    sound = build_report(replace(win, references={"seeds": 16, "not_beaten": 0, "margin": 0.02})).model_dump(mode="json")
+    assert sound["practical_verdict"] == "helps" and sound["bench_report"]["custom_track"]["weak_baseline"] is False
+    weak = build_report(replace(win, references={"seeds": 16, "not_beaten": 3, "margin": 0.02})).model_dump(mode="json")
+    assert (weak["practical_verdict"], weak["practical_detail"], weak["system_verdict"]) == (
+        "inconclusive", "weak_baseline", "failed")
+    assert weak["bench_report"]["custom_track"]["weak_baseline"] is True
+    assert weak["bench_report"]["custom_track"]["reference_fits"]["not_beaten"] == 3
+    assert any("3 of its 16 test seeds" in w for w in weak["bench_report"]["warnings"])

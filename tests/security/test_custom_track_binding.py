@@ -166,3 +166,23 @@ def test_a_custom_tracks_baseline_never_sees_the_epochs_screening_init_seeds(cac
         assert len(seen) == n_sweep + 2 and sweep <= seen  # the sweep's seeds are shared (the models' key)
         assert not (seen - sweep) & pool  # no screening init seed of the epoch
     assert not (leaked[0] - sweep) & (leaked[1] - sweep)  # and another job, other seeds
+
+
+def test_a_baseline_sound_for_validation_and_dead_in_jobs_gives_no_win(cache: Path) -> None:
+    """Red team (issue 25): a custom track's baseline built a sound model for validation and, in a
+    job, a dead one (constants the redraw keeps; the decoys rebuild bit for bit); an exact copy of
+    the validated baseline got helps, confirmed 8/8. The job now checks the baseline against the
+    bench's reference fits on each of its test seeds: no win, the track marked weak (counted nowhere)."""
+    from bench.protocol import JudgeRequest, judge
+    from bench.seeding import public_secret
+
+    track = CustomTrack.from_source((HOSTILE / "two_faced_custom_baseline.py").read_text())
+    copy = "from torch import nn\n\ndef build_model(spec):\n    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))\n"
+    report = judge(JudgeRequest(track=track.id, idea_code=copy, custom_track=track, n_seeds=8,
+                                seed_secret=public_secret(), job_key="two_faced")).model_dump(mode="json")
+    br = report["bench_report"]
+    assert br["comparison"]["idea_wins"] == 8  # the attack works: the copy beats the dead baseline on every seed
+    assert (report["practical_verdict"], report["practical_detail"]) == ("inconclusive", "weak_baseline"), report
+    assert br["custom_track"]["weak_baseline"] is True
+    fits = br["custom_track"]["reference_fits"]
+    assert fits["not_beaten"] == fits["seeds"] >= 8
