@@ -66,6 +66,10 @@ class CustomTrack:
     baseline_graph_sha256: str | None = None
     # whether validation's baseline beat the bench's reference fits (None: not measured)
     baseline_beats_references: bool | None = None
+    # the tensors validation's baseline built at sweep seed 0, and the seed epoch it built under:
+    # a job of that epoch must build exactly the same there (``_Job.check_track_baseline``)
+    baseline_seed_sha256: str | None = None
+    validated_epoch: int | None = None
 
     @classmethod
     def from_source(
@@ -478,6 +482,7 @@ def validate(
         "data_seconds_per_seed": round(data_s, 3),
         "baseline_n_params": int(checked["n_params"][0]),
         "baseline_graph_sha256": captured.graph_sha256[0],
+        "baseline_seed_sha256": captured.seed_sha256[0][0],  # what it built at sweep seed 0, this epoch
         "reference_fits": {"constant": trivial, "ridge": ridge, "baseline": value, "margin": REFERENCE_MARGIN,
                            "beats": beats},
         "baseline_smoke": {

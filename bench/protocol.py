@@ -69,6 +69,7 @@ from bench.sandbox import Limits
 from bench.seeding import (
     CONFIRM_SEED_BASE,
     SCREEN_POOL,
+    SWEEP_SEED_BASE,
     RunSeeds,
     SeedSecret,
     build_seed,
@@ -354,15 +355,27 @@ class _Job:
 
     def check_track_baseline(self) -> None:
         """A custom track's baseline must build in a job the graph its validation captured
-        (issue 25.8): a track file that builds one model when validated and another when
-        judging (by time, randomness, anything it reads) ends ``inconsistent_build``."""
+        (issue 25.8) and, in the seed epoch validation ran in, the very tensors it built there
+        at sweep seed 0 (the one seed both build with its init seed): a track file that builds
+        one model when validated and another when judging (by time, randomness, the number of
+        seeds its capture is asked for, anything it reads) ends ``inconsistent_build``. A red
+        team's baseline built a sound model for validation and a dead one in jobs (constants
+        the redraw keeps, the same in every seed: the graph and every decoy matched)."""
         custom = self.request.custom_track
-        if custom is None or custom.baseline_graph_sha256 in (None, self.capture_info["baseline"].graph_sha256[0]):
+        if custom is None:
+            return
+        info = self.capture_info["baseline"]
+        same = custom.baseline_graph_sha256 in (None, info.graph_sha256[0])
+        if (same and custom.baseline_seed_sha256 is not None and custom.validated_epoch == self.secret.epoch
+                and self.request.baseline_code is None and SWEEP_SEED_BASE in self.capture_seeds):
+            same = info.seed_sha256[0][self.capture_seeds.index(SWEEP_SEED_BASE)] == custom.baseline_seed_sha256
+        if same:
             return
         raise BenchError(
             ErrorCode.INCONSISTENT_BUILD,
             f"The custom track {custom.id}'s baseline built another model in this job than in its validation.",
-            "The track's build_baseline must build the same architecture every time; register a new version.",
+            "The track's build_baseline must build the same model from the same seed every time (no state "
+            "kept between builds, nothing read from its surroundings); register a new version.",
         )
 
     def check_same_build(self) -> None:

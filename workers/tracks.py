@@ -32,6 +32,8 @@ def custom_track_of(row: CustomTrackRow) -> CustomTrack:
                        sizes=validation.get("sizes") or {}, checksums=validation.get("checksums") or {},
                        validation_warnings=[str(w) for w in validation.get("warnings") or []],
                        baseline_graph_sha256=validation.get("baseline_graph_sha256"),
+                       baseline_seed_sha256=validation.get("baseline_seed_sha256"),
+                       validated_epoch=validation.get("seed_epoch"),
                        baseline_beats_references=(validation.get("reference_fits") or {}).get("beats"))
 
 

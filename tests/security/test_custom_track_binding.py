@@ -186,3 +186,30 @@ def test_a_baseline_sound_for_validation_and_dead_in_jobs_gives_no_win(cache: Pa
     assert br["custom_track"]["weak_baseline"] is True
     fits = br["custom_track"]["reference_fits"]
     assert fits["not_beaten"] == fits["seeds"] >= 8
+
+
+def _validated(track: CustomTrack, secret: object) -> CustomTrack:
+    result = validate(track, timeout_s=600, secret=secret)  # type: ignore[arg-type]
+    return replace(track, sizes=result["sizes"], checksums=result["checksums"],
+                   baseline_graph_sha256=result["baseline_graph_sha256"],
+                   baseline_seed_sha256=result["baseline_seed_sha256"], validated_epoch=result["seed_epoch"])
+
+
+def test_a_job_must_build_the_tensors_validation_built_at_its_seed(cache: Path) -> None:
+    """The two-faced baseline above, validated: in the validation's seed epoch a job's build at
+    sweep seed 0 (the seed both build with its init seed) must be validation's, bit for bit, so
+    it ends ``inconsistent_build`` before any training; an honest validated track judges as before."""
+    from bench.protocol import JudgeRequest, judge
+    from bench.seeding import public_secret
+
+    secret = public_secret()
+    copy = "from torch import nn\n\ndef build_model(spec):\n    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))\n"
+    two_faced = _validated(CustomTrack.from_source((HOSTILE / "two_faced_custom_baseline.py").read_text()), secret)
+    assert two_faced.baseline_seed_sha256 and two_faced.validated_epoch == secret.epoch
+    with pytest.raises(BenchError) as info:
+        judge(JudgeRequest(track=two_faced.id, idea_code=copy, custom_track=two_faced, n_seeds=2, seed_secret=secret))
+    assert info.value.code == ErrorCode.INCONSISTENT_BUILD and "validation" in info.value.message
+    honest = _validated(CustomTrack.from_source(
+        (Path(__file__).resolve().parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text()), secret)
+    report = judge(JudgeRequest(track=honest.id, idea_code=copy, custom_track=honest, n_seeds=2, seed_secret=secret))
+    assert report.bench_report.custom_track is not None and report.bench_report.comparison.n_pairs == 2
