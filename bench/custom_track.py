@@ -311,14 +311,30 @@ def trivial_score(metric: str, y_train: np.ndarray, y_eval: np.ndarray, n_classe
 
 
 REFERENCE_MARGIN = 0.02  # a baseline must beat the bench's reference fits by 2 % of their score
+REFERENCE_ROWS = 2048  # train rows a ridge reference fit uses at most
+REFERENCE_EVAL_ROWS = 4096  # rows the reference fits are scored on at most
+REFERENCE_FEATURES = 1024  # inputs a ridge reference fit uses at most (evenly spaced)
+REFERENCE_CLASSES = 256  # beyond this many classes the constant fit stands alone
+MAX_REFERENCE_CLASSES = 4096  # beyond this, no reference fit
 
 
 def reference_fit(metric: str, x_train: np.ndarray, y_train: np.ndarray, x_eval: np.ndarray, y_eval: np.ndarray,
                   n_classes: int) -> tuple[float, float]:
     """The bench's two reference fits on one split: (a constant, a ridge regression); a track's
-    baseline must beat the better of them by ``REFERENCE_MARGIN`` (``beats_references``)."""
-    return (trivial_score(metric, y_train, y_eval, n_classes),
-            ridge_score(metric, x_train, y_train, x_eval, y_eval, n_classes))
+    baseline must beat the better of them by ``REFERENCE_MARGIN`` (``beats_references``).
+
+    They run in the parent, once per test seed of every job on a custom track, so their cost is
+    bounded whatever the track's sizes (red team: a 11,000 x 11,000 ridge fit, minutes a seed;
+    ``np.eye`` of a million classes, a MemoryError): at most ``REFERENCE_EVAL_ROWS`` rows are
+    scored, the ridge fit sees at most ``REFERENCE_ROWS`` train rows and ``REFERENCE_FEATURES``
+    inputs (evenly spaced), and there is no ridge fit beyond ``REFERENCE_CLASSES`` classes, no
+    fit at all (inf: nothing to beat) beyond ``MAX_REFERENCE_CLASSES``."""
+    if metric != "mse" and n_classes > MAX_REFERENCE_CLASSES:
+        return (math.inf, math.inf)
+    x_eval, y_eval = x_eval[:REFERENCE_EVAL_ROWS], y_eval[:REFERENCE_EVAL_ROWS]
+    ridge = math.inf if metric != "mse" and n_classes > REFERENCE_CLASSES else ridge_score(
+        metric, x_train[:REFERENCE_ROWS], y_train[:REFERENCE_ROWS], x_eval, y_eval, n_classes)
+    return trivial_score(metric, y_train, y_eval, n_classes), ridge
 
 
 def beats_references(value: float, fits: tuple[float, float]) -> bool:
@@ -331,15 +347,22 @@ def ridge_score(metric: str, x_train: np.ndarray, y_train: np.ndarray, x_eval: n
     """The score of a ridge regression on the flattened, standardised inputs: on the targets
     (regression), or on one-hot labels whose scores, times a temperature fitted on the train
     split, are the logits (classification). A reference fit the bench owns (issue 25.8)."""
+    width = math.prod(x_train.shape[1:])
+    keep = np.unique(np.linspace(0, width - 1, min(width, REFERENCE_FEATURES)).astype(np.int64))
+
     def features(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-        scaled: np.ndarray = (x.reshape(len(x), -1).astype(np.float64) - mean) / std
+        scaled: np.ndarray = (x.reshape(len(x), -1)[:, keep].astype(np.float64) - mean) / std
         return scaled
 
-    flat = x_train.reshape(len(x_train), -1).astype(np.float64)
+    flat = x_train.reshape(len(x_train), -1)[:, keep].astype(np.float64)
     mean, std = flat.mean(axis=0), flat.std(axis=0) + 1e-8
     a, b = features(x_train, mean, std), features(x_eval, mean, std)
     classify = metric != "mse"
-    y = np.eye(n_classes)[y_train.astype(np.int64)] if classify else y_train.reshape(len(y_train), -1).astype(np.float64)
+    if classify:
+        y = np.zeros((len(y_train), n_classes))
+        y[np.arange(len(y_train)), y_train.astype(np.int64)] = 1.0
+    else:
+        y = y_train.reshape(len(y_train), -1).astype(np.float64)
     offset = y.mean(axis=0)
     lam = 1e-2 * len(a)
     if a.shape[1] <= a.shape[0]:  # primal: (A'A + lam I) w = A'y

@@ -210,3 +210,29 @@ def test_the_benchs_reference_fits() -> None:
     labels = (x[:, 0] > 0).astype(np.int64)  # linearly separable classes
     ce = ridge_score("cross_entropy", x[:300], labels[:300], x[300:], labels[300:], 2)
     assert ce < 0.6 * trivial_score("cross_entropy", labels[:300], labels[300:], 2)
+
+
+def test_the_reference_fits_cost_is_bounded_whatever_the_tracks_sizes() -> None:
+    """Red team: the reference fits run in the parent for every test seed of a job on a custom
+    track; a wide, tall track made one ridge fit take minutes, and a million classes made a
+    one-hot matrix the parent could not hold. Now the ridge sees at most REFERENCE_ROWS rows and
+    REFERENCE_FEATURES inputs, a huge class count gets the constant fit alone, or none."""
+    import math
+    import time
+
+    import numpy as np
+
+    from bench.custom_track import MAX_REFERENCE_CLASSES, REFERENCE_CLASSES, reference_fit
+
+    rng = np.random.default_rng(0)
+    wide = rng.standard_normal((6000, 6000)).astype(np.float32)
+    target = wide[:, :1] * 2.0
+    started = time.process_time()
+    constant, ridge = reference_fit("mse", wide, target, wide[:512], target[:512], 1)
+    assert time.process_time() - started < 30 and ridge < 0.5 * constant  # still a fit (6000^3 would be minutes)
+    labels = np.arange(256) % (REFERENCE_CLASSES + 1)
+    x = rng.standard_normal((256, 4)).astype(np.float32)
+    constant, ridge = reference_fit("cross_entropy", x, labels, x[:64], labels[:64], REFERENCE_CLASSES + 1)
+    assert math.isfinite(constant) and ridge == math.inf
+    assert reference_fit("cross_entropy", x, labels, x[:64], labels[:64], 10**6) == (math.inf, math.inf)
+    assert MAX_REFERENCE_CLASSES < 10**6
