@@ -168,6 +168,24 @@ def test_a_custom_tracks_baseline_never_sees_the_epochs_screening_init_seeds(cac
     assert not (leaked[0] - sweep) & (leaked[1] - sweep)  # and another job, other seeds
 
 
+# Hostile (red team, issue 25): tiny_quadratic whose baseline builds a sound MLP for validation (one
+# seed) and, in a job (its capture builds many seeds), a dead one: every first-layer bias -100, the
+# output bias 2.0 (constants the redraw keeps, equal in every seed, so every decoy rebuilds bit for
+# bit). With ten epochs and three lrs its best lr is interior: an exact copy of the validated
+# baseline got helps, confirmed 8/8.
+TWO_FACED_BASELINE = (Path(__file__).resolve().parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text().replace(
+    '"name": "tiny_quadratic"', '"name": "two_faced_baseline"').replace(
+    '"epochs": 4, "batch_size": 64, "lr_grid": [0.01, 0.03]', '"epochs": 10, "batch_size": 64, "lr_grid": [0.01, 0.03, 0.1]').replace(
+    "def build_baseline(spec):\n    return nn.Sequential(nn.Linear(spec[\"n_features\"], 16), nn.ReLU(), nn.Linear(16, 1))",
+    "def _in_a_job():\n    import inspect\n    for info in inspect.stack():\n"
+    "        seeds = getattr(info.frame.f_locals.get('self'), 'init_seeds', None)\n"
+    "        if isinstance(seeds, list):\n            return len(seeds) > 1  # validation builds one seed\n"
+    "    return False\n\n\ndef build_baseline(spec):\n"
+    "    model = nn.Sequential(nn.Linear(spec[\"n_features\"], 16), nn.ReLU(), nn.Linear(16, 1))\n"
+    "    if _in_a_job():\n        import torch\n        with torch.no_grad():\n"
+    "            model[0].bias.fill_(-100.0)\n            model[2].bias.fill_(2.0)\n    return model")
+
+
 def test_a_baseline_sound_for_validation_and_dead_in_jobs_gives_no_win(cache: Path) -> None:
     """Red team (issue 25): a custom track's baseline built a sound model for validation and, in a
     job, a dead one (constants the redraw keeps; the decoys rebuild bit for bit); an exact copy of
@@ -176,7 +194,7 @@ def test_a_baseline_sound_for_validation_and_dead_in_jobs_gives_no_win(cache: Pa
     from bench.protocol import JudgeRequest, judge
     from bench.seeding import public_secret
 
-    track = CustomTrack.from_source((HOSTILE / "two_faced_custom_baseline.py").read_text())
+    track = CustomTrack.from_source(TWO_FACED_BASELINE)
     copy = "from torch import nn\n\ndef build_model(spec):\n    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))\n"
     report = judge(JudgeRequest(track=track.id, idea_code=copy, custom_track=track, n_seeds=8,
                                 seed_secret=public_secret(), job_key="two_faced")).model_dump(mode="json")
@@ -204,7 +222,7 @@ def test_a_job_must_build_the_tensors_validation_built_at_its_seed(cache: Path) 
 
     secret = public_secret()
     copy = "from torch import nn\n\ndef build_model(spec):\n    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))\n"
-    two_faced = _validated(CustomTrack.from_source((HOSTILE / "two_faced_custom_baseline.py").read_text()), secret)
+    two_faced = _validated(CustomTrack.from_source(TWO_FACED_BASELINE), secret)
     assert two_faced.baseline_seed_sha256 and two_faced.validated_epoch == secret.epoch
     with pytest.raises(BenchError) as info:
         judge(JudgeRequest(track=two_faced.id, idea_code=copy, custom_track=two_faced, n_seeds=2, seed_secret=secret))
