@@ -36,7 +36,7 @@ def cmd_track(args: argparse.Namespace) -> int:
     from bench.catalog import get_card
 
     if len(args.words) != 1:
-        print("usage: ideabench track NAME | register FILE | deprecate NAME@VERSION", file=sys.stderr)
+        print("usage: ideabench track NAME | register FILE | deprecate|vouch|unvouch NAME@VERSION", file=sys.stderr)
         return 2
     card = get_card(args.words[0])
     if args.json:

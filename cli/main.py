@@ -19,11 +19,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser(
-        "track", help="show one track; or register / deprecate a custom track file",
+        "track", help="show one track; or register / deprecate / vouch for a custom track file",
         description="ideabench track NAME | ideabench track register FILE | "
-        "ideabench track deprecate NAME@VERSION",
+        "ideabench track deprecate|vouch|unvouch NAME@VERSION (vouch: an operator read the file, and "
+        "verdicts on the version count in totals, q-values and discoveries; unvouch takes that back)",
     )
-    p.add_argument("words", nargs="+", metavar="NAME | register FILE | deprecate NAME@VERSION")
+    p.add_argument("words", nargs="+", metavar="NAME | register FILE | deprecate|vouch|unvouch NAME@VERSION")
     p.add_argument("--author", help="register: the author recorded on the track (default: cli:$USER)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         from cli import client
 
         return client.dispatch(args)
-    custom_track_command = args.command == "track" and args.words[0] in {"register", "deprecate"}
+    custom_track_command = args.command == "track" and args.words[0] in {"register", "deprecate", "vouch", "unvouch"}
     if args.command in {"tracks", "track", "run", "seeds"} and not custom_track_command:
         from cli import engine
 

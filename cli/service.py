@@ -1,5 +1,5 @@
 """Service subcommands: ``serve``, ``worker``, ``migrate``, ``backup``, ``restore``, ``keys``,
-``track register|deprecate``.
+``track register|deprecate|vouch|unvouch``.
 
 Imports the web stack and the worker lazily, so the API process never loads
 torch: ``serve`` runs the worker as its own process.
@@ -96,7 +96,8 @@ def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_track(args: argparse.Namespace, settings: Settings) -> int:
-    """Register a custom track file (validated here, in the sandbox) or deprecate a version.
+    """Register a custom track file (validated here, in the sandbox), or deprecate, vouch for or
+    withdraw the vouch for a version (as an operator).
 
     Works on the configured database directly, like ``keys``: run it where the
     worker's sandbox is available. Exit 0 when the track is active, 2 when rejected.
@@ -119,8 +120,12 @@ def cmd_track(args: argparse.Namespace, settings: Settings) -> int:
         upgrade_head(settings)
     with _session(settings) as session:
         try:
-            if args.words[0] == "deprecate":
-                row = service.deprecate(session, args.words[1], Caller("cli", Role.OPERATOR))
+            if args.words[0] in {"deprecate", "vouch", "unvouch"}:
+                operator = Caller(f"cli:{getpass.getuser()}", Role.OPERATOR)
+                if args.words[0] == "deprecate":
+                    row = service.deprecate(session, args.words[1], operator)
+                else:
+                    row = service.vouch(session, args.words[1], operator, args.words[0] == "vouch")
                 session.commit()
                 print(json.dumps(service.custom_view(row).model_dump(mode="json", exclude_none=True), indent=2))
                 return 0

@@ -22,6 +22,7 @@ from app.reports.service import (
     attempts_block,
     build_report_row,
     mark_own_track,
+    track_vouched,
 )
 from app.seeds import repository as seeds_repository
 from app.tracks import service as tracks_service
@@ -189,7 +190,8 @@ def _store_report(ctx: WorkerContext, claim: Claim, job: Job, report: dict[str, 
         try:  # the attempts before it are counted in the transaction that stores it
             adopt_graph_family(session, job, report)
             mark_own_track(session, job, report)
-            row = build_report_row(job, report, now, attempts_block(session, job))
+            row = build_report_row(job, report, now, attempts_block(session, job),
+                                   track_vouched=track_vouched(session, job.track))
         except InvalidReport as exc:
             session.rollback()
             error = BenchError(ErrorCode.INTERNAL, f"The engine returned an unusable report: {exc}.")

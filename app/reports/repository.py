@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import ColumnElement, and_, delete, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import InstrumentedAttribute, Session, defer
@@ -152,6 +152,18 @@ def count_verdict(session: Session, report: Report) -> None:
         set_={"n": VerdictCount.n + 1},
     )
     session.execute(stmt)
+
+
+def uncount_verdict(session: Session, report: Report) -> None:
+    """Take ``report`` back out of its day's verdict counts (what ``count_verdict`` added: an
+    operator withdrew the vouch for its custom track)."""
+    if (report.baseline or "canonical") != "canonical":
+        return
+    key = (VerdictCount.day == report.created_at.astimezone(dt.UTC).date(), VerdictCount.track == report.track,
+           VerdictCount.system_verdict == report.system_verdict,
+           VerdictCount.practical_verdict == report.practical_verdict)
+    session.execute(update(VerdictCount).where(*key).values(n=VerdictCount.n - 1))
+    session.execute(delete(VerdictCount).where(*key, VerdictCount.n <= 0))
 
 
 def count_verdicts(

@@ -63,6 +63,7 @@ _SUMMARY_EXAMPLE: dict[str, Any] = {
     "p_helps": 0.00390625,
     "q_value": 0.0234,
     "q_value_baseline": 0.0234,
+    "counted": True,
     "submitter": "key_1a2b3c4d",
     "created_at": "2025-05-01T12:00:14Z",
     "links": {"self": "/v1/reports/rep_0d9c8b7a6f5e4d3c2b1a", "job": "/v1/jobs/job_4be1f0c2a9d3e8b7c6a5"},
@@ -110,6 +111,11 @@ class ReportSummary(BaseModel):
     q_value_baseline: float | None = Field(
         default=None, description="The same over the track's ideas judged against this baseline."
     )
+    counted: bool = Field(default=True, description=(
+        "Whether this verdict enters the track's totals, q-values and discoveries. False when it was "
+        "judged under a weak sandbox (a development setting), on a custom track its own key registered, "
+        "on a custom track whose baseline did not beat the bench's reference fits, or on a custom track "
+        "version no operator has vouched for yet (the track card's vouched)."))
     submitter: str
     created_at: dt.datetime
     links: ReportLinks

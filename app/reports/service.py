@@ -10,7 +10,7 @@ import re
 from collections import defaultdict
 from typing import Any, Literal
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app import pagination
@@ -105,6 +105,47 @@ def mark_own_track(session: Session, job: Job, body: dict[str, Any]) -> None:
         body["bench_report"]["own_track"] = True
 
 
+def track_vouched(session: Session, track: str) -> bool:
+    """Whether an operator vouches for ``track``'s version (a custom ``name@version``); a
+    built-in track needs no vouch. The row is read under a share lock, so a report stored now
+    and an operator's vouch or withdrawal (``recount_track``, which locks it for update) are
+    ordered on Postgres: the report sees the vouch, or the recount sees the report."""
+    if is_builtin(track):
+        return True
+    stmt = select(CustomTrackRow.vouched_at).where(CustomTrackRow.id == track).with_for_update(read=True)
+    return session.execute(stmt).scalar_one_or_none() is not None
+
+
+def counts(body: dict[str, Any]) -> bool:
+    """Whether a report's own body lets it count (the track's vouch is ``track_vouched``): not
+    judged under a weak sandbox, not on a custom track its own key registered, not over a
+    custom baseline that did not beat the bench's reference fits."""
+    bench = body.get("bench_report")
+    bench = bench if isinstance(bench, dict) else {}
+    sandbox = bench.get("sandbox")
+    return (not (isinstance(sandbox, dict) and sandbox.get("complete") is False)
+            and bench.get("own_track") is not True and not _weak_track(body))
+
+
+def recount_track(session: Session, track: str, vouched: bool) -> int:
+    """Set ``counted`` of every report on custom track version ``track`` for its vouch now
+    (``vouched``), moving each report that changes into or out of its day's verdict counts;
+    the number that changed. The caller holds the track's row for update and commits."""
+    changed = 0
+    stmt = select(Report).where(Report.track == track).order_by(Report.id).execution_options(yield_per=500)
+    for report in session.scalars(stmt):
+        now = vouched and counts(report.body)
+        if now == report.counted:
+            continue
+        report.counted = now
+        if now:
+            repository.count_verdict(session, report)
+        else:
+            repository.uncount_verdict(session, report)
+        changed += 1
+    return changed
+
+
 def attempts_block(session: Session, job: Job) -> dict[str, Any]:
     """The report's ``attempts`` (PROTOCOL.md 6): the jobs of this idea family and of this key
     submitted on this track before this one, and how many of those were judged ``helps``."""
@@ -115,10 +156,12 @@ def attempts_block(session: Session, job: Job) -> dict[str, Any]:
 
 
 def build_report_row(
-    job: Job, body: dict[str, Any], now: dt.datetime, attempts: dict[str, Any] | None = None
+    job: Job, body: dict[str, Any], now: dt.datetime, attempts: dict[str, Any] | None = None, *,
+    track_vouched: bool = False,
 ) -> Report:
     """The ``reports`` row for ``job``'s report JSON (with its ``attempts`` block, when given,
-    in ``bench_report``); raises ``InvalidReport``."""
+    in ``bench_report``); raises ``InvalidReport``. On a custom track it counts only when
+    ``track_vouched`` (read with ``track_vouched()``; deny by default)."""
     body = json_safe(body)
     if attempts is not None and isinstance(body.get("bench_report"), dict):
         body["bench_report"]["attempts"] = attempts
@@ -130,7 +173,6 @@ def build_report_row(
     delta, stage = deciding_delta(body)
     p_helps = _finite_or_none((body.get("bench_report") or {}).get("p_helps"))
     mechanism = body.get("mechanism_ok")
-    sandbox = (body.get("bench_report") or {}).get("sandbox")
     return Report(
         id=new_id("rep"),
         job_id=job.id,
@@ -149,9 +191,7 @@ def build_report_row(
         family=job.family,
         baseline=baseline_label(job.baseline_code),
         p_helps=p_helps if p_helps is not None and 0.0 <= p_helps <= 1.0 else None,
-        counted=not (isinstance(sandbox, dict) and sandbox.get("complete") is False)
-        and (body.get("bench_report") or {}).get("own_track") is not True
-        and not _weak_track(body),
+        counted=counts(body) and (is_builtin(job.track) or track_vouched),
         created_at=now,
         body=body,
         **stream_of(body),
@@ -212,6 +252,7 @@ def summary_of(report: Report, q: QValues | None = None) -> ReportSummary:
         p_helps=report.p_helps,
         q_value=q.track if q else None,
         q_value_baseline=q.baseline if q else None,
+        counted=report.counted is not False,
         submitter=report.submitter_id,
         created_at=report.created_at,
         links=ReportLinks(self=f"/v1/reports/{report.id}", job=f"/v1/jobs/{report.job_id}"),

@@ -1,7 +1,9 @@
 """The ``custom_tracks`` table: every version of every registered track file, immutable.
 
 A row's source, card and hash never change after insert; only the lifecycle
-columns do (``validating -> active | rejected``, then possibly ``deprecated``).
+columns do (``validating -> active | rejected``, then possibly ``deprecated``), and an
+operator's vouch (``vouched_at``): until an operator vouches for a version, no verdict on it
+counts anywhere (its author chose the data, the split and the baseline; issue 25.8).
 """
 
 from __future__ import annotations
@@ -53,3 +55,7 @@ class CustomTrackRow(Base):
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # validation last sent to a worker
     validated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     deprecated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # An operator read this version's file and vouches that its data and baseline are fair:
+    # only then do verdicts on it enter totals, q-values and discoveries.
+    vouched_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    vouched_by: Mapped[str | None] = mapped_column(String(200))

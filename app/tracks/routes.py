@@ -9,12 +9,12 @@ from fastapi import APIRouter, Query, Response
 from app.db import SessionDep
 from app.deps import QueueDep, SettingsDep
 from app.errors import ApiError, error_responses
-from app.keys.deps import ReaderDep, SubmitterDep
+from app.keys.deps import OperatorDep, ReaderDep, SubmitterDep
 from app.tracks import service
 from app.tracks.models import TrackStatus
 from app.tracks.schemas import TrackCard, TrackList, TrackRegistration
 from bench.catalog import list_cards
-from bench.errors import BenchError
+from bench.errors import BenchError, ErrorCode
 
 router = APIRouter(prefix="/v1/tracks", tags=["tracks"], responses=error_responses(401, 403, 429))
 
@@ -83,3 +83,32 @@ def deprecate_track(ident: str, session: SessionDep, caller: SubmitterDep) -> Tr
         raise ApiError.from_bench(exc, status=404) from None
     session.commit()
     return service.custom_view(row)
+
+
+def _vouch(ident: str, session: SessionDep, caller: OperatorDep, vouched: bool) -> TrackCard:
+    try:
+        row = service.vouch(session, ident, caller, vouched)
+    except BenchError as exc:
+        raise ApiError.from_bench(exc, status=404 if exc.code is ErrorCode.UNKNOWN_TRACK else None) from None
+    session.commit()
+    return service.custom_view(row, service.report_counts(session, row.name).get(row.id, 0))
+
+
+@router.put("/{ident}/vouch", response_model=TrackCard, responses=error_responses(404, 409))
+def vouch_track(ident: str, session: SessionDep, caller: OperatorDep) -> TrackCard:
+    """An operator vouches for one active custom version (operators only; idempotent).
+
+    A custom track is its author's data, split and baseline, which can be built to make an idea
+    win (docs/security.md), so no verdict on it counts in totals, q-values or discoveries until an
+    operator has read its file (GET /v1/tracks/{name@version}) and vouches for it here. Reports
+    already stored on it count from now on (but never one on a track its own key registered, or
+    judged under a weak sandbox or over a weak baseline). The card's ``vouched`` says where it stands.
+    """
+    return _vouch(ident, session, caller, True)
+
+
+@router.delete("/{ident}/vouch", response_model=TrackCard, responses=error_responses(404, 409))
+def withdraw_vouch(ident: str, session: SessionDep, caller: OperatorDep) -> TrackCard:
+    """An operator withdraws a vouch (operators only; idempotent): the version's reports leave
+    the totals, q-values and discoveries again."""
+    return _vouch(ident, session, caller, False)

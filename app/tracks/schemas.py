@@ -93,6 +93,13 @@ class TrackCard(BaseModel):
         "estimated protocol seconds, warnings."
     )
     error: dict[str, str] | None = Field(default=None, description="{code, message, hint} when rejected.")
+    vouched: bool = Field(default=True, description=(
+        "Whether verdicts on this track count in totals, q-values and discoveries. Built-in tracks: "
+        "true. A custom version: false until an operator has read its file and vouches for its data "
+        "and baseline (PUT /v1/tracks/{id}/vouch); until then its reports are judged and readable "
+        "but counted nowhere."))
+    vouched_at: datetime | None = Field(default=None, description="When an operator vouched (custom tracks).")
+    vouched_by: str | None = Field(default=None, description="The operator key (or CLI user) that vouched.")
     source: str | None = Field(default=None, description="The track file (GET of one custom track).")
     links: dict[str, str] | None = None
 

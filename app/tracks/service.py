@@ -22,7 +22,8 @@ from app.db import utcnow
 from app.errors import ApiCode, ApiError
 from app.keys.deps import Caller
 from app.keys.models import ApiKey
-from app.reports.models import VerdictCount
+from app.reports.models import Report, VerdictCount
+from app.reports.service import recount_track
 from app.settings import Settings
 from app.tracks.models import CustomTrackRow, TrackStatus
 from app.tracks.schemas import JobLimits, TrackCard
@@ -187,7 +188,8 @@ def custom_view(row: CustomTrackRow, n_reports: int = 0, *, with_source: bool = 
         "author": row.author, "sha256": row.sha256, "created_at": row.created_at,
         "validated_at": row.validated_at, "validation": row.validation, "error": error,
         "n_reports": n_reports, "source": row.source if with_source else None,
-        "links": {"self": base, "deprecate": f"{base}/deprecate", "submit": "/v1/ideas"},
+        "vouched": row.vouched_at is not None, "vouched_at": row.vouched_at, "vouched_by": row.vouched_by,
+        "links": {"self": base, "deprecate": f"{base}/deprecate", "vouch": f"{base}/vouch", "submit": "/v1/ideas"},
     })
 
 
@@ -210,17 +212,25 @@ def list_custom(session: Session, status: TrackStatus | None = None) -> list[Cus
 
 
 def report_counts(session: Session, name: str | None = None) -> dict[str, int]:
-    """Reports per track id (from the verdict rollup): built-in names and custom ``name@version``.
+    """Reports per track id: built-in names (from the verdict rollup: the reports that count)
+    and custom ``name@version`` (every stored report: most count nowhere, an unvouched
+    version's none, and an agent still wants to know the track is in use).
 
     ``name``: count only that track's rows (one track's page, not the whole rollup).
     """
     stmt = select(VerdictCount.track, func.sum(VerdictCount.n)).group_by(VerdictCount.track)
+    custom = select(Report.track, func.count()).where(Report.custom_track.is_(True)).group_by(Report.track)
     if name is not None:
         stmt = stmt.where(or_(VerdictCount.track == name, VerdictCount.track.startswith(f"{name}@", autoescape=True)))
+        custom = custom.where(Report.track.startswith(f"{name}@", autoescape=True))
     counts: dict[str, int] = {}
     for track, n in session.execute(stmt):
-        key = track.split("@", 1)[0] if is_builtin(track) else track
-        counts[key] = counts.get(key, 0) + int(n)
+        if is_builtin(track):
+            key = track.split("@", 1)[0]
+            counts[key] = counts.get(key, 0) + int(n)
+    for track, n in session.execute(custom):
+        if not is_builtin(track):
+            counts[track] = int(n)
     return counts
 
 
@@ -235,6 +245,37 @@ def deprecate(session: Session, ident: str, caller: Caller) -> CustomTrackRow:
     if not row.deprecated:
         row.deprecated = True
         row.deprecated_at = utcnow()
+    return row
+
+
+def vouch(session: Session, ident: str, caller: Caller, vouched: bool) -> CustomTrackRow:
+    """An operator vouches for one active custom version (``vouched``) or withdraws the vouch:
+    verdicts on it count (or stop counting) in totals, q-values and discoveries, those already
+    stored included (``app.reports.service.recount_track``); idempotent. Raises ``BenchError``
+    (unknown or not active) or ``ApiError`` 403 (not an operator)."""
+    if not caller.is_operator:
+        raise ApiError(403, ApiCode.FORBIDDEN_ROLE, "Only an operator vouches for a custom track.",
+                       "Ask an operator to read the track's file (GET /v1/tracks/{id}) and vouch for it.")
+    row = _row_for_update(session, ident)
+    if row.status != TrackStatus.ACTIVE.value:
+        raise BenchError(ErrorCode.TRACK_NOT_READY, f"Track {row.id} is {row.status}; only an active track is "
+                         "vouched for.", "Wait until its validation made it active.")
+    if vouched and row.vouched_at is None:
+        row.vouched_at, row.vouched_by = utcnow(), caller.key_id
+    elif not vouched:
+        row.vouched_at = row.vouched_by = None
+    recount_track(session, row.id, vouched)
+    return row
+
+
+def _row_for_update(session: Session, ident: str) -> CustomTrackRow:
+    """The custom version ``ident`` (``name@version``) locked for update; ``unknown_track``."""
+    row = None
+    if "@" in ident and len(ident) <= 80:
+        row = session.scalars(select(CustomTrackRow).where(CustomTrackRow.id == ident).with_for_update()).first()
+    if row is None:
+        raise BenchError(ErrorCode.UNKNOWN_TRACK, f"No custom track {ident!r}; name it as name@version.",
+                         "GET /v1/tracks?kind=custom lists the versions.")
     return row
 
 

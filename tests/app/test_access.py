@@ -46,6 +46,8 @@ ACCESS: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/v1/tracks/{ident}"): READERS,
     ("POST", "/v1/tracks"): SUBMITTERS,
     ("POST", "/v1/tracks/{ident}/deprecate"): SUBMITTERS,
+    ("PUT", "/v1/tracks/{ident}/vouch"): OPERATORS,
+    ("DELETE", "/v1/tracks/{ident}/vouch"): OPERATORS,
     ("POST", "/v1/compare"): READERS,
     ("GET", "/v1/keys/me"): READERS,
     ("GET", "/v1/keys"): OPERATORS,

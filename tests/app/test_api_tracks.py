@@ -131,6 +131,10 @@ def test_listing_and_report_filters_tell_builtin_from_custom(app: Any, client: A
     assert len(builtin["items"]) == 2 and custom.id not in {r["report_id"] for r in builtin["items"]}
     summary = client.get("/v1/verdicts/summary", params={"track_kind": "custom"},
                          headers=bearer(keys["viewer"])).json()
+    assert summary["totals"] == []  # no operator vouched for the track: its verdicts count nowhere yet
+    assert client.put("/v1/tracks/tiny_quadratic@1/vouch", headers=bearer(keys["operator"])).status_code == 200
+    summary = client.get("/v1/verdicts/summary", params={"track_kind": "custom"},
+                         headers=bearer(keys["viewer"])).json()
     assert [(t["track"], t["kind"], t["total"]) for t in summary["totals"]] == [("tiny_quadratic@1", "custom", 1)]
     everything = client.get("/v1/verdicts/summary", headers=bearer(keys["viewer"])).json()
     assert {t["track"]: t["kind"] for t in everything["totals"]} == {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from app.jobs.models import Job
 from app.keys.service import create_key
-from app.reports.service import adopt_graph_family, attempts_block
+from app.reports.service import adopt_graph_family, attempts_block, build_report_row
 from bench.family import family_of
 from tests.app.factories import insert_job, insert_report, key_id, report_body
 from tests.conftest import bearer
@@ -124,7 +125,7 @@ def test_a_verdict_on_a_track_its_own_key_registered_counts_nowhere(env: tuple[A
             job = insert_job(session, who, track="mine@1", created_at=T0)
             body = report_body("worked", "helps", track="mine@1", p_helps=0.001)
             mark_own_track(session, job, body)
-            rows[who] = build_report_row(job, body, T0)
+            rows[who] = build_report_row(job, body, T0, track_vouched=True)
         builtin = insert_job(session, author, created_at=T0)
         body = report_body("worked", "helps")
         mark_own_track(session, builtin, body)
@@ -133,15 +134,95 @@ def test_a_verdict_on_a_track_its_own_key_registered_counts_nowhere(env: tuple[A
         weak = report_body("worked", "helps", track="mine@1", p_helps=0.001)
         weak["bench_report"]["custom_track"] = {"name": "mine", "version": 1, "weak_baseline": True}
         job = insert_job(session, other, track="mine@1", created_at=T0)
-        weak_counted = build_report_row(job, weak, T0).counted
+        weak_counted = build_report_row(job, weak, T0, track_vouched=True).counted
         weak["bench_report"]["custom_track"] = "not a block"  # nothing stored breaks the counting
-        odd_counted = build_report_row(job, weak, T0).counted
+        odd_counted = build_report_row(job, weak, T0, track_vouched=True).counted
+        unvouched = build_report_row(job, weak, T0).counted  # deny by default: no vouch, no count
         session.rollback()
-    assert weak_counted is False and odd_counted is True
+    assert weak_counted is False and odd_counted is True and unvouched is False
     assert rows[author].body["bench_report"]["own_track"] is True and rows[author].counted is False
     assert "own_track" not in rows[other].body["bench_report"] and rows[other].counted is True
     assert "own_track" not in body["bench_report"]
 
+
+
+def test_a_custom_tracks_verdicts_count_only_once_an_operator_vouches_for_it(
+    env: tuple[Any, Any, dict[str, str]],
+) -> None:
+    """Issue 25.8 (the second red team's data-signal track, tests/security/hostile/
+    data_signal_track.py): a custom track is its author's data and baseline, and its data can
+    carry a sabotage of its own baseline that no check of the baseline sees, so another key's
+    ``helps`` there counts nowhere until an operator has read the file and vouches for it. The
+    vouch recounts what is stored (totals, q-values, discoveries), a withdrawal takes it back,
+    and the reports that never count (its own key's, a weak baseline's) stay out."""
+    from app.reports.service import mark_own_track, track_vouched
+    from app.tracks.models import CustomTrackRow
+    from bench.track_source import parse_track_source
+
+    app, client, tokens = env
+    author, other = key_id(tokens["agent"]), key_id(tokens["agent2"])
+    source = (Path(__file__).parents[1] / "security" / "hostile" / "data_signal_track.py").read_text()
+    with app.state.sessionmaker() as session:
+        for ident, status in (("signal@1", "active"), ("pending@1", "validating")):
+            session.add(CustomTrackRow(id=ident, name=ident.split("@")[0], version=1, sha256="0" * 64,
+                                       source=source, card=parse_track_source(source), domain="test",
+                                       author=author, status=status,
+                                       created_at=T0))
+        session.flush()
+        ids = {}
+        for label, who, custom in (("other", other, {"name": "signal", "version": 1}),
+                                   ("own", author, {"name": "signal", "version": 1}),
+                                   ("weak", other, {"name": "signal", "version": 1, "weak_baseline": True})):
+            body = report_body("worked", "helps", track="signal@1", p_helps=0.001)
+            body["bench_report"]["custom_track"] = custom
+            job = insert_job(session, who, status="succeeded", track="signal@1", created_at=T0)
+            mark_own_track(session, job, body)
+            report = build_report_row(job, body, T0, track_vouched=track_vouched(session, job.track))
+            job.report_id = report.id
+            session.add(report)
+            ids[label] = report.id
+        session.commit()
+
+    def state() -> tuple[dict[str, bool], dict[str, Any], Any, dict[str, Any]]:
+        page = client.get("/v1/reports?track=signal@1&limit=50", headers=bearer(tokens["viewer"])).json()["items"]
+        counted = {label: next(r["counted"] for r in page if r["report_id"] == rid) for label, rid in ids.items()}
+        q = next(r["q_value"] for r in page if r["report_id"] == ids["other"])
+        summary = client.get("/v1/verdicts/summary?track=signal@1&since=2026-11-01&until=2026-11-30",
+                             headers=bearer(tokens["viewer"])).json()
+        card = client.get("/v1/tracks/signal@1", headers=bearer(tokens["agent2"])).json()
+        return counted, summary, q, card
+
+    counted, summary, q, card = state()
+    assert counted == {"other": False, "own": False, "weak": False} and q is None
+    assert not any(row["counts"] for row in summary["rows"])
+    assert card["vouched"] is False and card["vouched_by"] is None and card["n_reports"] == 3
+    assert card["links"]["vouch"] == "/v1/tracks/signal@1/vouch"
+
+    refused = client.put("/v1/tracks/signal@1/vouch", headers=bearer(tokens["agent2"]))
+    assert refused.status_code == 403 and refused.json()["code"] == "forbidden_role"
+    assert client.put("/v1/tracks/signal@1/vouch", headers=bearer(tokens["viewer"])).status_code == 403
+    for ident, status, code in (("nope@1", 404, "unknown_track"), ("smoke", 404, "unknown_track"),
+                                ("pending@1", 409, "track_not_ready")):
+        answer = client.put(f"/v1/tracks/{ident}/vouch", headers=bearer(tokens["operator"]))
+        assert (answer.status_code, answer.json()["code"]) == (status, code), ident
+
+    for _ in range(2):  # idempotent: a second vouch counts nothing twice
+        vouched = client.put("/v1/tracks/signal@1/vouch", headers=bearer(tokens["operator"]))
+        assert vouched.status_code == 200 and vouched.json()["vouched"] is True
+        assert vouched.json()["vouched_by"] == key_id(tokens["operator"])
+    counted, summary, q, card = state()
+    assert counted == {"other": True, "own": False, "weak": False} and q == pytest.approx(0.001)
+    assert [row["counts"] for row in summary["rows"] if row["counts"]] == [{"worked/helps": 1}]
+    assert card["vouched"] is True and card["n_reports"] == 3
+    with app.state.sessionmaker() as session:
+        assert track_vouched(session, "signal@1") and not track_vouched(session, "pending@1")
+        assert track_vouched(session, "smoke")
+
+    withdrawn = client.delete("/v1/tracks/signal@1/vouch", headers=bearer(tokens["operator"]))
+    assert withdrawn.status_code == 200 and withdrawn.json()["vouched"] is False
+    counted, summary, q, card = state()
+    assert counted == {"other": False, "own": False, "weak": False} and q is None
+    assert not any(row["counts"] for row in summary["rows"])
 
 
 def _seed_p(app: Any, token: str, rows: list[tuple[str, float, bool, str | None]]) -> list[str]:

@@ -88,6 +88,12 @@ def test_track_register_validates_in_the_sandbox_then_deprecate(tmp_path: Path) 
     view = json.loads(registered.stdout)
     assert view["id"] == "tiny_quadratic@1" and view["status"] == "active" and view["author"] == "lab-7"
     assert view["validation"]["sizes"] == {"train": 256, "val": 64, "test": 64}
+    assert view["vouched"] is False  # registered is not vouched for: its verdicts count nowhere yet
+    vouched = ideabench("track", "vouch", "tiny_quadratic@1", cwd=tmp_path)
+    assert vouched.returncode == 0, vouched.stderr
+    assert json.loads(vouched.stdout)["vouched"] is True and json.loads(vouched.stdout)["vouched_by"].startswith("cli:")
+    unvouched = ideabench("track", "unvouch", "tiny_quadratic@1", cwd=tmp_path)
+    assert unvouched.returncode == 0 and json.loads(unvouched.stdout)["vouched"] is False
     deprecated = ideabench("track", "deprecate", "tiny_quadratic@1", cwd=tmp_path)
     assert deprecated.returncode == 0, deprecated.stderr
     assert json.loads(deprecated.stdout)["deprecated"] is True

@@ -192,3 +192,44 @@ def test_a_confirmed_reports_listed_delta_becomes_the_confirmations(database_url
         assert conn.execute(text("SELECT delta_mean FROM reports WHERE id = 'rep_1'")).scalar_one() == -0.02
     engine.dispose()
     command.upgrade(config, "head")
+
+
+def test_stored_custom_track_reports_leave_the_totals_until_their_track_is_vouched(database_url: str) -> None:
+    """Migration 0016: a stored report on a custom track stops counting (its day's verdict
+    count taken down) until an operator vouches for its track; built-in reports, and a custom
+    one against a matched baseline (never in the totals), keep their rows."""
+    config = alembic_config(database_url)
+    command.upgrade(config, "0015")
+    engine = make_engine(database_url)
+    rows = [("rep_b", "smoke", False, None), ("rep_c", "mine@1", True, None), ("rep_d", "mine@1", True, None),
+            ("rep_m", "mine@1", True, "matched:0123456789abcdef")]
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
+                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        for n, (report_id, track, custom, baseline) in enumerate(rows):
+            conn.execute(text(
+                "INSERT INTO jobs (id, status, queue, track, idea_code, submitter_id, request_sha256, "
+                "runs_done, attempts, cancel_requested, created_at) VALUES (:job, 'succeeded', 'cpu', :track, "
+                "'x', 'key_a', :n, 0, 1, false, :at)"), {"job": f"job_{n}", "track": track, "n": str(n), "at": CREATED})
+            conn.execute(text(
+                "INSERT INTO reports (id, job_id, track, custom_track, baseline, submitter_id, system_verdict, "
+                "practical_verdict, worked, counted, created_at, body) VALUES (:id, :job, :track, :custom, :baseline, "
+                "'key_a', 'worked', 'helps', true, true, :at, '{}')"),
+                {"id": report_id, "job": f"job_{n}", "track": track, "custom": custom, "baseline": baseline,
+                 "at": CREATED})
+        for track, n in (("smoke", 1), ("mine@1", 2)):  # the matched one was never counted
+            conn.execute(text(
+                "INSERT INTO verdict_counts (day, week, track, system_verdict, practical_verdict, n) "
+                "VALUES (:d, :w, :t, 'worked', 'helps', :n)"),
+                {"d": CREATED.date(), "w": CREATED.date() - dt.timedelta(days=CREATED.weekday()), "t": track, "n": n})
+    command.upgrade(config, "0016")
+    with engine.connect() as conn:
+        counted = dict(conn.execute(text("SELECT id, counted FROM reports")).all())
+        counts = dict(conn.execute(text("SELECT track, n FROM verdict_counts")).all())
+        conn.execute(text("SELECT vouched_at, vouched_by FROM custom_tracks")).all()
+    assert {k: bool(v) for k, v in counted.items()} == {"rep_b": True, "rep_c": False, "rep_d": False,
+                                                         "rep_m": False}
+    assert counts == {"smoke": 1}
+    command.downgrade(config, "0015")
+    command.upgrade(config, "head")
+    engine.dispose()
