@@ -21,7 +21,7 @@ from bench.contract import parse_source
 from bench.errors import BenchError, ErrorCode
 
 MAX_TRACK_SOURCE_BYTES = 128 * 1024
-NAME_RE = re.compile(r"^[a-z][a-z0-9_]{2,47}$")
+NAME_RE = re.compile(r"[a-z][a-z0-9_]{2,47}")  # whole strings only (fullmatch: "smoke\n" is no name)
 METRIC_LOSS = {"mse": "mse", "cross_entropy": "cross_entropy", "error_rate": "cross_entropy"}
 TASKS = {"regression", "classification"}
 # Set by the service for every custom track: the protocol and the verdict thresholds.
@@ -91,7 +91,7 @@ def check_card(card: Any) -> dict[str, Any]:
     if missing:
         raise _fail(f"CARD lacks {missing}; required: {sorted(REQUIRED_KEYS)}.")
     name = card["name"]
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise _fail(f"CARD['name'] must match {NAME_RE.pattern}; got {name!r}.")
     out: dict[str, Any] = {
         "name": name,
@@ -141,7 +141,7 @@ def check_card(card: Any) -> dict[str, Any]:
     out["max_configs"] = _number(card.get("max_configs", 8), "max_configs", 1, 12, integer=True)
     baseline = card["baseline"]
     if (not isinstance(baseline, dict) or not isinstance(baseline.get("name"), str)
-            or not NAME_RE.match(baseline["name"])):
+            or not NAME_RE.fullmatch(baseline["name"])):
         raise _fail("CARD['baseline'] must be a dict with a 'name' (lowercase slug) and a 'description'.")
     out["baseline"] = {"name": baseline["name"], "description": str(baseline.get("description", ""))[:1000]}
     for key, value in SERVICE_CARD.items():

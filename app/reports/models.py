@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import secrets
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Boolean, Date, Float, ForeignKey, Index, Integer, String, false, true
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy import (
+    Boolean,
+    Connection,
+    Date,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    event,
+    false,
+    true,
+)
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Mapped, Mapper, mapped_column
 
 from app.db import Base, UTCDateTime, utcnow
 from app.types import JsonType
@@ -81,3 +96,30 @@ class VerdictCount(Base):
     practical_verdict: Mapped[str] = mapped_column(String(16), primary_key=True)
     week: Mapped[date] = mapped_column(Date)
     n: Mapped[int] = mapped_column(Integer)
+
+
+class ReportStream(Base):
+    """A track's stream token: a new random value in every transaction that stores, changes or
+    removes a report on the track (``touch_stream``, from the ``Report`` mapper's events), so a
+    process's q-values of the track (``app.reports.discoveries``) are current exactly while the
+    token is the one they were computed at. No row: nothing is cached for the track."""
+
+    __tablename__ = "report_streams"
+
+    track: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token: Mapped[str] = mapped_column(String(32))
+
+
+def touch_stream(connection: Connection, track: str) -> None:
+    """Give ``track``'s stream a new token, in ``connection``'s transaction (an upsert)."""
+    insert = postgresql_insert if connection.dialect.name == "postgresql" else sqlite_insert
+    token = secrets.token_hex(16)
+    connection.execute(insert(ReportStream).values(track=track, token=token)
+                       .on_conflict_do_update(index_elements=["track"], set_={"token": token}))
+
+
+@event.listens_for(Report, "after_insert")
+@event.listens_for(Report, "after_update")
+@event.listens_for(Report, "after_delete")
+def _report_changed(_mapper: Mapper[Report], connection: Connection, target: Report) -> None:
+    touch_stream(connection, target.track)

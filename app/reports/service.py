@@ -107,12 +107,17 @@ def mark_own_track(session: Session, job: Job, body: dict[str, Any]) -> None:
 
 def track_vouched(session: Session, track: str) -> bool:
     """Whether an operator vouches for ``track``'s version (a custom ``name@version``); a
-    built-in track needs no vouch. The row is read under a share lock, so a report stored now
-    and an operator's vouch or withdrawal (``recount_track``, which locks it for update) are
-    ordered on Postgres: the report sees the vouch, or the recount sees the report."""
+    built-in track needs no vouch. Call it in the transaction that stores the report: it first
+    writes the track's row (a no-op update), so that a report stored now and an operator's vouch
+    or withdrawal (``recount_track``, which writes the same row) are ordered, the report seeing
+    the vouch or the recount seeing the report. A lock to read would not do: SQLite has none,
+    and its driver opens the write transaction only at the first write (red team: a withdrawal
+    between the read and the store left a ``helps`` counted on an unvouched track)."""
     if is_builtin(track):
         return True
-    stmt = select(CustomTrackRow.vouched_at).where(CustomTrackRow.id == track).with_for_update(read=True)
+    session.execute(update(CustomTrackRow).where(CustomTrackRow.id == track)
+                    .values(vouched_at=CustomTrackRow.vouched_at).execution_options(synchronize_session=False))
+    stmt = select(CustomTrackRow.vouched_at).where(CustomTrackRow.id == track)
     return session.execute(stmt).scalar_one_or_none() is not None
 
 
@@ -132,7 +137,8 @@ def recount_track(session: Session, track: str, vouched: bool) -> int:
     (``vouched``), moving each report that changes into or out of its day's verdict counts;
     the number that changed. The caller holds the track's row for update and commits."""
     changed = 0
-    stmt = select(Report).where(Report.track == track).order_by(Report.id).execution_options(yield_per=500)
+    stmt = (select(Report).where(Report.track == track, Report.custom_track.is_(True)).order_by(Report.id)
+            .execution_options(yield_per=500))
     for report in session.scalars(stmt):
         now = vouched and counts(report.body)
         if now == report.counted:
@@ -261,7 +267,7 @@ def summary_of(report: Report, q: QValues | None = None) -> ReportSummary:
 
 def summaries(session: Session, reports: list[Report]) -> list[ReportSummary]:
     """The light rows of ``reports``, with their q-values over everything stored so far."""
-    q = discoveries.qvalues(session, {r.track for r in reports})
+    q = discoveries.qvalues(session, reports)
     return [summary_of(r, q.get(r.id)) for r in reports]
 
 

@@ -10,6 +10,7 @@ deprecated (no new jobs; its reports and source stay).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,7 +31,7 @@ from app.tracks.schemas import JobLimits, TrackCard
 from bench.card import TrackSettings
 from bench.catalog import get_card, is_builtin, track_names, unavailable_reason
 from bench.errors import BenchError, ErrorCode
-from bench.track_source import parse_track_source, source_sha256
+from bench.track_source import NAME_RE, parse_track_source, source_sha256
 
 
 @dataclass(frozen=True)
@@ -109,14 +110,21 @@ def _check_validations(session: Session, author: str, limit: int) -> None:
         )
 
 
+# A track's name (``bench.track_source.NAME_RE``), optionally ``@version``: anything else names
+# no track and never reaches a query (a NUL byte there is a driver error on Postgres).
+IDENT = re.compile(rf"{NAME_RE.pattern}(@[1-9][0-9]{{0,8}})?")
+
+
 def get(session: Session, ident: str) -> CustomTrackRow | None:
     """A custom track by ``name@version``, or by ``name``: its newest usable version.
 
     Usable: active and not deprecated; failing that, the newest version at all
     (so the caller can tell the agent why it cannot be used).
     """
+    if not IDENT.fullmatch(ident):
+        return None
     if "@" in ident:
-        return session.get(CustomTrackRow, ident) if len(ident) <= 80 else None
+        return session.get(CustomTrackRow, ident)
     versions = _versions(session, ident)
     usable = [r for r in versions if r.status == TrackStatus.ACTIVE.value and not r.deprecated]
     chosen = usable or versions
@@ -236,9 +244,9 @@ def report_counts(session: Session, name: str | None = None) -> dict[str, int]:
 
 def deprecate(session: Session, ident: str, caller: Caller) -> CustomTrackRow:
     """Mark a custom track version deprecated (its author or an operator); idempotent."""
-    row = session.get(CustomTrackRow, ident) if "@" in ident and len(ident) <= 80 else None
+    row = session.get(CustomTrackRow, ident) if "@" in ident and IDENT.fullmatch(ident) else None
     if row is None:
-        raise BenchError(ErrorCode.UNKNOWN_TRACK, f"No custom track {ident!r}; name it as name@version.")
+        raise BenchError(ErrorCode.UNKNOWN_TRACK, f"No custom track {ident[:100]!r}; name it as name@version.")
     if not caller.is_operator and row.author != caller.key_id:
         raise ApiError(403, ApiCode.NOT_OWNER, f"Track {row.id} belongs to {row.author}.",
                        "Only a track's author or an operator deprecates it.")
@@ -271,10 +279,12 @@ def vouch(session: Session, ident: str, caller: Caller, vouched: bool) -> Custom
 def _row_for_update(session: Session, ident: str) -> CustomTrackRow:
     """The custom version ``ident`` (``name@version``) locked for update; ``unknown_track``."""
     row = None
-    if "@" in ident and len(ident) <= 80:
+    # a custom row under a built-in's name (registered before a release built that name in) is
+    # never vouched for: its ident is the built-in's reports' too
+    if "@" in ident and IDENT.fullmatch(ident) and not is_builtin(ident):
         row = session.scalars(select(CustomTrackRow).where(CustomTrackRow.id == ident).with_for_update()).first()
     if row is None:
-        raise BenchError(ErrorCode.UNKNOWN_TRACK, f"No custom track {ident!r}; name it as name@version.",
+        raise BenchError(ErrorCode.UNKNOWN_TRACK, f"No custom track {ident[:100]!r}; name it as name@version.",
                          "GET /v1/tracks?kind=custom lists the versions.")
     return row
 
@@ -332,6 +342,8 @@ def with_limits(view: TrackCard, settings: Settings) -> TrackCard:
 def card(session: Session, ident: str) -> TrackCard:
     """One track's card: a built-in one with its example idea, or a custom version with its
     source; 404 ``unknown_track``."""
+    if not IDENT.fullmatch(ident):
+        raise ApiError.from_bench(BenchError("unknown_track", f"No track named {ident[:100]!r}."), status=404)
     counts = report_counts(session, ident.split("@", 1)[0])
     if is_builtin(ident):
         try:

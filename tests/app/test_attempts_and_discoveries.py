@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from app.jobs.models import Job
 from app.keys.service import create_key
@@ -365,3 +366,67 @@ def test_a_stream_is_one_track_version_epoch_and_device_class_and_public_data_en
                           headers=bearer(tokens["viewer"])).json()["totals"]
     assert (smoke["discoveries"]["judged"], smoke["discoveries"]["worked"]) == (5, 5)
     assert smoke["discoveries"]["q_max_worked"] == pytest.approx(0.05)
+
+
+def test_kept_q_values_equal_the_whole_procedure_as_reports_arrive(
+    env: tuple[Any, Any, dict[str, str]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 28.9: a process keeps each track's curves while the track's stream token is
+    unchanged; every page's q-values and every track's accounting equal the whole procedure
+    (``qvalues_from_scratch``, ``per_track_from_scratch``) as reports of every kind arrive
+    (streams by version, epoch and device; matched baselines; re-rolled families; reports
+    without a family; lr_confounded, public-data and uncounted ones) and as a stored report
+    stops counting; a read with nothing stored since builds nothing."""
+    import random
+
+    from app.reports import discoveries
+    from app.reports.models import Report
+
+    app, _, tokens = env
+    keys = [key_id(tokens[k]) for k in ("agent", "agent2", "operator")]
+    builds: list[set[str]] = []
+    real_build = discoveries._build
+
+    def counting_build(session: Any, tracks: Any, kept: Any) -> Any:
+        builds.append(set(tracks))
+        return real_build(session, tracks, kept)
+
+    monkeypatch.setattr(discoveries, "_build", counting_build)
+    rng = random.Random(28)
+    with app.state.sessionmaker() as session:
+        for round_ in range(5):
+            for i in range(14):
+                job = insert_job(session, rng.choice(keys), status="succeeded", track=rng.choice(["smoke", "tabular"]),
+                                 family=rng.choice([f"ast-v1:{n:016x}" for n in range(6)] + [None]),
+                                 created_at=T0 + dt.timedelta(minutes=round_ * 20 + i),
+                                 baseline_code=rng.choice([None, None, None, "def build_model(spec):\n    return 1\n"]))
+                worked = rng.random() < 0.4
+                body = report_body("worked" if worked else "failed", "helps" if worked else "inconclusive",
+                                   track=job.track, p_helps=rng.choice([0.0078125, 0.01, 0.3, rng.random()]))
+                row = build_report_row(job, body, job.created_at)
+                row.track_version, row.seed_epoch = rng.choice([1, 2]), rng.choice([1, 1, 2])
+                row.device_class = rng.choice(["cpu", "cpu", "cuda"])
+                row.public_data = rng.random() < 0.05
+                row.counted = rng.random() > 0.1
+                if rng.random() < 0.1:
+                    row.practical_detail = "lr_confounded"
+                job.report_id = row.id
+                session.add(row)
+            session.commit()
+            if round_ == 3:  # a stored report stops counting (as a withdrawn vouch does)
+                first = session.scalars(select(Report).where(Report.counted.is_(True)).limit(1)).one()
+                first.counted = False
+                session.commit()
+            reports = list(session.scalars(select(Report)))
+            for _ in range(2):  # the second read finds every track kept
+                before = len(builds)
+                kept = discoveries.qvalues(session, reports)
+                scratch = discoveries.qvalues_from_scratch(session, {"smoke", "tabular"})
+                none = discoveries.QValues(None, None)
+                assert {r.id: kept.get(r.id, none) for r in reports} == {
+                    r.id: scratch.get(r.id, none) for r in reports}, round_
+                assert discoveries.per_track(session, None) == discoveries.per_track_from_scratch(session, None)
+                assert discoveries.per_track(session, {"smoke"}) == discoveries.per_track_from_scratch(session, {"smoke"})
+            assert len(builds) == before, "a read with nothing stored since rebuilt a track"
+            assert any(q.track is not None for q in kept.values()) and any(
+                q.track is None and q.baseline is not None for q in kept.values())

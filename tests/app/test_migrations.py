@@ -233,3 +233,23 @@ def test_stored_custom_track_reports_leave_the_totals_until_their_track_is_vouch
     command.downgrade(config, "0015")
     command.upgrade(config, "head")
     engine.dispose()
+
+
+def test_every_track_with_reports_gets_a_stream_token(database_url: str) -> None:
+    """Migration 0017: each track with stored reports gets a ``report_streams`` token (a track
+    without one is never kept between reads); a downgrade drops the table."""
+    config = alembic_config(database_url)
+    command.upgrade(config, "0016")
+    engine = make_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
+                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        _insert(conn, "rep_1", "worked", "helps", True)
+        _insert(conn, "rep_2", "failed", "inconclusive", None)
+    command.upgrade(config, "0017")
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT track, token FROM report_streams")).all()
+    assert [r[0] for r in rows] == ["smoke@1"] and len(rows[0][1]) == 32
+    command.downgrade(config, "0016")
+    command.upgrade(config, "head")
+    engine.dispose()
