@@ -38,7 +38,7 @@ from app.keys.service import create_key, hash_token  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.migrate import upgrade_head  # noqa: E402
 from app.reports import discoveries  # noqa: E402
-from app.reports.models import Report, touch_stream  # noqa: E402
+from app.reports.models import Report, next_stream_seq  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from benchmarks.api_speed import percentile, scratch_postgres  # noqa: E402
 
@@ -77,7 +77,7 @@ def fill(database_url: str, n_reports: int, seed: int = 28) -> None:
             conn.execute(insert(Report), reports)
     with engine.begin() as conn:
         for track in set(TRACKS):
-            touch_stream(conn, track)
+            next_stream_seq(conn, track, rebase=True)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql("VACUUM ANALYZE")
     engine.dispose()

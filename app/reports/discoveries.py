@@ -21,15 +21,16 @@ stored up to the moment of the read:
   no stream: they get no q-value and are never a discovery.
 
 **Kept between reads** (issue 28.9). A read used to fetch every counted report of the page's
-tracks and redo the procedure: at 100,000 reports on one track that was about 0.3 s of Python
-alone per listing, at a million 3.5 s. Now each API process keeps, per track, every stream's
-hypotheses' p-values sorted with their q-values (``_Curve``) and the track's accounting, built
-from one grouped query (``_build``), for as long as the track's token
-(``app.reports.models.ReportStream``) is the one it was built at: the token changes in every
-transaction that stores, changes or removes a report on the track. A page then needs one
-query for its own hypotheses (their attempts and smallest p) and a binary search per report.
-The token is read before and after; a page whose hypotheses are not in the curves (a report
-committed in between) or whose token moved is answered by the whole procedure
+tracks and redo the procedure: at 200,000 reports 2.4 s per listing, at a million 10.6 s
+(``benchmarks/qvalue_scale.py``). Now each API process keeps, per track, every stream's
+hypotheses' p-values sorted, whether each worked, and their q-values (``_Stream``), as of one
+change of the track's stream (``app.reports.models.ReportStream``: ``seq`` counts the changes
+in commit order, ``base`` changes with anything but a new report). A read whose track moved on
+by new reports only adds them (``_advance``: their hypotheses' old values out, new ones in, the
+q-values redone by numpy); anything else rebuilds the track from one grouped query (``_build``).
+A page then needs one query for its own hypotheses (their attempts and smallest p) and a binary
+search per report. The stream rows are read before and after: states are kept only when nothing
+changed in between, and a page newer than its states is answered by the whole procedure
 (``qvalues_from_scratch``), the reference the kept path is tested against.
 """
 
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, case, func, or_, select
+from sqlalchemy import Engine, and_, case, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.reports import repository
@@ -154,7 +155,7 @@ def per_track_from_scratch(session: Session, tracks: set[str] | None) -> dict[st
     for row in rows:
         by_stream[row.stream].append(row)
     out: dict[str, TrackDiscoveries] = {}
-    for stream, members in by_stream.items():
+    for stream, members in sorted(by_stream.items(), key=lambda item: repr(item[0])):  # as ``_TrackState`` adds
         hypotheses = list(_hypotheses(members).values())
         found = _accounting([p for p, _, _ in hypotheses], [worked for _, worked, _ in hypotheses])
         out[stream[0]] = _add(out.get(stream[0]), found)
@@ -183,38 +184,89 @@ def _add(before: TrackDiscoveries | None, found: TrackDiscoveries) -> TrackDisco
 
 # ---- kept between reads (issue 28.9) ----
 
-# (version, seed epoch, device class, baseline, key, family or report id): one hypothesis
-Hypothesis = tuple[Any, ...]
 _CACHED_TRACKS = 1024  # per database, least recently used first out
+_MAX_ADDED = 2000  # hypotheses changed since a kept state above which the track is rebuilt
+
+
+def _bh_sorted(p: np.ndarray) -> np.ndarray:
+    """``bench.stats.bh_qvalues`` of p-values already ascending, in that order (the same
+    arithmetic, so the same floats)."""
+    m = p.size
+    if m == 0:
+        return p.copy()
+    return np.minimum(np.minimum.accumulate((p * m / np.arange(1, m + 1))[::-1])[::-1], 1.0)
 
 
 @dataclass(frozen=True)
-class _Curve:
-    """One stream's hypotheses' p-values, ascending, and their q-values (ties share one)."""
+class _Stream:
+    """One stream's hypotheses: their p ascending, whether each worked, their q-values."""
 
     p: np.ndarray
+    worked: np.ndarray
     q: np.ndarray
 
     @classmethod
-    def of(cls, ps: Sequence[float]) -> _Curve:
-        p = np.sort(np.asarray(ps, dtype=np.float64), kind="stable")
-        return cls(p, np.asarray(bh_qvalues(p.tolist()), dtype=np.float64))
+    def of(cls, ps: Sequence[float], works: Sequence[bool]) -> _Stream:
+        order = np.argsort(np.asarray(ps, dtype=np.float64), kind="stable")
+        p = np.asarray(ps, dtype=np.float64)[order]
+        return cls(p, np.asarray(works, dtype=bool)[order], _bh_sorted(p))
 
     def q_of(self, p: float) -> float | None:
         """The q-value of a hypothesis of this stream whose p is ``p`` (None: no such p here)."""
         i = int(np.searchsorted(self.p, p, side="right")) - 1
         return float(self.q[i]) if i >= 0 and self.p[i] == p else None
 
+    def changed(self, gone: list[tuple[float, bool]], added: list[tuple[float, bool]]) -> _Stream | None:
+        """This stream without the hypotheses ``gone`` and with ``added`` ((p, worked) each);
+        None when one of ``gone`` is not here (the kept state is not what the database held)."""
+        drop: set[int] = set()
+        for p, worked in gone:
+            lo, hi = np.searchsorted(self.p, p, side="left"), np.searchsorted(self.p, p, side="right")
+            found = next((i for i in range(int(lo), int(hi)) if i not in drop and bool(self.worked[i]) == worked),
+                         None)
+            if found is None:
+                return None
+            drop.add(found)
+        keep_p, keep_w = np.delete(self.p, sorted(drop)), np.delete(self.worked, sorted(drop))
+        added = sorted(added)
+        new_p = np.asarray([a[0] for a in added], dtype=np.float64)
+        at = np.searchsorted(keep_p, new_p, side="right")
+        merged = np.insert(keep_p, at, new_p)
+        return _Stream(merged, np.insert(keep_w, at, np.asarray([a[1] for a in added], dtype=bool)),
+                       _bh_sorted(merged))
+
+    def accounting(self) -> TrackDiscoveries:
+        """The stream's accounting (``_accounting``'s, from the kept arrays)."""
+        worked_q = self.q[self.worked]
+        if worked_q.size == 0:
+            return TrackDiscoveries(int(self.p.size), 0, None, 0.0)
+        q_star = float(worked_q.max())
+        below = int(np.count_nonzero(self.q <= q_star))
+        return TrackDiscoveries(int(self.p.size), int(worked_q.size), q_star,
+                                round(float(min(int(worked_q.size), q_star * below)), 6))
+
 
 @dataclass(frozen=True)
 class _TrackState:
-    """A track's streams as of one token: the canonical curves by (version, epoch, device), the
-    baseline curves by (version, epoch, device, baseline), and the track's accounting."""
+    """A track's streams as of change ``seq`` under ``base`` (``ReportStream``): the canonical
+    streams by (version, epoch, device), matched baselines' by (version, epoch, device,
+    baseline), and the track's accounting."""
 
-    token: str | None
-    canonical: dict[tuple[Any, ...], _Curve]
-    baselines: dict[tuple[Any, ...], _Curve]
-    accounting: TrackDiscoveries | None
+    seq: int
+    base: str
+    canonical: dict[tuple[Any, ...], _Stream]
+    matched: dict[tuple[Any, ...], _Stream]
+
+    @property
+    def accounting(self) -> TrackDiscoveries | None:
+        out = None
+        for _, stream in sorted(self.canonical.items(), key=lambda item: repr(item[0])):
+            if stream.p.size:
+                out = _add(out, stream.accounting())
+        return out
+
+    def stream(self, key: tuple[Any, ...], baseline: str) -> _Stream | None:
+        return self.canonical.get(key) if baseline == CANONICAL else self.matched.get((*key, baseline))
 
 
 _LOCK = threading.Lock()
@@ -228,75 +280,125 @@ def _judged() -> list[Any]:
             or_(Report.practical_detail.is_(None), Report.practical_detail != "lr_confounded")]
 
 
-def _hypothesis_query(*where: Any) -> Any:
-    """``(track, version, epoch, device, baseline, key, family or id, attempts, min p, any
-    worked)`` per hypothesis of the reports ``where`` selects."""
-    baseline = func.coalesce(func.nullif(Report.baseline, ""), CANONICAL)  # as ``_rows`` reads them
-    family = func.coalesce(func.nullif(Report.family, ""), Report.id)
-    keys = (Report.track, Report.track_version, Report.seed_epoch, Report.device_class, baseline,
-            Report.submitter_id, family)
-    return (select(*keys, func.count(), func.min(Report.p_helps), func.max(case((Report.worked, 1), else_=0)))
-            .where(*_judged(), *where).group_by(*keys))
+def _seq() -> Any:
+    return func.coalesce(Report.stream_seq, 0)  # reports older than 0017: before any change
+
+
+def _keys() -> tuple[Any, ...]:
+    """(track, version, epoch, device, baseline, key, family or report id): a hypothesis, as
+    ``_rows`` reads it."""
+    return (Report.track, Report.track_version, Report.seed_epoch, Report.device_class,
+            func.coalesce(func.nullif(Report.baseline, ""), CANONICAL), Report.submitter_id,
+            func.coalesce(func.nullif(Report.family, ""), Report.id))
+
+
+def _hypothesis_query(upto: int | None, *where: Any) -> Any:
+    """``(*_keys(), attempts, min p, any worked)`` per hypothesis of the judged reports ``where``
+    selects, as of change ``upto`` (None: all)."""
+    bound = [_seq() <= upto] if upto is not None else []
+    return (select(*_keys(), func.count(), func.min(Report.p_helps), func.max(case((Report.worked, 1), else_=0)))
+            .where(*_judged(), *bound, *where).group_by(*_keys()))
 
 
 def _hypothesis_p(attempts: int, smallest: float) -> float:
     return min(1.0, attempts * float(smallest))
 
 
-def _build(session: Session, tracks: Iterable[str], tokens: dict[str, str]) -> dict[str, _TrackState]:
-    """Each of ``tracks``' state from one grouped query (its token: ``tokens``' entry)."""
-    canonical: dict[str, dict[tuple[Any, ...], tuple[list[float], list[bool]]]] = defaultdict(dict)
-    baselines: dict[str, dict[tuple[Any, ...], list[float]]] = defaultdict(dict)
-    wanted = sorted(set(tracks))
-    for track, version, epoch, device, baseline, _key, _family, n, smallest, worked in session.execute(
-            _hypothesis_query(Report.track.in_(wanted))):
-        stream, p = (version, epoch, device or "cpu"), _hypothesis_p(n, smallest)
-        if baseline == CANONICAL:
-            ps, works = canonical[track].setdefault(stream, ([], []))
-            ps.append(p)
-            works.append(bool(worked))
-        baselines[track].setdefault((*stream, baseline), []).append(p)
+def _stream_key(row: Sequence[Any]) -> tuple[tuple[Any, ...], str]:
+    return (row[1], row[2], row[3] or "cpu"), str(row[4])
+
+
+def _build(session: Session, track: str, seq: int, base: str) -> _TrackState:
+    """``track``'s state as of change ``seq``, from one grouped query."""
+    lists: dict[tuple[Any, ...], tuple[list[float], list[bool]]] = defaultdict(lambda: ([], []))
+    for row in session.execute(_hypothesis_query(seq, Report.track == track)):
+        key, baseline = _stream_key(row)
+        ps, works = lists[key if baseline == CANONICAL else (*key, baseline)]
+        ps.append(_hypothesis_p(row[7], row[8]))
+        works.append(bool(row[9]))
+    streams = {key: _Stream.of(ps, works) for key, (ps, works) in lists.items()}
+    return _TrackState(seq, base, {k: v for k, v in streams.items() if len(k) == 3},
+                       {k: v for k, v in streams.items() if len(k) == 4})
+
+
+def _advance(session: Session, state: _TrackState, track: str, seq: int) -> _TrackState | None:
+    """``state`` with the reports stored after its change up to ``seq`` (the same ``base``):
+    their hypotheses' old values out, new ones in; None when a rebuild is cheaper or needed."""
+    fresh = select(*_keys()).where(Report.track == track, _seq() > state.seq, _seq() <= seq, *_judged()).distinct()
+    touched = {tuple(row) for row in session.execute(fresh.limit(_MAX_ADDED + 1))}
+    if len(touched) > _MAX_ADDED:
+        return None
+    if not touched:
+        return _TrackState(seq, state.base, state.canonical, state.matched)
+    old = _seq() <= state.seq
+    stmt = (select(*_keys(), func.sum(case((old, 1), else_=0)), func.min(case((old, Report.p_helps))),
+                   func.max(case((and_(old, Report.worked), 1), else_=0)),
+                   func.count(), func.min(Report.p_helps), func.max(case((Report.worked, 1), else_=0)))
+            .where(*_judged(), _seq() <= seq, Report.track == track,
+                   Report.submitter_id.in_(sorted({h[5] for h in touched})),
+                   or_(Report.family.in_(sorted({h[6] for h in touched})), Report.id.in_(sorted({h[6] for h in touched}))))
+            .group_by(*_keys()))
+    changes: dict[tuple[Any, ...], tuple[list[tuple[float, bool]], list[tuple[float, bool]]]] = defaultdict(
+        lambda: ([], []))
+    for row in session.execute(stmt):
+        if tuple(row[:7]) not in touched:
+            continue
+        key, baseline = _stream_key(row)
+        gone, added = changes[key if baseline == CANONICAL else (*key, baseline)]
+        if row[7]:
+            gone.append((_hypothesis_p(row[7], row[8]), bool(row[9])))
+        added.append((_hypothesis_p(row[10], row[11]), bool(row[12])))
+    canonical, matched = dict(state.canonical), dict(state.matched)
+    for key, (gone, added) in changes.items():
+        streams = canonical if len(key) == 3 else matched
+        empty = _Stream(np.empty(0), np.empty(0, dtype=bool), np.empty(0))
+        updated = streams.get(key, empty).changed(gone, added)
+        if updated is None:
+            return None
+        streams[key] = updated
+    return _TrackState(seq, state.base, canonical, matched)
+
+
+def _stream_rows(session: Session, tracks: set[str] | None) -> dict[str, tuple[int, str]]:
+    stmt = select(ReportStream.track, ReportStream.seq, ReportStream.base)
+    if tracks is not None:
+        stmt = stmt.where(ReportStream.track.in_(sorted(tracks)))
+    return {track: (int(seq), base) for track, seq, base in session.execute(stmt)}
+
+
+def _engine(session: Session) -> Engine:
+    bind = session.get_bind()
+    return bind if isinstance(bind, Engine) else bind.engine
+
+
+def _states(session: Session, tracks: set[str], streams: dict[str, tuple[int, str]]) -> dict[str, _TrackState]:
+    """``tracks``' states as of ``streams`` (their ``ReportStream`` rows): kept ones that are
+    current, kept ones advanced by the reports stored since, the others built. A track without
+    a row is built as of now (every report) and never kept."""
+    with _LOCK:
+        kept = dict(_CACHE.get(_engine(session), {}))
     out: dict[str, _TrackState] = {}
-    for track in wanted:
-        curves = {stream: _Curve.of(ps) for stream, (ps, _) in canonical[track].items()}
-        accounting = None
-        for ps, works in canonical[track].values():
-            accounting = _add(accounting, _accounting(ps, works))
-        others = {key: curves[key[:3]] if key[3] == CANONICAL else _Curve.of(ps)
-                  for key, ps in baselines[track].items()}
-        out[track] = _TrackState(tokens.get(track), curves, others, accounting)
+    for track in tracks:
+        seq, base = streams.get(track, (2**62, ""))
+        state = kept.get(track)
+        if state is not None and state.base == base and state.seq <= seq:
+            state = state if state.seq == seq else _advance(session, state, track, seq)
+        else:
+            state = None
+        out[track] = state if state is not None else _build(session, track, seq, base)
     return out
 
 
-def _tokens(session: Session, tracks: set[str] | None) -> dict[str, str]:
-    stmt = select(ReportStream.track, ReportStream.token)
-    if tracks is not None:
-        stmt = stmt.where(ReportStream.track.in_(sorted(tracks)))
-    return {track: token for track, token in session.execute(stmt)}
-
-
-def _states(session: Session, tracks: set[str], tokens: dict[str, str]) -> dict[str, _TrackState]:
-    """``tracks``' states: kept ones whose token is current, the others built (and kept when
-    the track has a token)."""
-    bind = session.get_bind()
-    engine = bind if isinstance(bind, Engine) else bind.engine
+def _keep(session: Session, states: dict[str, _TrackState], streams: dict[str, tuple[int, str]]) -> None:
+    """Keep ``states`` (read as of ``streams``, which the caller found unchanged after)."""
     with _LOCK:
-        kept = _CACHE.setdefault(engine, OrderedDict())
-        found = {t: kept[t] for t in tracks if t in kept and kept[t].token is not None and kept[t].token == tokens.get(t)}
-        for t in found:
-            kept.move_to_end(t)
-    missing = tracks - found.keys()
-    if missing:
-        built = _build(session, missing, tokens)
-        found.update(built)
-        with _LOCK:
-            for t, state in built.items():
-                if state.token is not None:
-                    kept[t] = state
-                    kept.move_to_end(t)
-            while len(kept) > _CACHED_TRACKS:
-                kept.popitem(last=False)
-    return found
+        kept = _CACHE.setdefault(_engine(session), OrderedDict())
+        for track, state in states.items():
+            if track in streams:
+                kept[track] = state
+                kept.move_to_end(track)
+        while len(kept) > _CACHED_TRACKS:
+            kept.popitem(last=False)
 
 
 def qvalues(session: Session, reports: Sequence[Report]) -> dict[str, QValues]:
@@ -306,37 +408,34 @@ def qvalues(session: Session, reports: Sequence[Report]) -> dict[str, QValues]:
     if not judged:
         return {}
     tracks = {r.track for r in judged}
-    tokens = _tokens(session, tracks)
-    states = _states(session, tracks, tokens)
+    streams = _stream_rows(session, tracks)
+    states = _states(session, tracks, streams)
     families = sorted({r.family for r in judged if r.family})
     lone = sorted({r.id for r in judged if not r.family})
     attempts = {tuple(row[:7]): (row[7], row[8]) for row in session.execute(_hypothesis_query(
-        Report.track.in_(sorted(tracks)), Report.submitter_id.in_(sorted({r.submitter_id for r in judged})),
+        None, Report.track.in_(sorted(tracks)), Report.submitter_id.in_(sorted({r.submitter_id for r in judged})),
         or_(Report.family.in_(families), Report.id.in_(lone))))}
     out: dict[str, QValues] = {}
     for r in judged:
-        stream = (r.track_version, r.seed_epoch, r.device_class or "cpu")
-        baseline = r.baseline or CANONICAL
-        found = attempts.get((r.track, *stream, baseline, r.submitter_id, r.family or r.id))
-        state = states[r.track]
-        base_curve = state.baselines.get((*stream, baseline))
-        if found is None or base_curve is None:
+        key, baseline = (r.track_version, r.seed_epoch, r.device_class or "cpu"), r.baseline or CANONICAL
+        found = attempts.get((r.track, *key, baseline, r.submitter_id, r.family or r.id))
+        stream = states[r.track].stream(key, baseline)
+        q = stream.q_of(_hypothesis_p(*found)) if found is not None and stream is not None else None
+        if q is None:  # the page holds a report newer than the states: the whole procedure
             return qvalues_from_scratch(session, tracks)
-        p = _hypothesis_p(*found)
-        q_base = base_curve.q_of(p)
-        q_track = base_curve.q_of(p) if baseline == CANONICAL else None
-        if q_base is None:
-            return qvalues_from_scratch(session, tracks)
-        out[r.id] = QValues(q_track, q_base)
-    if _tokens(session, tracks) != tokens:  # a report stored meanwhile: answer from one snapshot
+        out[r.id] = QValues(q if baseline == CANONICAL else None, q)
+    if _stream_rows(session, tracks) != streams:  # a report stored meanwhile: answer from one snapshot
         return qvalues_from_scratch(session, tracks)
+    _keep(session, states, streams)
     return out
 
 
 def per_track(session: Session, tracks: set[str] | None) -> dict[str, TrackDiscoveries]:
     """Each track's accounting (``TrackDiscoveries``) over its canonical streams, added up
-    (``tracks`` None: every track with a stream token)."""
-    tokens = _tokens(session, tracks)
-    wanted = set(tokens) if tracks is None else tracks
-    return {t: state.accounting for t, state in _states(session, wanted, tokens).items()
-            if state.accounting is not None}
+    (``tracks`` None: every track with a stream row)."""
+    streams = _stream_rows(session, tracks)
+    states = _states(session, set(streams) if tracks is None else tracks, streams)
+    if _stream_rows(session, tracks) != streams:
+        return per_track_from_scratch(session, tracks)
+    _keep(session, states, streams)
+    return {t: found for t, state in states.items() if (found := state.accounting) is not None}

@@ -7,6 +7,7 @@ from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Connection,
     Date,
@@ -44,6 +45,7 @@ class Report(Base):
         Index("ix_reports_delta", "delta_mean", "id"),
         Index("ix_reports_family_created", "family", "created_at", "id"),
         Index("ix_reports_track_p_helps", "track", "p_helps"),
+        Index("ix_reports_track_stream_seq", "track", "stream_seq"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -76,6 +78,8 @@ class Report(Base):
     seed_epoch: Mapped[int | None] = mapped_column(Integer)
     device_class: Mapped[str] = mapped_column(String(16), default="cpu", server_default="cpu")
     public_data: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The change of its track's stream that stored it (``ReportStream.seq``; none before 0017).
+    stream_seq: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     body: Mapped[dict[str, Any]] = mapped_column(JsonType)
 
@@ -99,27 +103,42 @@ class VerdictCount(Base):
 
 
 class ReportStream(Base):
-    """A track's stream token: a new random value in every transaction that stores, changes or
-    removes a report on the track (``touch_stream``, from the ``Report`` mapper's events), so a
-    process's q-values of the track (``app.reports.discoveries``) are current exactly while the
-    token is the one they were computed at. No row: nothing is cached for the track."""
+    """A track's stream state, changed in every transaction that stores, changes or removes a
+    report on the track (the ``Report`` mapper's events), so that an API process keeps the
+    track's q-values between reads (``app.reports.discoveries``):
+
+    - ``seq`` counts the changes; a stored report takes the next one (``Report.stream_seq``).
+      The row stays locked until the storing transaction commits, so sequence order is commit
+      order: a reader that has seen ``seq`` has seen every report up to it.
+    - ``base`` is a random token renewed by every change that is not a new report (a report's
+      ``counted`` flipped by a vouch, a removal): a process that kept the track at ``seq`` s0
+      under the same ``base`` adds the reports after s0; any other change rebuilds the track.
+
+    No row: nothing is kept for the track."""
 
     __tablename__ = "report_streams"
 
     track: Mapped[str] = mapped_column(String(64), primary_key=True)
-    token: Mapped[str] = mapped_column(String(32))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    base: Mapped[str] = mapped_column(String(32))
 
 
-def touch_stream(connection: Connection, track: str) -> None:
-    """Give ``track``'s stream a new token, in ``connection``'s transaction (an upsert)."""
+def next_stream_seq(connection: Connection, track: str, *, rebase: bool) -> int:
+    """The next change number of ``track``'s stream (a new ``base`` too when ``rebase``), in
+    ``connection``'s transaction; the row stays locked until it ends."""
     insert = postgresql_insert if connection.dialect.name == "postgresql" else sqlite_insert
-    token = secrets.token_hex(16)
-    connection.execute(insert(ReportStream).values(track=track, token=token)
-                       .on_conflict_do_update(index_elements=["track"], set_={"token": token}))
+    stmt = insert(ReportStream).values(track=track, seq=1, base=secrets.token_hex(16))
+    renew = {"seq": ReportStream.seq + 1, **({"base": stmt.excluded.base} if rebase else {})}
+    return int(connection.execute(stmt.on_conflict_do_update(index_elements=["track"], set_=renew)
+                                  .returning(ReportStream.seq)).scalar_one())
 
 
-@event.listens_for(Report, "after_insert")
+@event.listens_for(Report, "before_insert")
+def _report_stored(_mapper: Mapper[Report], connection: Connection, target: Report) -> None:
+    target.stream_seq = next_stream_seq(connection, target.track, rebase=False)
+
+
 @event.listens_for(Report, "after_update")
 @event.listens_for(Report, "after_delete")
 def _report_changed(_mapper: Mapper[Report], connection: Connection, target: Report) -> None:
-    touch_stream(connection, target.track)
+    next_stream_seq(connection, target.track, rebase=True)

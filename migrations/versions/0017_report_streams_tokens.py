@@ -1,8 +1,9 @@
-"""``report_streams``: one token per track, renewed in every transaction that stores, changes or
-removes a report on it (issue 28.9), so an API process keeps a track's q-values and discovery
-counts between reads instead of recomputing them from every report on every read
-(``app.reports.discoveries``). Every track with stored reports gets a row; a track without one
-is never cached.
+"""``report_streams`` and ``reports.stream_seq`` (issue 28.9): each track's stream counts its
+changes (``seq``, with a ``base`` token renewed by every change that is not a new report), and a
+stored report keeps the change that stored it, so an API process keeps a track's q-values and
+discovery counts between reads and adds new reports to them instead of recomputing everything
+on every read (``app.reports.discoveries``). Every track with stored reports gets a row (their
+reports keep no ``stream_seq``: they are older than any change); a track without one is never kept.
 
 Revision ID: 0017
 Revises: 0016
@@ -27,14 +28,21 @@ def upgrade() -> None:
     op.create_table(
         "report_streams",
         sa.Column("track", sa.String(length=64), primary_key=True),
-        sa.Column("token", sa.String(length=32), nullable=False),
+        sa.Column("seq", sa.BigInteger(), nullable=False),
+        sa.Column("base", sa.String(length=32), nullable=False),
     )
+    op.add_column("reports", sa.Column("stream_seq", sa.BigInteger(), nullable=True))
+    op.create_index("ix_reports_track_stream_seq", "reports", ["track", "stream_seq"])
     conn = op.get_bind()
-    streams = sa.table("report_streams", sa.column("track", sa.String), sa.column("token", sa.String))
+    streams = sa.table("report_streams", sa.column("track", sa.String), sa.column("seq", sa.BigInteger),
+                       sa.column("base", sa.String))
     tracks = [row[0] for row in conn.execute(sa.text("SELECT DISTINCT track FROM reports"))]
     if tracks:
-        conn.execute(streams.insert(), [{"track": t, "token": secrets.token_hex(16)} for t in tracks])
+        conn.execute(streams.insert(), [{"track": t, "seq": 1, "base": secrets.token_hex(16)} for t in tracks])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_reports_track_stream_seq", table_name="reports")
+    with op.batch_alter_table("reports") as batch:
+        batch.drop_column("stream_seq")
     op.drop_table("report_streams")

@@ -371,12 +371,13 @@ def test_a_stream_is_one_track_version_epoch_and_device_class_and_public_data_en
 def test_kept_q_values_equal_the_whole_procedure_as_reports_arrive(
     env: tuple[Any, Any, dict[str, str]], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 28.9: a process keeps each track's curves while the track's stream token is
-    unchanged; every page's q-values and every track's accounting equal the whole procedure
-    (``qvalues_from_scratch``, ``per_track_from_scratch``) as reports of every kind arrive
-    (streams by version, epoch and device; matched baselines; re-rolled families; reports
-    without a family; lr_confounded, public-data and uncounted ones) and as a stored report
-    stops counting; a read with nothing stored since builds nothing."""
+    """Issue 28.9: a process keeps each track's streams between reads and adds the reports
+    stored since; every page's q-values and every track's accounting equal the whole
+    procedure (``qvalues_from_scratch``, ``per_track_from_scratch``) as reports of every kind
+    arrive (streams by version, epoch and device; matched baselines; re-rolled families; reports
+    without a family; lr_confounded, public-data and uncounted ones). New reports advance the
+    kept streams (no rebuild); a stored report that stops counting rebuilds its track; a read
+    with nothing stored since does neither."""
     import random
 
     from app.reports import discoveries
@@ -384,17 +385,15 @@ def test_kept_q_values_equal_the_whole_procedure_as_reports_arrive(
 
     app, _, tokens = env
     keys = [key_id(tokens[k]) for k in ("agent", "agent2", "operator")]
-    builds: list[set[str]] = []
-    real_build = discoveries._build
-
-    def counting_build(session: Any, tracks: Any, kept: Any) -> Any:
-        builds.append(set(tracks))
-        return real_build(session, tracks, kept)
-
-    monkeypatch.setattr(discoveries, "_build", counting_build)
+    calls: dict[str, list[str]] = {"_build": [], "_advance": []}
+    for name in calls:
+        real = getattr(discoveries, name)
+        monkeypatch.setattr(discoveries, name, lambda session, state_or_track, *rest, _real=real, _name=name: (
+            calls[_name].append(state_or_track if isinstance(state_or_track, str) else rest[0]),
+            _real(session, state_or_track, *rest))[1])
     rng = random.Random(28)
     with app.state.sessionmaker() as session:
-        for round_ in range(5):
+        for round_ in range(6):
             for i in range(14):
                 job = insert_job(session, rng.choice(keys), status="succeeded", track=rng.choice(["smoke", "tabular"]),
                                  family=rng.choice([f"ast-v1:{n:016x}" for n in range(6)] + [None]),
@@ -412,14 +411,18 @@ def test_kept_q_values_equal_the_whole_procedure_as_reports_arrive(
                     row.practical_detail = "lr_confounded"
                 job.report_id = row.id
                 session.add(row)
+                if round_ == 5:  # one at a time: each read advances by one report
+                    session.commit()
+                    assert discoveries.qvalues(session, [row]) == {
+                        k: v for k, v in discoveries.qvalues_from_scratch(session, {row.track}).items() if k == row.id}
             session.commit()
             if round_ == 3:  # a stored report stops counting (as a withdrawn vouch does)
                 first = session.scalars(select(Report).where(Report.counted.is_(True)).limit(1)).one()
                 first.counted = False
                 session.commit()
             reports = list(session.scalars(select(Report)))
-            for _ in range(2):  # the second read finds every track kept
-                before = len(builds)
+            for read in range(2):  # the second read finds every track kept
+                before = {name: len(made) for name, made in calls.items()}
                 kept = discoveries.qvalues(session, reports)
                 scratch = discoveries.qvalues_from_scratch(session, {"smoke", "tabular"})
                 none = discoveries.QValues(None, None)
@@ -427,6 +430,12 @@ def test_kept_q_values_equal_the_whole_procedure_as_reports_arrive(
                     r.id: scratch.get(r.id, none) for r in reports}, round_
                 assert discoveries.per_track(session, None) == discoveries.per_track_from_scratch(session, None)
                 assert discoveries.per_track(session, {"smoke"}) == discoveries.per_track_from_scratch(session, {"smoke"})
-            assert len(builds) == before, "a read with nothing stored since rebuilt a track"
+                made = {name: calls[name][before[name]:] for name in calls}
+                if read == 1:
+                    assert made == {"_build": [], "_advance": []}, "a read with nothing stored since redid work"
+                elif round_ == 3:
+                    assert made["_build"], "a report that stopped counting did not rebuild its track"
+                elif round_ in (1, 2, 4):
+                    assert made["_build"] == [] and made["_advance"], "new reports rebuilt the track"
             assert any(q.track is not None for q in kept.values()) and any(
                 q.track is None and q.baseline is not None for q in kept.values())

@@ -236,8 +236,9 @@ def test_stored_custom_track_reports_leave_the_totals_until_their_track_is_vouch
 
 
 def test_every_track_with_reports_gets_a_stream_token(database_url: str) -> None:
-    """Migration 0017: each track with stored reports gets a ``report_streams`` token (a track
-    without one is never kept between reads); a downgrade drops the table."""
+    """Migration 0017: each track with stored reports gets a ``report_streams`` row (a track
+    without one is never kept between reads), its reports no ``stream_seq`` (older than any
+    change); a downgrade drops both."""
     config = alembic_config(database_url)
     command.upgrade(config, "0016")
     engine = make_engine(database_url)
@@ -248,8 +249,9 @@ def test_every_track_with_reports_gets_a_stream_token(database_url: str) -> None
         _insert(conn, "rep_2", "failed", "inconclusive", None)
     command.upgrade(config, "0017")
     with engine.connect() as conn:
-        rows = conn.execute(text("SELECT track, token FROM report_streams")).all()
-    assert [r[0] for r in rows] == ["smoke@1"] and len(rows[0][1]) == 32
+        rows = conn.execute(text("SELECT track, seq, base FROM report_streams")).all()
+        seqs = conn.execute(text("SELECT stream_seq FROM reports")).scalars().all()
+    assert [r[:2] for r in rows] == [("smoke@1", 1)] and len(rows[0][2]) == 32 and seqs == [None, None]
     command.downgrade(config, "0016")
     command.upgrade(config, "head")
     engine.dispose()
