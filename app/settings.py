@@ -115,6 +115,10 @@ class Settings(BaseSettings):
     )
     worker_seen_s: float = 120.0
     worker_pool: Literal["solo", "prefork", "threads"] = "solo"
+    worker_metrics_port: int = Field(default=0, ge=0, le=65535, description=(
+        "A worker serves its own Prometheus metrics on this port (workers/metrics.py); 0: off."))
+    worker_metrics_addr: str = Field(default="127.0.0.1", description=(
+        "The address the worker's metrics listen on (0.0.0.0 in a container; no key is asked)."))
     broker_poll_s: float = 0.1
 
     @model_validator(mode="after")

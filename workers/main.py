@@ -97,6 +97,7 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
     from workers.celery_app import make_celery
     from workers.checks import CheckRunner
     from workers.context import WorkerContext
+    from workers.metrics import serve as serve_metrics
     from workers.reconciler import WorkerLoop
 
     configure(settings.log_format)
@@ -109,6 +110,9 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
     state = found.describe() if secret_problem is None else f"refused: {secret_problem}"
     loop = WorkerLoop(loop_ctx, sandbox=state[:200])
     loop.start()
+    metrics = serve_metrics(settings.worker_metrics_port, settings.worker_metrics_addr)
+    if metrics is not None:
+        metrics.judging.set(1 if secret_problem is None and found.judges else 0)
     if secret_problem is not None:  # its device missing, or another seed secret: it judges nothing
         log.error("this worker judges nothing: %s. Give it a device it has (IDEABENCH_DEVICE) and the "
                   "deployment's IDEABENCH_SEED_SECRET and IDEABENCH_SEED_EPOCH, or one shared data directory "

@@ -33,6 +33,7 @@ from bench.protocol import JudgeRequest, judge
 from bench.seeding import deployment_secret
 from workers.context import WorkerContext
 from workers.heartbeat import Heartbeat, ProgressWriter
+from workers.metrics import current as worker_metrics
 from workers.tracks import custom_track_of
 
 log = logging.getLogger("ideabench.worker")
@@ -134,6 +135,8 @@ def execute_job(ctx: WorkerContext, job_id: str) -> Outcome:
     problem = prove_secret(ctx)
     if problem is not None:
         log.error("job %s not taken: %s", job_id, problem)
+        if (metrics := worker_metrics()) is not None:
+            metrics.job_ended(Outcome.REFUSED.value, 0.0)
         return Outcome.REFUSED
     claimed = _claim(ctx, job_id)
     if claimed is None:
@@ -141,10 +144,14 @@ def execute_job(ctx: WorkerContext, job_id: str) -> Outcome:
         return Outcome.NOT_CLAIMED
     claim, job = claimed
     token = request_id.current.set(job.request_id)  # this job's log lines carry its submission's id
+    started, outcome = time.monotonic(), Outcome.ERRORED
     try:
-        return _execute_claimed(ctx, claim, job)
+        outcome = _execute_claimed(ctx, claim, job)
+        return outcome
     finally:
         request_id.current.reset(token)
+        if (metrics := worker_metrics()) is not None:
+            metrics.job_ended(outcome.value, time.monotonic() - started)
 
 
 def _execute_claimed(ctx: WorkerContext, claim: Claim, job: Job) -> Outcome:
@@ -159,6 +166,8 @@ def _execute_claimed(ctx: WorkerContext, claim: Claim, job: Job) -> Outcome:
                        keep_warm=ctx.settings.warm_children)
         writer.flush(judged.bench_report.warnings)
         report = judged.model_dump(mode="json")  # what is stored: the engine's Report as JSON
+        if (metrics := worker_metrics()) is not None:
+            metrics.judged(report)
     except BenchError as exc:
         writer.flush()
         cancelled = exc.code is ErrorCode.CANCELLED or beat.cancel_requested

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,9 @@ class _State:
 
 
 _states: dict[int, _State] = {}
+# Told the seconds each child took from its launch to its bootstrap's report (the sandbox's
+# start), by the worker's metrics (``workers.metrics``): bench imports no exporter.
+LAUNCH_OBSERVERS: list[Callable[[float], None]] = []
 _states_lock = threading.Lock()
 _last_layers: list[str] | None = None
 
@@ -218,6 +222,7 @@ def _launch(
         group.remove()
         raise _refuse(missing, required)
 
+    started = time.monotonic()
     proc, proto_fd, status = _start(workdir, limits, bwrap, group, read_only, hidden)
     if status is None and bwrap is not None:
         # bwrap could not start here (no namespaces allowed?): degrade, or refuse.
@@ -249,6 +254,8 @@ def _launch(
     with _states_lock:
         _states[proc.pid] = _State(layers, group, workdir / BOOT_LOG, limits)
     _last_layers = layers
+    for observe in LAUNCH_OBSERVERS:
+        observe(time.monotonic() - started)
     return proc, proto_fd
 
 

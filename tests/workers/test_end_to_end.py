@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
@@ -39,6 +41,12 @@ def build_model(spec):
 '''
 VERDICTS = {"system_verdict": ("worked", "partial", "failed"),
             "practical_verdict": ("helps", "harms", "inconclusive")}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def start_worker(settings: Any, cwd: Path, **extra_env: str) -> subprocess.Popen[bytes]:
@@ -98,7 +106,9 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any,
             update={"broker_url": request.getfixturevalue("redis_url")})
     app = create_app(settings)
     token = make_key(app, "agent")
-    worker = start_worker(settings, tmp_path)
+    port = free_port()
+    app.state.worker_metrics_url = f"http://127.0.0.1:{port}/metrics"
+    worker = start_worker(settings, tmp_path, IDEABENCH_WORKER_METRICS_PORT=str(port))
     log = tmp_path / "worker.log"
     try:
         with TestClient(app) as client:
@@ -169,6 +179,18 @@ def test_smoke_example_end_to_end(stack: Any) -> None:
     assert [int(i) for i, _, _ in events] == list(range(len(events)))
     half = events[len(events) // 2][0]
     assert read_events(client, token, job_id, **{"Last-Event-ID": half}) == events[len(events) // 2 + 1:]
+    # The worker's own metrics (issue 28.8), scraped from its exporter.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    scraped = {s.name + str(sorted(s.labels.items())): s.value for family in text_string_to_metric_families(
+        httpx.get(app.state.worker_metrics_url, timeout=10).text) for s in family.samples}
+    execution = body["bench_report"]["execution"]
+    assert scraped["ideabench_worker_jobs_total[('outcome', 'succeeded')]"] == 1
+    assert scraped["ideabench_worker_job_duration_seconds_count[]"] == 1
+    assert scraped["ideabench_worker_child_start_seconds_count[]"] >= 4  # two capture children, two trainers
+    assert scraped["ideabench_worker_judging[]"] == 1
+    misses = scraped.get("ideabench_worker_baseline_cache_runs_total[('result', 'miss')]", 0)
+    assert misses == execution["baseline_cache_misses"] > 0  # a fresh data dir: every baseline run trained
 
 
 @pytest.mark.slow
