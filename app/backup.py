@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sqlite3
 import subprocess
 import tempfile
@@ -179,8 +180,10 @@ def restore(settings: Settings, source: Path, *, force: bool = False) -> Manifes
             args += ["--clean", "--if-exists"]
         _run([*args, str(source / PG_FILE)], env)
     engine = make_engine(url)
-    with engine.connect() as conn:
+    with engine.begin() as conn:
         revision, counts = _counts(conn)
+        if "report_streams" in counts:  # an API process that kept a track by its old stream must rebuild it
+            conn.execute(text("UPDATE report_streams SET base = :base"), {"base": secrets.token_hex(16)})
     engine.dispose()
     wrong = {t: (n, counts.get(t)) for t, n in manifest.counts.items() if counts.get(t) != n}
     if wrong or revision != manifest.revision:

@@ -150,6 +150,10 @@ class Progress:
     # The run that just finished, when this progress is one: arm, stage, cfg, seed_index,
     # seconds, cached. Never its metric: no test number leaves the engine before the report.
     run: dict[str, Any] | None = None
+    # The runs the job may still add (grid edges, the matched baseline, a confirmation of one
+    # or two looks, while undecided) counted in: the most it can make, and the seconds left then
+    at_most: int | None = None
+    eta_max_s: float | None = None
 
 
 ProgressCallback = Callable[[Progress], None]
@@ -191,27 +195,48 @@ class _Tracker:
         self.clock = clock
         self.training_started: float | None = None
         self.lock = threading.Lock()
+        # runs the job may still add, by part, until the protocol decides them (``expect``)
+        self.undecided: dict[str, int] = {}
 
-    def add_total(self, extra: int) -> None:
+    def add_total(self, extra: int, part: str | None = None) -> None:
+        """``extra`` runs more; taken from ``part``'s undecided runs when it names one."""
         with self.lock:
             self.total += extra
+            if part is not None and part in self.undecided:
+                self.undecided[part] = max(0, self.undecided[part] - extra)
+
+    def expect(self, part: str, at_most: int) -> None:
+        """``part`` (edges, matched, confirmation) may still add ``at_most`` runs; 0: decided."""
+        with self.lock:
+            if at_most > 0:
+                self.undecided[part] = at_most
+            else:
+                self.undecided.pop(part, None)
+
+    @property
+    def at_most(self) -> int:
+        return self.total + sum(self.undecided.values())
 
     def start_training(self) -> None:
         """The first run starts now: the time per run is measured from here."""
         if self.training_started is None:
             self.training_started = self.clock()
 
-    def eta(self) -> float | None:
-        """Seconds left for the runs counted so far (None before the first run has finished)."""
+    def eta(self, runs: int | None = None) -> float | None:
+        """Seconds left for the runs counted so far (``runs``: that many in all; None before
+        the first run has finished)."""
         if not self.done or self.training_started is None:
             return None
-        return (self.clock() - self.training_started) / self.done * max(0, self.total - self.done)
+        left = (self.total if runs is None else runs) - self.done
+        return (self.clock() - self.training_started) / self.done * max(0, left)
 
     def emit(self, message: str = "", run: dict[str, Any] | None = None) -> None:
         if self.callback is None:
             return
+        at_most = self.at_most
+        known = bool(self.total or self.undecided)  # (None before the run plan is known)
         self.callback(Progress(self.stage, self.done + self.offset, self.total + self.offset, self.eta(), message,
-                               run))
+                               run, at_most + self.offset if known else None, self.eta(at_most) if known else None))
 
     def run_finished(self, run: dict[str, Any]) -> None:
         with self.lock:
@@ -715,6 +740,7 @@ class _Job:
         lrs = sorted(self.settings.defaults.lr_grid)
         self.sweep(lrs, "grid")
         parts = edge_steps(lrs, {arm: self.best(arm).cfg["lr"] for arm in ARMS}, self.lr_grids)
+        self.tracker.expect("edges", 0)
         if not parts:
             return
         self.tracker.add_total(sum(
@@ -748,6 +774,8 @@ class _Job:
         self.tracker.stage = "final" if stage == "screening" else stage
         cfgs = {arm: dict(self.best(arm).config) for arm in ARMS}
         matched = self.matched_cfg()
+        if stage == "screening":
+            self.tracker.expect("matched", 0)
         if matched is not None:
             cfgs["matched"] = matched
             if stage == "screening":  # (the confirmation counts its own runs)
@@ -832,9 +860,12 @@ class _Job:
         nor futile (``stats.confirmation_continues``)."""
         seeds = confirmation_seeds(CONFIRMATION_LOOKS * n_seeds)
         self.capture_confirmation(seeds[:n_seeds])
+        self.tracker.expect("confirmation", self.runs_per_seed() * len(seeds))  # now that matched is known
         runs = self._confirmation_look(seeds[:n_seeds], "screening found a win: confirming it on fresh seeds")
         self.first_look = self.stage(runs)  # as decided now: the report shows this look
-        if confirmation_continues(self.p_better(runs), ALPHA):
+        if not confirmation_continues(self.p_better(runs), ALPHA):
+            self.tracker.expect("confirmation", 0)
+        else:
             self.capture_confirmation(seeds[n_seeds:])
             more = self._confirmation_look(seeds[n_seeds:], f"the confirmation's first look was close: "
                                            f"{n_seeds} more fresh seeds")
@@ -880,7 +911,7 @@ class _Job:
         self.capture_seeds = self.capture_seeds + seeds
 
     def _confirmation_look(self, seeds: list[int], message: str) -> dict[str, list[RunRecord]]:
-        self.tracker.add_total(self.runs_per_seed() * len(seeds))
+        self.tracker.add_total(self.runs_per_seed() * len(seeds), "confirmation")
         self.tracker.stage = "confirmation"
         self.tracker.emit(message)
         custom = self.request.custom_track
@@ -1253,9 +1284,13 @@ def _judge(
             }
             # the runs every job makes, known from here on (bench.plan); edges, matched and
             # confirmation runs are added when the protocol decides to make them
-            job.tracker.add_total(plan_mod.plan(
-                len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
-                len(job.grids["idea"]), len(job.grids["baseline"])).planned)
+            planned = plan_mod.plan(len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
+                                    len(job.grids["idea"]), len(job.grids["baseline"]))
+            job.tracker.add_total(planned.planned)
+            job.tracker.expect("edges", planned.edges_max)
+            job.tracker.expect("matched", planned.matched_max)
+            if request.confirm:
+                job.tracker.expect("confirmation", planned.confirmation_max)
             declared = request.mechanism if request.mechanism is not None else loaded["idea"].mechanism
             if declared is not None:
                 job.mechanism = check_measurable(declared, loaded["idea"].has_measure)
@@ -1296,6 +1331,7 @@ def _judge(
             # measured first: the confirmation closes the capture children the measure runs in
             measured = job.measure(finals) if job.mechanism is not None else None
             confirmation = job.confirm(n_seeds) if request.confirm and job.screened_better(finals) else None
+            job.tracker.expect("confirmation", 0)
         finally:
             job.close()
             if slot is not None:  # a failure before both sessions adopted their child

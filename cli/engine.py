@@ -66,6 +66,8 @@ class _Bar:
         width = 24
         filled = int(width * p.done / p.total) if p.total else 0
         eta = f"{p.eta_s:5.0f}s left" if p.eta_s is not None else "  ...    "
+        if p.eta_max_s is not None and p.at_most is not None and p.at_most > p.total:
+            eta += f" (up to {p.eta_max_s:.0f}s, {p.at_most} runs)"
         line = f"[{'#' * filled}{'.' * (width - filled)}] {p.stage:<12} {p.done:>3}/{p.total:<3} {eta}"
         end = "\r" if self.interactive else "\n"
         print(line, end=end, file=sys.stderr, flush=True)

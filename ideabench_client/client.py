@@ -64,6 +64,8 @@ class Job:
     runs_done: int = 0
     runs_total: int | None = None
     eta_s: float | None = None
+    runs_at_most: int | None = None
+    eta_max_s: float | None = None
     report_id: str | None = None
     error: dict[str, str] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -74,6 +76,7 @@ class Job:
         return cls(job_id=body["job_id"], status=body["status"], track=body.get("track", ""),
                    stage=progress.get("stage"), runs_done=int(progress.get("runs_done") or 0),
                    runs_total=progress.get("runs_total"), eta_s=progress.get("eta_s"),
+                   runs_at_most=progress.get("runs_at_most"), eta_max_s=progress.get("eta_max_s"),
                    report_id=body.get("report_id"), error=body.get("error"), raw=body)
 
     @property

@@ -79,7 +79,8 @@ class ProgressWriter:
         with self._lock:
             new_stage = progress.stage != self._last_stage
             if new_stage:
-                self._pending.append(("stage", {"stage": progress.stage, "runs_total": progress.total}))
+                self._pending.append(("stage", {"stage": progress.stage, "runs_total": progress.total,
+                                                "runs_at_most": progress.at_most}))
             if progress.run is not None:
                 self._pending.append(("run", {**progress.run, "runs_done": progress.done}))
             self._progress = progress
@@ -103,7 +104,8 @@ class ProgressWriter:
             with self.ctx.sessions() as session:
                 owned = leases.write_progress(  # the fence: only the lease holder writes events
                     session, self.claim, stage=progress.stage, done=progress.done, total=progress.total,
-                    eta_s=progress.eta_s, message=progress.message,
+                    eta_s=progress.eta_s, message=progress.message, at_most=progress.at_most,
+                    eta_max_s=progress.eta_max_s,
                 )
                 if owned and events:
                     repository.append_events(session, self.claim.job_id, self.claim.attempt, events, db_now(session))

@@ -11,7 +11,9 @@ and, less often (``reconcile_every_s``):
 - queued jobs sent long ago and never claimed are sent again when their messages are lost:
   as many as the broker's queue lacks (``_lost``), never because a backlog waits;
 - custom tracks still validating whose message never left, or left so long ago
-  that it must be lost, are sent again.
+  that it must be lost, are sent again;
+- reports stored without their track's stream change (by an older worker, during a rolling
+  deploy) get one (``app.reports.models.sequence_strays``).
 Every change is a compare-and-set, so several reconcilers may run at once.
 """
 
@@ -30,6 +32,7 @@ from app.db import db_now
 from app.health import repository as health_repository
 from app.jobs import leases
 from app.jobs.models import Job, JobStatus
+from app.reports.models import sequence_strays
 from app.tracks import service as tracks_service
 from bench.errors import DEFAULT_HINTS, ErrorCode
 from workers.context import WorkerContext
@@ -49,6 +52,7 @@ class Reconciled:
     cancelled: list[str] = field(default_factory=list)
     tracks_resent: list[str] = field(default_factory=list)
     beats_pruned: int = 0
+    reports_sequenced: int = 0
 
 
 def _error(code: ErrorCode, message: str) -> dict[str, str]:
@@ -115,6 +119,9 @@ def reconcile_once(ctx: WorkerContext, now: datetime | None = None) -> Reconcile
             tracks_service.mark_sent(session, track_id, now)
         # a row per worker process ever started: those silent for a day are gone for good
         done.beats_pruned = health_repository.prune_beats(session, now - BEATS_KEPT)
+        # reports an older worker stored without a stream change (a rolling deploy): their
+        # tracks' q-values are recomputed on every read until they have one (issue 28.9)
+        done.reports_sequenced = sequence_strays(session)
         session.commit()
     for job_id, queue in to_send:
         ctx.queue.enqueue(job_id, queue)

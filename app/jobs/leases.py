@@ -66,6 +66,8 @@ def claim_job(session: Session, job_id: str, worker_id: str, now: datetime, leas
             runs_done=0,
             runs_total=None,
             eta_s=None,
+            runs_at_most=None,
+            eta_max_s=None,
         )
     )
     if _rowcount(result) != 1:
@@ -87,13 +89,14 @@ def heartbeat(session: Session, claim: Claim, now: datetime, lease_s: float) -> 
 
 def write_progress(
     session: Session, claim: Claim, *, stage: str, done: int, total: int | None, eta_s: float | None,
-    message: str,
+    message: str, at_most: int | None = None, eta_max_s: float | None = None,
 ) -> bool:
     """Record the protocol's progress; False when the claim was lost."""
     result = session.execute(
         update(Job)
         .where(_owned(claim))
-        .values(stage=stage[:32], runs_done=done, runs_total=total, eta_s=eta_s, progress_message=message[:500])
+        .values(stage=stage[:32], runs_done=done, runs_total=total, eta_s=eta_s, progress_message=message[:500],
+                runs_at_most=at_most, eta_max_s=eta_max_s)
     )
     return _rowcount(result) == 1
 
@@ -109,7 +112,8 @@ def finish_succeeded(session: Session, claim: Claim, report: Report, now: dateti
         update(Job)
         .where(_owned(claim))
         .values(status=JobStatus.SUCCEEDED.value, report_id=report.id, finished_at=now, stage="done",
-                lease_until=None, eta_s=0.0, progress_message="report stored")
+                lease_until=None, eta_s=0.0, eta_max_s=0.0, runs_at_most=Job.runs_total,
+                progress_message="report stored")
     )
     if _rowcount(result) != 1:
         return False

@@ -99,6 +99,10 @@ class Job(Base):
     runs_done: Mapped[int] = mapped_column(Integer, default=0)
     runs_total: Mapped[int | None] = mapped_column(Integer)
     eta_s: Mapped[float | None] = mapped_column(Float)
+    # The most runs the job may make (runs_total plus what is still undecided: grid edges, the
+    # matched baseline, a confirmation), and the seconds left if it makes them all
+    runs_at_most: Mapped[int | None] = mapped_column(Integer)
+    eta_max_s: Mapped[float | None] = mapped_column(Float)
     progress_message: Mapped[str | None] = mapped_column(String(500))
     # The lease: who runs it, until when, which attempt (the fencing token).
     worker_id: Mapped[str | None] = mapped_column(String(200))

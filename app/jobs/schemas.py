@@ -110,7 +110,13 @@ class JobProgress(BaseModel):
     stage: str | None = Field(description="sweep, final, confirmation, mechanism or done")
     runs_done: int
     runs_total: int | None
-    eta_s: float | None = Field(description="Estimated seconds left.")
+    eta_s: float | None = Field(description="Estimated seconds left for runs_total.")
+    runs_at_most: int | None = Field(default=None, description=(
+        "The most runs this job may make: runs_total plus those the protocol has not decided yet "
+        "(an extension of the lr grid at its edge, the baseline at the idea's lr, a confirmation "
+        "of one or two looks after a screened win). runs_total reaches it only if all of them run."))
+    eta_max_s: float | None = Field(default=None, description=(
+        "Estimated seconds left if the job makes runs_at_most runs: wait up to about this long."))
     message: str | None = None
 
 

@@ -197,6 +197,7 @@ def job_view(job: Job, queue_position: int | None = None, session: Session | Non
         queue_position=queue_position,
         progress=JobProgress(
             stage=job.stage, runs_done=job.runs_done, runs_total=job.runs_total, eta_s=job.eta_s,
+            runs_at_most=job.runs_at_most, eta_max_s=job.eta_max_s,
             message=job.progress_message,
         ),
         attempts=job.attempts,

@@ -48,7 +48,7 @@ from sqlalchemy import Engine, and_, case, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.reports import repository
-from app.reports.models import Report, ReportStream
+from app.reports.models import WROTE_REPORTS, Report, ReportStream
 from bench.stats import bh_qvalues
 
 CANONICAL = "canonical"
@@ -287,7 +287,8 @@ def _seq() -> Any:
 def _keys() -> tuple[Any, ...]:
     """(track, version, epoch, device, baseline, key, family or report id): a hypothesis, as
     ``_rows`` reads it."""
-    return (Report.track, Report.track_version, Report.seed_epoch, Report.device_class,
+    return (Report.track, Report.track_version, Report.seed_epoch,
+            func.coalesce(func.nullif(Report.device_class, ""), "cpu"),
             func.coalesce(func.nullif(Report.baseline, ""), CANONICAL), Report.submitter_id,
             func.coalesce(func.nullif(Report.family, ""), Report.id))
 
@@ -359,11 +360,27 @@ def _advance(session: Session, state: _TrackState, track: str, seq: int) -> _Tra
     return _TrackState(seq, state.base, canonical, matched)
 
 
-def _stream_rows(session: Session, tracks: set[str] | None) -> dict[str, tuple[int, str]]:
+@dataclass(frozen=True)
+class _Streams:
+    """``tracks``' stream rows (seq, base) now, and the tracks holding reports without a
+    ``stream_seq`` (``app.reports.models.sequence_strays``): those are built on every read,
+    never kept, until the reconciler sequences them."""
+
+    rows: dict[str, tuple[int, str]]
+    strays: frozenset[str]
+
+    def keepable(self, track: str) -> bool:
+        return track in self.rows and track not in self.strays
+
+
+def _stream_rows(session: Session, tracks: set[str] | None) -> _Streams:
     stmt = select(ReportStream.track, ReportStream.seq, ReportStream.base)
+    strays = select(Report.track).where(Report.stream_seq.is_(None)).distinct()
     if tracks is not None:
         stmt = stmt.where(ReportStream.track.in_(sorted(tracks)))
-    return {track: (int(seq), base) for track, seq, base in session.execute(stmt)}
+        strays = strays.where(Report.track.in_(sorted(tracks)))
+    return _Streams({track: (int(seq), base) for track, seq, base in session.execute(stmt)},
+                    frozenset(session.execute(strays).scalars()))
 
 
 def _engine(session: Session) -> Engine:
@@ -371,15 +388,18 @@ def _engine(session: Session) -> Engine:
     return bind if isinstance(bind, Engine) else bind.engine
 
 
-def _states(session: Session, tracks: set[str], streams: dict[str, tuple[int, str]]) -> dict[str, _TrackState]:
+def _states(session: Session, tracks: set[str], streams: _Streams) -> dict[str, _TrackState]:
     """``tracks``' states as of ``streams`` (their ``ReportStream`` rows): kept ones that are
-    current, kept ones advanced by the reports stored since, the others built. A track without
-    a row is built as of now (every report) and never kept."""
+    current, kept ones advanced by the reports stored since, the others built. A track that
+    cannot be kept (no row, or reports without a ``stream_seq``) is built from every report."""
     with _LOCK:
         kept = dict(_CACHE.get(_engine(session), {}))
     out: dict[str, _TrackState] = {}
     for track in tracks:
-        seq, base = streams.get(track, (2**62, ""))
+        if not streams.keepable(track):
+            out[track] = _build(session, track, 2**62, "")  # (every sequenced report, and the strays)
+            continue
+        seq, base = streams.rows[track]
         state = kept.get(track)
         if state is not None and state.base == base and state.seq <= seq:
             state = state if state.seq == seq else _advance(session, state, track, seq)
@@ -389,12 +409,15 @@ def _states(session: Session, tracks: set[str], streams: dict[str, tuple[int, st
     return out
 
 
-def _keep(session: Session, states: dict[str, _TrackState], streams: dict[str, tuple[int, str]]) -> None:
-    """Keep ``states`` (read as of ``streams``, which the caller found unchanged after)."""
+def _keep(session: Session, states: dict[str, _TrackState], streams: _Streams) -> None:
+    """Keep ``states`` (read as of ``streams``, which the caller found unchanged after), unless
+    this session wrote reports it has not committed (what it read is its own transaction's)."""
+    if session.info.get(WROTE_REPORTS):
+        return
     with _LOCK:
         kept = _CACHE.setdefault(_engine(session), OrderedDict())
         for track, state in states.items():
-            if track in streams:
+            if streams.keepable(track):
                 kept[track] = state
                 kept.move_to_end(track)
         while len(kept) > _CACHED_TRACKS:
@@ -434,7 +457,7 @@ def per_track(session: Session, tracks: set[str] | None) -> dict[str, TrackDisco
     """Each track's accounting (``TrackDiscoveries``) over its canonical streams, added up
     (``tracks`` None: every track with a stream row)."""
     streams = _stream_rows(session, tracks)
-    states = _states(session, set(streams) if tracks is None else tracks, streams)
+    states = _states(session, set(streams.rows) | streams.strays if tracks is None else tracks, streams)
     if _stream_rows(session, tracks) != streams:
         return per_track_from_scratch(session, tracks)
     _keep(session, states, streams)

@@ -18,11 +18,13 @@ from sqlalchemy import (
     String,
     event,
     false,
+    select,
     true,
+    update,
 )
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.orm import Mapped, Mapper, mapped_column
+from sqlalchemy.orm import Mapped, Mapper, Session, mapped_column
 
 from app.db import Base, UTCDateTime, utcnow
 from app.types import JsonType
@@ -46,6 +48,7 @@ class Report(Base):
         Index("ix_reports_family_created", "family", "created_at", "id"),
         Index("ix_reports_track_p_helps", "track", "p_helps"),
         Index("ix_reports_track_stream_seq", "track", "stream_seq"),
+        Index("ix_reports_stream_seq", "stream_seq"),  # the few without one (IS NULL)
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -78,7 +81,9 @@ class Report(Base):
     seed_epoch: Mapped[int | None] = mapped_column(Integer)
     device_class: Mapped[str] = mapped_column(String(16), default="cpu", server_default="cpu")
     public_data: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
-    # The change of its track's stream that stored it (``ReportStream.seq``; none before 0017).
+    # The change of its track's stream that stored it (``ReportStream.seq``; 0: stored before
+    # 0017; none: stored by code without the mapper's events, e.g. an older worker during a
+    # rolling deploy, until ``sequence_strays`` gives it one).
     stream_seq: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     body: Mapped[dict[str, Any]] = mapped_column(JsonType)
@@ -131,6 +136,41 @@ def next_stream_seq(connection: Connection, track: str, *, rebase: bool) -> int:
     renew = {"seq": ReportStream.seq + 1, **({"base": stmt.excluded.base} if rebase else {})}
     return int(connection.execute(stmt.on_conflict_do_update(index_elements=["track"], set_=renew)
                                   .returning(ReportStream.seq)).scalar_one())
+
+
+def sequence_strays(session: Session) -> int:
+    """Give every report without a ``stream_seq`` (stored by code without the events below: an
+    older worker during a rolling deploy, a script) its track's next change, a rebasing one
+    (the processes that kept the track rebuild it); the number of reports. Until then a track
+    with such reports is never kept (``app.reports.discoveries``). The worker's reconciler
+    calls it."""
+    connection = session.connection()
+    tracks = list(connection.execute(select(Report.track).where(Report.stream_seq.is_(None)).distinct()).scalars())
+    fixed = 0
+    for track in tracks:
+        seq = next_stream_seq(connection, track, rebase=True)
+        result = connection.execute(update(Report).where(Report.track == track, Report.stream_seq.is_(None))
+                                    .values(stream_seq=seq))
+        fixed += int(result.rowcount)  # type: ignore[attr-defined]
+    return fixed
+
+
+# Set on a session that flushed a report, until it commits or rolls back: what it reads of the
+# streams is its own transaction's, which ``app.reports.discoveries`` must not keep.
+WROTE_REPORTS = "ideabench_wrote_reports"
+
+
+@event.listens_for(Session, "after_flush")
+def _flushed(session: Session, _context: Any) -> None:
+    if any(isinstance(obj, Report) for obj in (*session.new, *session.dirty, *session.deleted)):
+        session.info[WROTE_REPORTS] = True
+
+
+@event.listens_for(Session, "after_commit")
+@event.listens_for(Session, "after_rollback")
+@event.listens_for(Session, "after_soft_rollback")
+def _ended(session: Session, *_: Any) -> None:
+    session.info.pop(WROTE_REPORTS, None)
 
 
 @event.listens_for(Report, "before_insert")

@@ -2,8 +2,9 @@
 changes (``seq``, with a ``base`` token renewed by every change that is not a new report), and a
 stored report keeps the change that stored it, so an API process keeps a track's q-values and
 discovery counts between reads and adds new reports to them instead of recomputing everything
-on every read (``app.reports.discoveries``). Every track with stored reports gets a row (their
-reports keep no ``stream_seq``: they are older than any change); a track without one is never kept.
+on every read (``app.reports.discoveries``). Every track with stored reports gets a row, and
+their reports ``stream_seq`` 0 (older than any change); a report stored later without one (by a
+worker still on the older code) keeps its track from being kept until the reconciler gives it one.
 
 Revision ID: 0017
 Revises: 0016
@@ -32,7 +33,9 @@ def upgrade() -> None:
         sa.Column("base", sa.String(length=32), nullable=False),
     )
     op.add_column("reports", sa.Column("stream_seq", sa.BigInteger(), nullable=True))
+    op.execute(sa.text("UPDATE reports SET stream_seq = 0"))  # stored before any change
     op.create_index("ix_reports_track_stream_seq", "reports", ["track", "stream_seq"])
+    op.create_index("ix_reports_stream_seq", "reports", ["stream_seq"])
     conn = op.get_bind()
     streams = sa.table("report_streams", sa.column("track", sa.String), sa.column("seq", sa.BigInteger),
                        sa.column("base", sa.String))
@@ -42,6 +45,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_reports_stream_seq", table_name="reports")
     op.drop_index("ix_reports_track_stream_seq", table_name="reports")
     with op.batch_alter_table("reports") as batch:
         batch.drop_column("stream_seq")

@@ -183,12 +183,13 @@ def test_cancel_a_running_job_flags_it_for_its_worker(app: Any, client: Any, key
 def test_job_view_shows_progress_and_error(app: Any, client: Any, keys: dict[str, str]) -> None:
     with app.state.sessionmaker() as session:
         job = insert_job(session, key_id(keys["agent"]), status=JobStatus.ERRORED.value, stage="sweep",
-                         runs_done=3, runs_total=40, eta_s=12.5, error_code="bad_output_shape",
+                         runs_done=3, runs_total=40, eta_s=12.5, runs_at_most=88, eta_max_s=30.0,
+                         error_code="bad_output_shape",
                          error_message="The model returned (B, 2).", error_hint="Read the spec.")
         session.commit()
     body = client.get(f"/v1/jobs/{job.id}", headers=bearer(keys["agent"])).json()
     assert body["progress"] == {"stage": "sweep", "runs_done": 3, "runs_total": 40, "eta_s": 12.5,
-                                "message": None}
+                                "runs_at_most": 88, "eta_max_s": 30.0, "message": None}
     assert body["error"] == {"code": "bad_output_shape", "message": "The model returned (B, 2).",
                              "hint": "Read the spec."}
     assert body["queue_position"] is None

@@ -237,7 +237,7 @@ def test_stored_custom_track_reports_leave_the_totals_until_their_track_is_vouch
 
 def test_every_track_with_reports_gets_a_stream_token(database_url: str) -> None:
     """Migration 0017: each track with stored reports gets a ``report_streams`` row (a track
-    without one is never kept between reads), its reports no ``stream_seq`` (older than any
+    without one is never kept between reads), its reports ``stream_seq`` 0 (older than any
     change); a downgrade drops both."""
     config = alembic_config(database_url)
     command.upgrade(config, "0016")
@@ -251,7 +251,7 @@ def test_every_track_with_reports_gets_a_stream_token(database_url: str) -> None
     with engine.connect() as conn:
         rows = conn.execute(text("SELECT track, seq, base FROM report_streams")).all()
         seqs = conn.execute(text("SELECT stream_seq FROM reports")).scalars().all()
-    assert [r[:2] for r in rows] == [("smoke@1", 1)] and len(rows[0][2]) == 32 and seqs == [None, None]
+    assert [r[:2] for r in rows] == [("smoke@1", 1)] and len(rows[0][2]) == 32 and seqs == [0, 0]
     command.downgrade(config, "0016")
     command.upgrade(config, "head")
     engine.dispose()

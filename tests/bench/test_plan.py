@@ -64,3 +64,40 @@ def test_time_left_counts_seconds_per_run_from_the_start_of_training() -> None:
     tracker.add_total(8)  # a confirmation's runs join the count when it starts
     tracker.emit()
     assert seen[-1].eta_s == pytest.approx(38 * 2.0)
+
+
+def test_the_most_runs_left_counts_what_the_protocol_has_not_decided() -> None:
+    """Issue 27.2: a job's progress says the most runs it may make (the edges, the matched
+    baseline and a confirmation of up to two looks while undecided) and the time left then;
+    each decision takes its part out, and the bound never grows."""
+    from bench.protocol import Progress, _Tracker
+
+    now = [0.0]
+    seen: list[Progress] = []
+    tracker = _Tracker(seen.append, total=0, clock=lambda: now[0])
+    runs = plan(n_lrs=3, sweep_seeds=2, n_seeds=8)
+    tracker.add_total(runs.planned)
+    for part, most in (("edges", runs.edges_max), ("matched", runs.matched_max),
+                       ("confirmation", runs.confirmation_max)):
+        tracker.expect(part, most)
+    tracker.start_training()
+    for _ in range(4):
+        now[0] += 1.5
+        tracker.run_finished({"arm": "idea"})
+    assert seen[-1].at_most == runs.at_most and seen[-1].total == runs.planned
+    assert seen[-1].eta_max_s == pytest.approx((runs.at_most - 4) * 1.5)
+    tracker.expect("edges", 0)  # the sweep's best lrs: one edge, for one arm, over both sweep seeds
+    tracker.add_total(2)
+    tracker.expect("matched", 0)  # the arms' lrs agree: no matched runs
+    tracker.emit()
+    bounds = [seen[-1].at_most]
+    tracker.expect("confirmation", 2 * CONFIRMATION_LOOKS * 8)  # a win: two arms per fresh seed, two looks
+    tracker.add_total(2 * 8, "confirmation")  # the first look starts
+    tracker.emit()
+    bounds.append(seen[-1].at_most)
+    tracker.expect("confirmation", 0)  # the first look decided: no second
+    tracker.emit()
+    bounds.append(seen[-1].at_most)
+    assert bounds == sorted(bounds, reverse=True) and bounds[0] <= runs.at_most
+    assert seen[-1].at_most == seen[-1].total == runs.planned + 2 + 16
+    assert seen[-1].eta_max_s == seen[-1].eta_s

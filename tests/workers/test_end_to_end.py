@@ -143,6 +143,7 @@ def test_smoke_example_end_to_end(stack: Any) -> None:
     job = poll_job(client, token, job_id, {"succeeded", "errored", "cancelled"}, 240, log)
     assert job["status"] == "succeeded", job
     assert job["progress"]["runs_total"] and job["progress"]["runs_done"] == job["progress"]["runs_total"]
+    assert job["progress"]["runs_at_most"] == job["progress"]["runs_total"]  # everything decided: made
     assert "request e2e-submit-1" in log.read_text()  # the submission's id in the worker's lines
     report = client.get(f"/v1/jobs/{job_id}/report", headers=bearer(token)).json()
     body = report["report"]
@@ -174,6 +175,10 @@ def test_smoke_example_end_to_end(stack: Any) -> None:
     kinds = [e for _, e, _ in events]
     assert kinds[0] == "queued" and kinds[-1] == "end" and events[-1][2]["report_id"] == report["report_id"]
     assert [d["stage"] for _, e, d in events if e == "stage"][:2] == ["sweep", "final"]
+    # the most runs, known from the run plan on: it never grows, and never falls below the count
+    bounds = [d["runs_at_most"] for _, e, d in events if e == "stage" and d["runs_at_most"] is not None]
+    assert bounds and bounds == sorted(bounds, reverse=True) and bounds[-1] >= job["progress"]["runs_total"]
+    assert all(d["runs_at_most"] >= d["runs_total"] for _, e, d in events if e == "stage" and d["runs_at_most"])
     runs = [d for _, e, d in events if e == "run"]
     assert len(runs) == job["progress"]["runs_total"] and {r["arm"] for r in runs} == {"baseline", "idea"}
     assert [int(i) for i, _, _ in events] == list(range(len(events)))
