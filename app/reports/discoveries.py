@@ -147,18 +147,35 @@ def qvalues_from_scratch(session: Session, tracks: set[str]) -> dict[str, QValue
     return {row.report_id: QValues(track_q.get(row.report_id), baseline_q.get(row.report_id)) for row in rows}
 
 
-def per_track_from_scratch(session: Session, tracks: set[str] | None) -> dict[str, TrackDiscoveries]:
-    """Each track's accounting (``TrackDiscoveries``) over its canonical streams, added up,
-    from every counted report (the reference ``per_track`` keeps between reads)."""
-    rows = [r for r in _rows(repository.p_helps_of_tracks(session, tracks)) if _canonical(r)]
+@dataclass(frozen=True)
+class StreamFilter:
+    """Streams of one track version, seed epoch and/or device class (None: any)."""
+
+    track_version: int | None = None
+    seed_epoch: int | None = None
+    device_class: str | None = None
+
+    def admits(self, key: tuple[Any, ...]) -> bool:
+        """Whether a stream ``(version, epoch, device)`` is one of these."""
+        return all(want is None or want == have for want, have in
+                   zip((self.track_version, self.seed_epoch, self.device_class), key[:3], strict=True))
+
+
+def per_track_from_scratch(session: Session, tracks: set[str] | None,
+                           stream: StreamFilter | None = None) -> dict[str, TrackDiscoveries]:
+    """Each track's accounting (``TrackDiscoveries``) over its canonical streams (those
+    ``stream`` admits), added up, from every counted report (the reference ``per_track``
+    keeps between reads)."""
+    rows = [r for r in _rows(repository.p_helps_of_tracks(session, tracks))
+            if _canonical(r) and (stream is None or stream.admits(r.stream[1:]))]
     by_stream: dict[tuple[Any, ...], list[_Row]] = defaultdict(list)
     for row in rows:
         by_stream[row.stream].append(row)
     out: dict[str, TrackDiscoveries] = {}
-    for stream, members in sorted(by_stream.items(), key=lambda item: repr(item[0])):  # as ``_TrackState`` adds
+    for key, members in sorted(by_stream.items(), key=lambda item: repr(item[0])):  # as ``_TrackState`` adds
         hypotheses = list(_hypotheses(members).values())
         found = _accounting([p for p, _, _ in hypotheses], [worked for _, worked, _ in hypotheses])
-        out[stream[0]] = _add(out.get(stream[0]), found)
+        out[key[0]] = _add(out.get(key[0]), found)
     return out
 
 
@@ -259,10 +276,14 @@ class _TrackState:
 
     @property
     def accounting(self) -> TrackDiscoveries | None:
+        return self.accounting_of(None)
+
+    def accounting_of(self, stream: StreamFilter | None) -> TrackDiscoveries | None:
+        """The accounting of the canonical streams ``stream`` admits (None: all), added up."""
         out = None
-        for _, stream in sorted(self.canonical.items(), key=lambda item: repr(item[0])):
-            if stream.p.size:
-                out = _add(out, stream.accounting())
+        for key, found in sorted(self.canonical.items(), key=lambda item: repr(item[0])):
+            if found.p.size and (stream is None or stream.admits(key)):
+                out = _add(out, found.accounting())
         return out
 
     def stream(self, key: tuple[Any, ...], baseline: str) -> _Stream | None:
@@ -453,12 +474,13 @@ def qvalues(session: Session, reports: Sequence[Report]) -> dict[str, QValues]:
     return out
 
 
-def per_track(session: Session, tracks: set[str] | None) -> dict[str, TrackDiscoveries]:
-    """Each track's accounting (``TrackDiscoveries``) over its canonical streams, added up
-    (``tracks`` None: every track with a stream row)."""
+def per_track(session: Session, tracks: set[str] | None,
+              stream: StreamFilter | None = None) -> dict[str, TrackDiscoveries]:
+    """Each track's accounting (``TrackDiscoveries``) over its canonical streams (those
+    ``stream`` admits), added up (``tracks`` None: every track with reports)."""
     streams = _stream_rows(session, tracks)
     states = _states(session, set(streams.rows) | streams.strays if tracks is None else tracks, streams)
     if _stream_rows(session, tracks) != streams:
-        return per_track_from_scratch(session, tracks)
+        return per_track_from_scratch(session, tracks, stream)
     _keep(session, states, streams)
-    return {t: found for t, state in states.items() if (found := state.accounting) is not None}
+    return {t: found for t, state in states.items() if (found := state.accounting_of(stream)) is not None}

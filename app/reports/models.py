@@ -90,7 +90,8 @@ class Report(Base):
 
 
 class VerdictCount(Base):
-    """How many reports of a track got a verdict pair on a UTC day: the summary's rollup.
+    """How many reports of a track's stream (its version, seed epoch and device class: issue
+    28.1; 0 where a report did not say) got a verdict pair on a UTC day: the summary's rollup.
 
     Incremented in the transaction that stores the report (which a job does
     exactly once), so dashboards read a few thousand rows instead of scanning
@@ -101,6 +102,9 @@ class VerdictCount(Base):
 
     day: Mapped[date] = mapped_column(Date, primary_key=True)
     track: Mapped[str] = mapped_column(String(64), primary_key=True)
+    track_version: Mapped[int] = mapped_column(Integer, primary_key=True, default=0)
+    seed_epoch: Mapped[int] = mapped_column(Integer, primary_key=True, default=0)
+    device_class: Mapped[str] = mapped_column(String(16), primary_key=True, default="cpu")
     system_verdict: Mapped[str] = mapped_column(String(16), primary_key=True)
     practical_verdict: Mapped[str] = mapped_column(String(16), primary_key=True)
     week: Mapped[date] = mapped_column(Date)

@@ -133,24 +133,25 @@ def week_of(day: dt.date) -> dt.date:
     return day - dt.timedelta(days=day.weekday())
 
 
+def stream_key(report: Report) -> dict[str, Any]:
+    """A report's rollup row key (``VerdictCount``): its day, track, stream and verdict pair."""
+    day = report.created_at.astimezone(dt.UTC).date()
+    return {"day": day, "track": report.track, "track_version": report.track_version or 0,
+            "seed_epoch": report.seed_epoch or 0, "device_class": report.device_class or "cpu",
+            "system_verdict": report.system_verdict, "practical_verdict": report.practical_verdict}
+
+
 def count_verdict(session: Session, report: Report) -> None:
-    """Add ``report`` to the day's verdict counts (an upsert; Postgres and SQLite), unless it
-    counts nowhere (``Report.counted``) or was judged against a matched baseline (the track's
-    totals are its canonical stream's: issue 25.5)."""
+    """Add ``report`` to the day's verdict counts of its stream (an upsert; Postgres and SQLite),
+    unless it counts nowhere (``Report.counted``) or was judged against a matched baseline (the
+    track's totals are its canonical stream's: issue 25.5)."""
     if report.counted is False or (report.baseline or "canonical") != "canonical":
         return
-    day = report.created_at.astimezone(dt.UTC).date()
-    values = {
-        "day": day, "week": week_of(day), "track": report.track, "system_verdict": report.system_verdict,
-        "practical_verdict": report.practical_verdict, "n": 1,
-    }
+    key = stream_key(report)
     dialect = session.get_bind().dialect.name
     insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
-    stmt = insert(VerdictCount).values(**values)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["day", "track", "system_verdict", "practical_verdict"],
-        set_={"n": VerdictCount.n + 1},
-    )
+    stmt = insert(VerdictCount).values(**key, week=week_of(key["day"]), n=1)
+    stmt = stmt.on_conflict_do_update(index_elements=list(key), set_={"n": VerdictCount.n + 1})
     session.execute(stmt)
 
 
@@ -159,17 +160,18 @@ def uncount_verdict(session: Session, report: Report) -> None:
     operator withdrew the vouch for its custom track)."""
     if (report.baseline or "canonical") != "canonical":
         return
-    key = (VerdictCount.day == report.created_at.astimezone(dt.UTC).date(), VerdictCount.track == report.track,
-           VerdictCount.system_verdict == report.system_verdict,
-           VerdictCount.practical_verdict == report.practical_verdict)
-    session.execute(update(VerdictCount).where(*key).values(n=VerdictCount.n - 1))
-    session.execute(delete(VerdictCount).where(*key, VerdictCount.n <= 0))
+    where = [getattr(VerdictCount, column) == value for column, value in stream_key(report).items()]
+    session.execute(update(VerdictCount).where(*where).values(n=VerdictCount.n - 1))
+    session.execute(delete(VerdictCount).where(*where, VerdictCount.n <= 0))
 
 
 def count_verdicts(
-    session: Session, bucket: str, track: str | None, since: dt.date, until: dt.date
+    session: Session, bucket: str, track: str | None, since: dt.date, until: dt.date,
+    stream: dict[str, Any] | None = None,
 ) -> list[tuple[dt.date, str, str, str, int]]:
-    """``(period, track, system_verdict, practical_verdict, n)`` over ``[since, until]``."""
+    """``(period, track, system_verdict, practical_verdict, n)`` over ``[since, until]``, summed
+    over the streams (``stream``: only those with these ``track_version`` / ``seed_epoch`` /
+    ``device_class``)."""
     period = VerdictCount.week if bucket == "week" else VerdictCount.day
     n = func.sum(VerdictCount.n)
     stmt = (
@@ -180,4 +182,6 @@ def count_verdicts(
     )
     if track is not None:
         stmt = stmt.where(VerdictCount.track == track)
+    for column, value in (stream or {}).items():
+        stmt = stmt.where(getattr(VerdictCount, column) == value)
     return [(p, t, s, v, int(c)) for p, t, s, v, c in session.execute(stmt)]

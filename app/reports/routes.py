@@ -15,6 +15,7 @@ from app.errors import ApiCode, ApiError, error_responses
 from app.jobs import service as jobs_service
 from app.keys.deps import ReaderDep
 from app.reports import service
+from app.reports.discoveries import StreamFilter
 from app.reports.repository import ReportFilters
 from app.reports.schemas import (
     MechanismFilter,
@@ -138,8 +139,20 @@ def verdict_summary(
         IsoDate | None, Query(description="first day, inclusive (UTC); default: 30 days / 26 weeks back")
     ] = None,
     until: Annotated[IsoDate | None, Query(description="last day, inclusive (UTC); default: today")] = None,
+    track_version: Annotated[int | None, Query(ge=0, le=10**9, description=(
+        "only reports judged on this version of their track (0: reports that did not say)"))] = None,
+    seed_epoch: Annotated[int | None, Query(ge=0, le=10**9, description=(
+        "only reports judged under this seed epoch (its secret seeds; 0: reports that did not say)"))] = None,
+    device_class: Annotated[Literal["cpu", "cuda", "mps"] | None, Query(description=(
+        "only reports judged on this class of device"))] = None,
 ) -> VerdictSummary:
-    """Counts of each (system, practical) verdict pair by track and day or week, for dashboards."""
+    """Counts of each (system, practical) verdict pair by track and day or week, for dashboards.
+
+    A track's reports fall in streams: its version, the seed epoch and the device class they were
+    judged under (other data, other secret seeds or another device are other experiments). The
+    counts and each track's discoveries add its streams up, or keep those the filters name."""
     if since is not None and until is not None and since > until:
         raise ApiError(422, ApiCode.VALIDATION_ERROR, "query.since: must not be after query.until")
-    return service.verdict_summary(session, bucket, track, since, until, track_kind)
+    stream = StreamFilter(track_version, seed_epoch, device_class)
+    return service.verdict_summary(session, bucket, track, since, until, track_kind,
+                                   stream if stream != StreamFilter() else None)

@@ -346,19 +346,21 @@ def _kind(track: str) -> Literal["builtin", "custom"]:
 
 def verdict_summary(
     session: Session, bucket: str, track: str | None, since: dt.date | None, until: dt.date | None,
-    track_kind: str | None = None,
+    track_kind: str | None = None, stream: discoveries.StreamFilter | None = None,
 ) -> VerdictSummary:
-    """Counts of each verdict pair by track and day (or ISO week, starting Monday)."""
+    """Counts of each verdict pair by track and day (or ISO week, starting Monday), over the
+    tracks' streams (``stream``: only those of one version, seed epoch and/or device class)."""
     since, until = summary_window(bucket, since, until)
     per_period: dict[tuple[dt.date, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for period, trk, system, practical, n in repository.count_verdicts(session, bucket, track, since, until):
+    where = {k: v for k, v in vars(stream).items() if v is not None} if stream is not None else None
+    for period, trk, system, practical, n in repository.count_verdicts(session, bucket, track, since, until, where):
         if track_kind is not None and _kind(trk) != track_kind:
             continue
         pair = f"{system}/{practical}"
         per_period[(period, trk)][pair] += n
         totals[trk][pair] += n
-    accounting = discoveries.per_track(session, {track} if track is not None else None)
+    accounting = discoveries.per_track(session, {track} if track is not None else None, stream)
 
     def discoveries_of(trk: str) -> Discoveries | None:
         found = accounting.get(trk)

@@ -439,3 +439,43 @@ def test_kept_q_values_equal_the_whole_procedure_as_reports_arrive(
                     assert made["_build"] == [] and made["_advance"], "new reports rebuilt the track"
             assert any(q.track is not None for q in kept.values()) and any(
                 q.track is None and q.baseline is not None for q in kept.values())
+
+
+def test_the_summary_keeps_one_stream_apart_or_adds_them_up(env: tuple[Any, Any, dict[str, str]]) -> None:
+    """Issue 28.1: a track's verdict counts and discoveries are kept by stream (version, seed
+    epoch, device class); the summary adds them up, or keeps the streams its filters name."""
+    from app.reports.repository import count_verdict
+
+    app, client, tokens = env
+    with app.state.sessionmaker() as session:
+        for i, (device, epoch, worked) in enumerate([("cpu", 1, True), ("cuda", 1, True), ("cuda", 2, False),
+                                                     ("cuda", 2, True)]):
+            job = insert_job(session, key_id(tokens["agent"]), status="succeeded", created_at=T0,
+                             family=f"ast-v1:{i:016x}")
+            body = report_body("worked" if worked else "failed", "helps" if worked else "inconclusive",
+                               p_helps=0.01 if worked else 0.4)
+            row = build_report_row(job, body, T0)
+            row.track_version, row.seed_epoch, row.device_class = 1, epoch, device
+            job.report_id = row.id
+            session.add(row)
+            session.flush()
+            count_verdict(session, row)
+        session.commit()
+
+    def totals(**stream: Any) -> tuple[dict[str, int], Any]:
+        answer = client.get("/v1/verdicts/summary", params={"track": "smoke", "since": "2026-11-01",
+                                                            "until": "2026-11-30", **stream},
+                            headers=bearer(tokens["viewer"]))
+        assert answer.status_code == 200, answer.text
+        (total,) = answer.json()["totals"] or [{"counts": {}, "discoveries": None}]
+        return total["counts"], total["discoveries"]
+
+    counts, found = totals()
+    assert counts == {"worked/helps": 3, "failed/inconclusive": 1} and found["judged"] == 4
+    counts, found = totals(device_class="cuda")
+    assert counts == {"worked/helps": 2, "failed/inconclusive": 1} and found["judged"] == 3
+    counts, found = totals(device_class="cuda", seed_epoch=2)
+    assert counts == {"worked/helps": 1, "failed/inconclusive": 1} and (found["judged"], found["worked"]) == (2, 1)
+    assert totals(track_version=2) == ({}, None)
+    refused = client.get("/v1/verdicts/summary", params={"device_class": "tpu"}, headers=bearer(tokens["viewer"]))
+    assert refused.status_code == 422

@@ -255,3 +255,39 @@ def test_every_track_with_reports_gets_a_stream_token(database_url: str) -> None
     command.downgrade(config, "0016")
     command.upgrade(config, "head")
     engine.dispose()
+
+
+def test_the_verdict_rollup_is_rebuilt_by_stream_and_back(database_url: str) -> None:
+    """Migration 0019: ``verdict_counts`` is keyed by the reports' stream too (track version,
+    seed epoch, device class), rebuilt from the reports that count in it (counted, against the
+    track's own baseline); a downgrade adds the streams up again."""
+    config = alembic_config(database_url)
+    command.upgrade(config, "0018")
+    engine = make_engine(database_url)
+    rows = [("rep_1", "cpu", 2, None, True), ("rep_2", "cuda", 2, None, True), ("rep_3", "cuda", 2, None, True),
+            ("rep_4", "cpu", None, None, True), ("rep_5", "cpu", 2, "matched:0123456789abcdef", True),
+            ("rep_6", "cpu", 2, None, False)]
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
+                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        for n, (report_id, device, epoch, baseline, counted) in enumerate(rows):
+            conn.execute(text(
+                "INSERT INTO jobs (id, status, queue, track, idea_code, submitter_id, request_sha256, "
+                "runs_done, attempts, cancel_requested, created_at) VALUES (:job, 'succeeded', 'cpu', 'smoke', "
+                "'x', 'key_a', :n, 0, 1, false, :at)"), {"job": f"job_{n}", "n": str(n), "at": CREATED})
+            conn.execute(text(
+                "INSERT INTO reports (id, job_id, track, baseline, submitter_id, system_verdict, practical_verdict, "
+                "worked, counted, track_version, seed_epoch, device_class, created_at, body) VALUES (:id, :job, "
+                "'smoke', :baseline, 'key_a', 'worked', 'helps', true, :counted, 1, :epoch, :device, :at, '{}')"),
+                {"id": report_id, "job": f"job_{n}", "baseline": baseline, "counted": counted, "epoch": epoch,
+                 "device": device, "at": CREATED})
+    command.upgrade(config, "0019")
+    with engine.connect() as conn:
+        found = {tuple(r[:3]): r[3] for r in conn.execute(text(
+            "SELECT track_version, seed_epoch, device_class, n FROM verdict_counts"))}
+    assert found == {(1, 2, "cpu"): 1, (1, 2, "cuda"): 2, (1, 0, "cpu"): 1}
+    command.downgrade(config, "0018")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT n FROM verdict_counts")).scalars().all() == [4]
+    command.upgrade(config, "head")
+    engine.dispose()
