@@ -222,7 +222,9 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
                     async for event in client.events(job_id):
                         if event.event == "stage" and event.data.get("runs_total"):
                             total = float(event.data["runs_total"])
-                            await ctx.report_progress(0.0, total, str(event.data.get("stage")))
+                            most = event.data.get("runs_at_most")
+                            await ctx.report_progress(0.0, total, str(event.data.get("stage")) + (
+                                f" (up to {most} runs, as the protocol decides)" if most and most > total else ""))
                         elif event.event == "run" and total and event.data.get("runs_done") is not None:
                             await ctx.report_progress(float(event.data["runs_done"]), total,
                                                       str(event.data.get("stage")))
