@@ -428,6 +428,12 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(1)
+        # Attention through the math kernel only, as the vectorized trainer does (defence in
+        # depth: the fused CPU kernels trust their callers' shapes; issue 25). The flags are
+        # named for CUDA but hold for every device.
+        for enable in (torch.backends.cuda.enable_flash_sdp, torch.backends.cuda.enable_mem_efficient_sdp,
+                       torch.backends.cuda.enable_cudnn_sdp):
+            enable(False)
         trainer = ArmRunner()
         from bench.capture import Capturer
 

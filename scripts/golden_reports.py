@@ -65,6 +65,8 @@ def cases() -> dict[str, JudgeRequest]:
         "smoke_null_matched": JudgeRequest(track="smoke", idea_code=MLP, baseline_code=MLP, canonical=CHECKED),
         "tabular_example": JudgeRequest(track="tabular", idea_code=_example("tabular")),
         "correlated_tokens_example": JudgeRequest(track="correlated_tokens", idea_code=_example("correlated_tokens")),
+        # (attention: the children's kernel settings show here)
+        "sequence_example": JudgeRequest(track="sequence", idea_code=_example("sequence")),
         "correlated_tokens_set_model": JudgeRequest(
             track="correlated_tokens", idea_code=(ROOT / "examples/ideas/set_model_correlated_tokens.py").read_text()),
     }

@@ -411,8 +411,11 @@ def test_a_matched_baseline_that_senses_its_trainers_path_gains_nothing(job_tmp:
     unbatchable BatchNorm on a detached zero branch) puts the job; an exact copy of the canonical
     baseline got helps (screening delta -0.724, 8/8; confirmation -0.785, 8/8). A matched
     baseline now trains on the sequential path in its check and in its job
-    (``_Job.matched_path_fixed``): its check sees the sabotage and ends the job."""
-    with pytest.raises(BenchError) as caught:
-        judge(JudgeRequest(track="smoke", idea_code=hostile("bn_copy_idea.py"),
-                           baseline_code=hostile("path_keyed_matched.py"), n_seeds=8, job_key="rt2-path-test"))
-    assert caught.value.code is ErrorCode.BASELINE_INFERIOR, caught.value.message
+    (``_Job.matched_path_fixed``): its check saw the sabotage and ended the job
+    ``baseline_inferior``. Since session 17 every child runs attention through the math kernel
+    alone (``bench.child.main``), so this file's detector reads the same on both paths: it is
+    the canonical MLP everywhere, and the copy of the canonical baseline wins nothing."""
+    report = judge(JudgeRequest(track="smoke", idea_code=hostile("bn_copy_idea.py"),
+                                baseline_code=hostile("path_keyed_matched.py"), n_seeds=8,
+                                job_key="rt2-path-test")).model_dump(mode="json")
+    assert (report["system_verdict"], report["practical_verdict"]) == ("failed", "inconclusive"), report["summary"]
