@@ -283,7 +283,7 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
             return {k: fill_diverged(v, fill) for k, v in values.items()}
 
         def better(values: dict[str, list[float]]) -> bool:
-            return all(paired(values[k], values["idea"], lower_is_better=sign > 0)["verdict"] == VERDICT_BETTER
+            return all(paired(values[k], values["idea"], lower_is_better=sign > 0).verdict == VERDICT_BETTER
                        for k in ("baseline", "matched") if k in values)
 
         n = int(defaults["n_seeds"])
@@ -294,7 +294,7 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
         if better(screening):  # up to two looks, as the engine (bench.stats.confirmation_continues)
             seeds = confirmation_seeds(CONFIRMATION_LOOKS * n)
             first = stage(seeds[:n])
-            p_first = max(paired(first[k], first["idea"], lower_is_better=sign > 0)["p_better"]
+            p_first = max(paired(first[k], first["idea"], lower_is_better=sign > 0).p_better
                           for k in ("baseline", "matched") if k in first)
             if confirmation_continues(p_first, ALPHA):
                 more = stage(seeds[n:])
@@ -359,7 +359,7 @@ def compare(engine: dict[str, Any], reference: dict[str, Any], lower_is_better: 
         worst_mean = max(worst_mean, abs(mean_a - mean_b) / max(abs(mean_b), 1e-12))
         same_lr &= math.isclose(engine[arm]["best_cfg"]["lr"], reference[arm]["lr"])
     verdict = paired(reference["baseline"]["per_seed"], reference["idea"]["per_seed"],
-                     lower_is_better=lower_is_better)["verdict"]
+                     lower_is_better=lower_is_better).verdict
     return {"seed": worst_seed, "mean": worst_mean, "lr": same_lr,
             "verdict": verdict == engine["comparison"]["verdict"]}
 
