@@ -68,7 +68,7 @@ Mechanism = Annotated[dict[str, Any] | None, Field(description=(
 READ = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 # The compact report: what an agent decides on, without the sweeps and per-seed tables (~14 KB).
 REPORT_KEYS = ("report_id", "job_id", "track", "name", "system_verdict", "practical_verdict", "practical_detail",
-               "mechanism_ok", "p_value", "q_value", "delta_mean", "delta_stage", "links")
+               "mechanism_ok", "p_value", "q_value", "delta_mean", "delta_stage", "counted", "links")
 BENCH_KEYS = ("decided_by", "p_helps", "smallest_effect", "warnings", "parameter_parity", "sandbox")
 COMPARISON_KEYS = ("delta_mean", "rel_delta_pct", "p_value", "ci_low", "ci_high", "mde", "mde_rel_pct",
                    "idea_wins", "n_pairs", "verdict")

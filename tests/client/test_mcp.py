@@ -76,6 +76,7 @@ def test_an_agents_session_over_stdio(service: tuple[str, str, Path]) -> None:
             assert one["status"] == "succeeded" and one["report_id"] == done["report_id"]
             compact = _json(await client.call_tool("get_report", {"job_id": job["job_id"]}))
             assert compact["system_verdict"] in ("worked", "partial", "failed") and compact["summary"]
+            assert compact["counted"] is True  # a built-in track's verdict counts in its totals
             assert "screening" in compact and "report" not in compact and "\"per_seed\"" not in json.dumps(compact)
             assert len(json.dumps(compact)) < len(json.dumps(
                 _json(await client.call_tool("get_report", {"job_id": job["job_id"], "full": True})))) / 2
