@@ -126,15 +126,23 @@ def _buckets(seconds: list[float]) -> list[tuple[str, float]]:
     return [(str(b), float(sum(x <= b for x in seconds))) for b in DURATION_BUCKETS] + [("+Inf", float(len(seconds)))]
 
 
-def install_metrics(app: Any, sessions: sessionmaker[Session]) -> None:
-    """The middleware, the collector and ``GET /metrics`` on ``app`` (its own registry)."""
+def process_registry() -> tuple[CollectorRegistry, bool]:
+    """A new registry, and whether this process counts in prometheus_client's multiprocess
+    mode (``PROMETHEUS_MULTIPROC_DIR``): then its metrics live in files there, the registry
+    reads every process's, and metrics must be created with no registry of their own."""
     registry = CollectorRegistry()
     # prometheus_client chose its value store when it was imported: files only if the variable
     # was set before the process started.
     shared = os.environ.get(MULTIPROCESS_ENV) if values.ValueClass is not values.MutexValue else None
-    if shared:  # the histogram's values live in files there; the registry reads every process's
+    if shared:
         Path(shared).mkdir(parents=True, exist_ok=True)
         MultiProcessCollector(registry, path=shared)
+    return registry, bool(shared)
+
+
+def install_metrics(app: Any, sessions: sessionmaker[Session]) -> None:
+    """The middleware, the collector and ``GET /metrics`` on ``app`` (its own registry)."""
+    registry, shared = process_registry()
     histogram = Histogram("ideabench_http_request_duration_seconds", "HTTP requests by method, route and "
                           "status, and their latency.", ["method", "route", "status"],
                           registry=None if shared else registry)

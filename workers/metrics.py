@@ -24,8 +24,6 @@ starts (``prometheus_client``'s multiprocess mode) and every process's counts ar
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import (
@@ -34,14 +32,12 @@ from prometheus_client import (
     Gauge,
     Histogram,
     start_http_server,
-    values,
 )
-from prometheus_client.multiprocess import MultiProcessCollector
 
+from app.metrics import process_registry
 from bench.sandbox import launcher
 
 log = logging.getLogger("workers.metrics")
-MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 JOB_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 START_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
@@ -90,14 +86,9 @@ def serve(port: int, addr: str = "127.0.0.1") -> WorkerMetrics | None:
     if not port:
         return None
     if _metrics is None:
-        registry = CollectorRegistry()
-        shared = os.environ.get(MULTIPROCESS_ENV) if values.ValueClass is not values.MutexValue else None
-        if shared:
-            Path(shared).mkdir(parents=True, exist_ok=True)
-            MultiProcessCollector(registry, path=shared)
-        _metrics = WorkerMetrics(registry, bool(shared))
+        _metrics = WorkerMetrics(*process_registry())
         launcher.LAUNCH_OBSERVERS.append(_metrics.child_start.observe)
-        start_http_server(port, addr=addr, registry=registry)
+        start_http_server(port, addr=addr, registry=_metrics.registry)
         log.info("worker metrics on http://%s:%d/metrics", addr, port)
     return _metrics
 

@@ -5,30 +5,14 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
-from fastapi.testclient import TestClient
 
 from app.db import utcnow
 from app.jobs import repository
 from app.jobs.models import Job, JobStatus
-from app.keys.service import create_key
 from app.reports.service import build_report_row
 from tests.app.factories import insert_job, key_id, report_body
 from tests.conftest import bearer
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def env(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any, dict[str, str]]]:
-    app = request.getfixturevalue("app" if request.param == "sqlite" else "pg_app")
-    with app.state.sessionmaker() as session:
-        tokens = {r: create_key(session, r, r).token for r in ("agent", "operator")}
-        tokens["agent2"] = create_key(session, "agent", "agent2").token
-        session.commit()
-    with TestClient(app, raise_server_exceptions=False) as client:
-        yield app, client, tokens
 
 
 def read_events(client: Any, token: str, job_id: str, **headers: str) -> list[tuple[str, str, dict[str, Any]]]:

@@ -7,28 +7,16 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from app.keys.service import create_key
 from tests.app.factories import PAIRS, insert_report, key_id, report_body
 from tests.conftest import bearer
 
 T0 = dt.datetime(2025, 5, 5, 10, 0, tzinfo=dt.UTC)  # a Monday
 
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def env(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any, dict[str, str]]]:
-    """(app, client, tokens) on each database backend."""
-    app = request.getfixturevalue("app" if request.param == "sqlite" else "pg_app")
-    with app.state.sessionmaker() as session:
-        tokens = {r: create_key(session, r, r).token for r in ("agent", "viewer", "operator")}
-        session.commit()
-    with TestClient(app, raise_server_exceptions=False) as client:
-        yield app, client, tokens
 
 
 def seed(app: Any, submitter: str, n: int = 60) -> list[Any]:

@@ -4,16 +4,13 @@ on SQLite and on Postgres."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from app.jobs.models import Job
-from app.keys.service import create_key
 from app.reports.service import adopt_graph_family, attempts_block, build_report_row
 from bench.family import family_of
 from tests.app.factories import insert_job, insert_report, key_id, report_body
@@ -41,16 +38,6 @@ def build_model(spec):
     return nn.Sequential(nn.Linear(spec["n_features"], h), nn.SiLU(), nn.Linear(h, 1))
 '''
 
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def env(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any, dict[str, str]]]:
-    app = request.getfixturevalue("app" if request.param == "sqlite" else "pg_app")
-    with app.state.sessionmaker() as session:
-        tokens = {r: create_key(session, r, r).token for r in ("agent", "viewer", "operator")}
-        tokens["agent2"] = create_key(session, "agent", "agent2").token
-        session.commit()
-    with TestClient(app, raise_server_exceptions=False) as client:
-        yield app, client, tokens
 
 
 def test_families_group_re_rolls_and_not_other_ideas() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from app.jobs import leases
-from app.keys.service import create_key
 from app.reports.models import VerdictCount
 from app.tracks.models import CustomTrackRow
 from bench.track_source import parse_track_source
@@ -24,16 +22,6 @@ from tests.conftest import bearer
 T0 = dt.datetime(2026, 11, 2, 9, 0, tzinfo=dt.UTC)
 SOURCE = (Path(__file__).parents[1] / "security" / "hostile" / "data_signal_track.py").read_text()
 
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def env(request: pytest.FixtureRequest) -> Iterator[tuple[Any, TestClient, dict[str, str]]]:
-    app = request.getfixturevalue("app" if request.param == "sqlite" else "pg_app")
-    with app.state.sessionmaker() as session:
-        tokens = {r: create_key(session, r, r).token for r in ("agent", "viewer", "operator")}
-        tokens["agent2"] = create_key(session, "agent", "agent2").token
-        session.commit()
-    with TestClient(app, raise_server_exceptions=False) as client:
-        yield app, client, tokens
 
 
 def _track(session: Any, ident: str, author: str) -> None:
