@@ -3,7 +3,8 @@
 #   scripts/system_deps.sh          what the tests need: bubblewrap for the sandbox's namespaces,
 #                                   libseccomp2 for its seccomp filter through pyseccomp,
 #                                   docker-compose to parse docker-compose.yml, chromium for the
-#                                   dashboard's browser tests through Playwright;
+#                                   dashboard's browser tests through Playwright, pgbouncer for
+#                                   the worker loops through transaction pooling (issue 28.10);
 #   scripts/system_deps.sh sandbox  only the sandbox's (make run): without them the worker
 #                                   refuses to judge (it fails closed; docs/security.md).
 set -euo pipefail
@@ -15,6 +16,7 @@ fi
 if [ "${1:-}" != sandbox ]; then
   command -v docker-compose >/dev/null || need+=(docker-compose)
   command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need+=(chromium)
+  command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || need+=(pgbouncer)
 fi
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ]; then

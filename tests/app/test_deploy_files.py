@@ -5,6 +5,7 @@ directory is the worker's. deploy/entrypoint.sh is run here for real against a f
 
 from __future__ import annotations
 
+import configparser
 import os
 import re
 import shutil
@@ -124,11 +125,35 @@ def test_the_secrets_are_required_and_shared() -> None:
         assert env["IDEABENCH_SESSION_SECRET"] == SECRETS["IDEABENCH_SESSION_SECRET"]
         assert env["BROKER_URL"] == "redis://:redis-pw@redis:6379/0"
         assert env["IDEABENCH_RATE_LIMIT_STORAGE"].startswith("redis://:redis-pw@redis:6379/")
-        assert ":db-pw@postgres:5432/" in env["DATABASE_URL"]
+        # the API and the workers through PgBouncer; the migration straight to Postgres
+        via = "postgres:5432" if name == "migrate" else "pgbouncer:6432"
+        assert env["DATABASE_URL"] == f"postgresql://ideabench:db-pw@{via}/ideabench"
+    assert services["pgbouncer"]["environment"]["PGBOUNCER_DB_PASSWORD"] == "db-pw"
     assert "rate_limit_storage" in Settings.model_fields  # IDEABENCH_RATE_LIMIT_STORAGE is its name
     assert "--requirepass" in " ".join(services["redis"]["command"])
     assert services["redis"]["environment"]["REDISCLI_AUTH"] == "redis-pw"
     assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == "db-pw"
+
+
+def test_pgbouncer_stands_between_postgres_and_every_process_that_pools() -> None:
+    """Issue 28.10: the API and the workers wait for a healthy PgBouncer in transaction pooling
+    whose one database is the stack's Postgres; its password reaches only its tmpfs; it runs as
+    the other services do (no capability, a read-only root, on the internal network)."""
+    services = config()["services"]
+    bouncer = services["pgbouncer"]
+    for name in ("api", "worker"):
+        assert services[name]["depends_on"]["pgbouncer"]["condition"] == "service_healthy"
+    assert bouncer["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert bouncer["read_only"] is True and bouncer["cap_drop"] == ["ALL"] and bouncer["networks"] == {"backend": None}
+    assert "healthcheck" in bouncer and bouncer["user"] != "0:0"
+    command = " ".join(bouncer["command"])
+    assert "umask 077" in command and "> /tmp/userlist.txt" in command and "exec pgbouncer" in command
+    ini = configparser.ConfigParser()
+    ini.read(ROOT / "deploy" / "pgbouncer.ini")
+    assert ini["databases"]["ideabench"] == "host=postgres port=5432 dbname=ideabench"
+    settings = ini["pgbouncer"]
+    assert settings["pool_mode"] == "transaction" and settings["listen_port"] == "6432"
+    assert settings["auth_file"] == "/tmp/userlist.txt" and settings["auth_type"] == "scram-sha-256"
 
 
 def test_workers_have_what_the_sandbox_needs_and_nothing_more() -> None:
