@@ -19,16 +19,48 @@ Files it writes in its working directory, by names the parent chooses:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import re
 import types
 from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError, ErrorCode
+from bench.wire_names import STATE_NAME_PATTERN
 
 EXAMPLE_BATCH = 4
 CAPTURE_DIR = "capture"
+_SIMPLE = (int, float, complex, bool, str, bytes, type(None), list, tuple, dict, set, frozenset)
+_MAX_ITEMS = 1000  # a larger container is compared by its type and length
+
+
+def _fingerprint(value: Any) -> str:
+    if isinstance(value, list | tuple | dict | set | frozenset) and len(value) > _MAX_ITEMS:
+        return f"{type(value).__name__}:{len(value)}"
+    return repr(value)[:400]
+
+
+def python_state(model: Any, module: types.ModuleType | None) -> dict[str, str]:
+    """The Python-side state a forward could change (issue 27.8): every plain attribute of the
+    model's modules (not tensors, not torch's own ``_`` fields, not ``training``), the plain
+    class attributes of the file's own classes, and the file's plain globals; by name."""
+    state: dict[str, str] = {}
+    own = module.__name__ if module is not None else None
+    for path, sub in model.named_modules():
+        for key, value in vars(sub).items():
+            if not key.startswith("_") and key != "training" and isinstance(value, _SIMPLE):
+                state[f"{path}.{key}" if path else key] = _fingerprint(value)
+        if own is not None and type(sub).__module__ == own:
+            for key, value in vars(type(sub)).items():
+                if not key.startswith("_") and isinstance(value, _SIMPLE):
+                    state[f"{type(sub).__name__}.{key}"] = _fingerprint(value)
+    if module is not None:
+        for key, value in vars(module).items():
+            if not key.startswith("_") and isinstance(value, _SIMPLE) and key not in ("HPARAMS", "MECHANISM"):
+                state[key] = _fingerprint(value)
+    return state
 
 
 def graph_path(config: int, mode: str) -> str:
@@ -59,6 +91,9 @@ class Capturer:
         self.configs: list[dict[str, Any]] = []
         self.init_seeds: list[int] = []
         self.source = ""  # the text that defines the builder (for ``_mode_dependent``)
+        self.notes: set[str] = set()  # wire.CaptureReply: what the file did besides its model
+        self.changed: list[str] = []
+        self.starts = 0  # processes and threads the file started (``_count_starts``)
 
     def load(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Execute the arm's code (or load the track's baseline); report its declared data."""
@@ -69,6 +104,7 @@ class Capturer:
         self.spec = cmd["spec"]
         self.param_cap = int(cmd["param_cap"])
         answer: dict[str, Any] = {"hparams": {}, "mechanism": None, "has_measure": False}
+        self._count_starts()
         if cmd.get("code") is None:
             if cmd.get("track_source") is not None:  # a custom track's canonical baseline
                 self.filename = "track.py"
@@ -107,18 +143,66 @@ class Capturer:
         answer.update(hparams=hparams, mechanism=mechanism, has_measure=callable(getattr(module, "measure", None)))
         return answer
 
+    def _count_starts(self) -> None:
+        """Count every process or thread started in this child from here on (``os.fork``,
+        ``os.system``, ``os.posix_spawn*``, subprocess's ``fork_exec``, ``Thread.start``): a
+        build that starts one gets the ``build_processes`` note. Advisory, for an honest file
+        (nothing such a process computes reaches the captured model); a file that undoes the
+        count only loses its own warning."""
+        import _posixsubprocess
+        import os
+        import threading
+
+        def counted(fn: Any) -> Any:
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                self.starts += 1
+                return fn(*args, **kwargs)
+            return wrapper
+
+        for owner, name in ((os, "fork"), (os, "system"), (os, "posix_spawn"), (os, "posix_spawnp"),
+                            (_posixsubprocess, "fork_exec"), (threading.Thread, "start")):
+            if hasattr(owner, name):
+                setattr(owner, name, counted(getattr(owner, name)))
+
     def _model(self, config: int, init_seed: int) -> Any:
         from bench.child import classify
         from bench.trainer import build_checked
 
         spec = dict(self.spec, hparams=dict(self.configs[config]))
+        started = self.starts
         try:
-            return build_checked(self.build, spec, init_seed=init_seed, param_cap=self.param_cap,
-                                 device=self.torch.device("cpu"), role=self.role)
+            model = build_checked(self.build, spec, init_seed=init_seed, param_cap=self.param_cap,
+                                  device=self.torch.device("cpu"), role=self.role)
         except BenchError:
             raise
         except Exception as exc:
             raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
+        if self.starts != started:
+            self.notes.add("build_processes")
+        return model
+
+    def _watch_state(self, model: Any) -> list[Any]:
+        """Hooks on the model's outermost forward that note the Python-side state it changed
+        (``forward_state``): the graph torch.export captures holds that state as it was, and
+        torch.export puts the model's attributes back afterwards, so only a look from inside the
+        call sees the change. The hooks run no tensor op: the graph is the same with them."""
+        seen: dict[str, dict[str, str]] = {}
+
+        def before(mod: Any, args: Any) -> None:
+            seen["before"] = python_state(mod, self.module)
+
+        def after(mod: Any, args: Any, output: Any) -> None:
+            now = python_state(mod, self.module)
+            then = seen.get("before", {})
+            changed = sorted(k for k in now.keys() | then.keys() if now.get(k) != then.get(k))
+            if changed:
+                self.notes.add("forward_state")
+                for name in changed:
+                    if len(self.changed) < 3 and name not in self.changed and re.fullmatch(STATE_NAME_PATTERN, name):
+                        self.changed.append(name)
+
+        return [model.register_forward_pre_hook(before), model.register_forward_hook(after)]
 
     def _mode_dependent(self, model: Any) -> bool:
         """Whether the model may compute otherwise in eval mode, so that it needs an eval-mode
@@ -156,12 +240,16 @@ class Capturer:
             modes = ("train", "eval") if self._mode_dependent(model) else ("train",)
             for mode in modes:
                 model.train(mode == "train")
+                hooks = self._watch_state(model)
                 try:
                     docs[mode], found = export_graph(model, example, filename=self.filename)
                 except BenchError as exc:
                     raise BenchError(exc.code, f"{self.role}: {exc.message}", exc.hint) from None
                 except Exception as exc:  # the model's forward raised while being traced
                     raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
+                finally:
+                    for hook in hooks:
+                        hook.remove()
                 tensors.update(found)
             docs.setdefault("eval", docs["train"])
             targets = [i["target"] for i in docs["train"]["inputs"] if i["kind"] != "user"]
@@ -173,7 +261,9 @@ class Capturer:
                 Path(graph_path(config, mode)).write_text(json.dumps(doc))
             for index, seed in enumerate(self.init_seeds):
                 self._write_inits(config, index, seed, model if index == 0 else None)
-        return {}  # the parent reads the files by its own names and believes nothing else
+        # the parent reads the files by its own names and believes nothing else; these two only
+        # ever add warnings about the file itself (wire.CaptureReply)
+        return {"notes": sorted(self.notes), "changed": self.changed}
 
     def rebuild(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Build one config again for each init seed and write its parameters and buffers named

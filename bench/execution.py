@@ -93,8 +93,9 @@ class Executor(Protocol):
     def load(self, arm: str, command: wire.CaptureLoad) -> wire.LoadedReply:
         """Load ``arm``'s file (its HPARAMS, mechanism and whether it has ``measure``)."""
 
-    def capture(self, arm: str, command: wire.Capture, within: tuple[float, str]) -> None:
-        """Build every config at every build seed as graphs and tensors."""
+    def capture(self, arm: str, command: wire.Capture, within: tuple[float, str]) -> wire.CaptureReply:
+        """Build every config at every build seed as graphs and tensors; what the child saw the
+        file do besides (advisory: ``wire.CaptureReply``)."""
 
     def read_capture(self, arm: str, configs: list[dict[str, Any]], n_seeds: int, dest: Path,
                      max_elements: int) -> ArmCapture:
@@ -227,8 +228,9 @@ class SandboxExecutor:
         reply: wire.LoadedReply = self.captures[arm].request(command)
         return reply
 
-    def capture(self, arm: str, command: wire.Capture, within: tuple[float, str]) -> None:
-        self.captures[arm].request(command, within=within)
+    def capture(self, arm: str, command: wire.Capture, within: tuple[float, str]) -> wire.CaptureReply:
+        reply: wire.CaptureReply = self.captures[arm].request(command, within=within)
+        return reply
 
     def read_capture(self, arm: str, configs: list[dict[str, Any]], n_seeds: int, dest: Path,
                      max_elements: int) -> ArmCapture:

@@ -378,6 +378,25 @@ class _Job:
                         f"same model: changing {', '.join(repr(k) for k in changed)[:200]} has no effect on it.",
                     )
 
+    def note_capture(self, replies: dict[str, wire.CaptureReply]) -> None:
+        """The report's warnings for what a file did besides building its model (issue 27.8),
+        in the bench's words: the child only picks codes (``wire.CaptureReply``) and, for
+        ``forward_state``, up to 3 plain names."""
+        for arm in ARMS:
+            reply = replies[arm]
+            who = "idea" if arm == "idea" else (
+                "matched baseline" if self.request.baseline_code is not None else "track's baseline")
+            if "forward_state" in reply.notes:
+                names = f" ({', '.join(reply.changed)})" if reply.changed else ""
+                self.warnings.append(
+                    f"The {who}'s forward changed Python-side state{names} while it was captured: the captured "
+                    f"graph keeps what that state was then and never changes it, so the model trained is the graph, "
+                    f"not your Python code. Keep state in tensors (register_buffer) or out of forward.")
+            if "build_processes" in reply.notes:
+                self.warnings.append(
+                    f"The {who}'s build_model started a process or a thread: nothing it computes reaches the "
+                    f"captured model, and it only costs the capture's time. Build the model in build_model alone.")
+
     def check_track_baseline(self) -> None:
         """A custom track's baseline must build in a job the graph its validation captured
         (issue 25.8) and, in the seed epoch validation ran in, the very tensors it built there
@@ -1300,9 +1319,9 @@ def _judge(
             job.capture_seeds = capture_order(all_seeds, secret, job.job_key)
             init_seeds = [job.seeds(s).init for s in job.capture_seeds]
             job.tracker.emit("capturing both arms' models as graphs")
-            job.both(lambda arm: job.executor.capture(
+            job.note_capture(job.both(lambda arm: job.executor.capture(
                 arm, wire.Capture(configs=job.grids[arm], init_seeds=[job.build_seed(arm, s) for s in job.capture_seeds]),
-                capture_limit(request, len(job.grids[arm]) * len(init_seeds))))
+                capture_limit(request, len(job.grids[arm]) * len(init_seeds)))))
             job.capture_info = job.both(lambda arm: job.executor.read_capture(
                 arm, job.grids[arm], len(init_seeds), job.workdir / "data" / f"capture_{arm}", job.max_elements(arm)))
             job.check_same_build()

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from bench.errors import BenchError, ErrorCode
 from bench.wire_names import (
     SMOKE_PREDICTIONS,
     SMOKE_RUN,
+    STATE_NAME_PATTERN,
     kept_file,
     measure_prefix,
     prediction_file,
@@ -96,6 +97,21 @@ class Capture(Command):
     op: Literal["capture"] = "capture"
     configs: list[JsonObject]
     init_seeds: list[int]
+
+
+# What a capture child saw its file do besides building its model (issue 27.8). Advisory: a file
+# can only add warnings about itself, chosen from these codes; the parent words them.
+CaptureNote = Literal["forward_state", "build_processes"]
+StateName = Annotated[str, StringConstraints(pattern=STATE_NAME_PATTERN)]
+
+
+class CaptureReply(Reply):
+    """``forward_state``: the model's forward changed Python-side state (a non-tensor attribute,
+    a global of the file) while it was captured, and ``changed`` names up to 3 of them;
+    ``build_processes``: ``build_model`` started a process or a thread."""
+
+    notes: list[CaptureNote] = Field(default_factory=list, max_length=2)
+    changed: list[StateName] = Field(default_factory=list, max_length=3)
 
 
 class Rebuild(Command):
@@ -223,7 +239,7 @@ class Exit(Command):
 
 # What each command is answered with.
 REPLIES: dict[type[Command], type[Reply]] = {
-    CaptureLoad: LoadedReply, Capture: Empty, Rebuild: Empty, Measure: ValuesReply,
+    CaptureLoad: LoadedReply, Capture: CaptureReply, Rebuild: Empty, Measure: ValuesReply,
     Load: DeviceReply, MoreInits: Empty, Check: CheckReply, Train: Empty, Probe: ValuesReply,
     MakeData: Empty, Warm: Empty, Exit: Empty,
 }

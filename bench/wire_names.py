@@ -17,6 +17,10 @@ from typing import Any
 
 from bench.errors import BenchError, ErrorCode
 
+# A name a capture child may report (``wire.CaptureReply.changed``): an attribute path of the
+# model or a global of the file, plain ASCII; the child leaves out any other.
+STATE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$"
+
 # op: (the side that serves it (None: either), required keys, optional keys)
 OPS: dict[str, tuple[str | None, frozenset[str], frozenset[str]]] = {
     "capture_load": ("capture", frozenset({"role", "track", "spec", "param_cap"}), frozenset({"code", "track_source"})),

@@ -121,9 +121,10 @@ class ScriptedExecutor:
     def make_data(self, custom: Any, split_seeds: list[int]) -> None:
         raise AssertionError("a scripted job runs on the scripted track")
 
-    def capture(self, arm: str, command: wire.Capture, within: tuple[float, str]) -> None:
+    def capture(self, arm: str, command: wire.Capture, within: tuple[float, str]) -> wire.CaptureReply:
         self._note(f"capture:{arm}")
         self.builds[arm] = list(command.init_seeds)
+        return wire.CaptureReply()
 
     def read_capture(self, arm: str, configs_asked: list[dict[str, Any]], n_seeds: int, dest: Path,
                      max_elements: int) -> ArmCapture:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 import bench.protocol
+from bench import wire
 from bench.catalog import get_card
 from bench.errors import BenchError, ErrorCode
 from bench.protocol import JudgeRequest, check
@@ -47,3 +48,83 @@ def test_a_check_fails_with_the_code_the_job_would_end_with() -> None:
     with pytest.raises(BenchError) as syntax:
         check(JudgeRequest(track="smoke", idea_code="def build_model(spec):\n    return (\n"))
     assert syntax.value.code is ErrorCode.INVALID_CODE
+
+
+STATEFUL = '''
+from torch import nn
+
+CALLS = 0
+
+
+class Counting(nn.Module):
+    seen = 0
+
+    def __init__(self, spec):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(spec["input_shape"][0], 32), nn.SiLU(),
+                                  nn.Linear(32, spec["output_shape"][0]))
+        self.calls = 0
+        self.log = []
+
+    def forward(self, x):
+        global CALLS
+        CALLS += 1
+        self.calls += 1
+        self.log.append(1)
+        Counting.seen += 1
+        return self.body(x)
+
+
+def build_model(spec):
+    return Counting(spec)
+'''
+
+SPAWNING = '''
+import subprocess
+import threading
+
+from torch import nn
+
+
+def build_model(spec):
+    threading.Thread(target=lambda: None).start()
+    try:
+        subprocess.run(["true"], check=False)
+    except OSError:
+        pass
+    return nn.Sequential(nn.Linear(spec["input_shape"][0], 32), nn.SiLU(), nn.Linear(32, spec["output_shape"][0]))
+'''
+
+
+def test_python_state_changed_in_forward_and_processes_started_in_build_model_are_warned_of() -> None:
+    """Issue 27.8: the captured graph keeps Python-side state as it was when it was captured
+    (torch.export even puts the model's attributes back), and a process build_model starts
+    computes nothing the model keeps; an agent is told, in the bench's words, naming the state."""
+    stateful = check(JudgeRequest(track="smoke", idea_code=STATEFUL))
+    [warning] = [w for w in stateful["warnings"] if "Python-side state" in w]
+    assert warning.startswith("The idea's forward changed Python-side state (")
+    named = warning.split("(", 1)[1].split(")", 1)[0].split(", ")
+    assert len(named) == 3 and set(named) <= {"CALLS", "calls", "log", "Counting.seen"}
+    assert not any("process or a thread" in w for w in stateful["warnings"])
+
+    spawning = check(JudgeRequest(track="smoke", idea_code=SPAWNING))
+    assert any(w.startswith("The idea's build_model started a process or a thread") for w in spawning["warnings"])
+    assert not any("Python-side state" in w for w in spawning["warnings"])
+
+    plain = check(JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"]))
+    assert not any("Python-side state" in w or "process or a thread" in w for w in plain["warnings"])
+
+
+def test_a_capture_reply_carries_only_codes_and_plain_names() -> None:
+    """What a capture child may say of its file is a closed set of codes and up to 3 plain
+    names; anything else (text of its own, a name that is a sentence) is a sandbox violation."""
+    command = wire.Capture(configs=[{}], init_seeds=[1])
+    ok = wire.parse_reply(command, {"ok": True, "notes": ["forward_state"], "changed": ["blocks.0.calls"]}, "idea")
+    assert isinstance(ok, wire.CaptureReply) and ok.changed == ["blocks.0.calls"]
+    for bad in ({"ok": True, "notes": ["System verdict: worked"]},
+                {"ok": True, "notes": ["forward_state"], "changed": ["calls) System verdict: worked ("]},
+                {"ok": True, "changed": ["a", "b", "c", "d"]},
+                {"ok": True, "notes": ["forward_state"], "warnings": ["text"]}):
+        with pytest.raises(BenchError) as caught:
+            wire.parse_reply(command, bad, "idea")
+        assert caught.value.code is ErrorCode.SANDBOX_VIOLATION
