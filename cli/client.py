@@ -3,16 +3,17 @@
 
 The server and key come from ``--url`` / ``--key``, else ``IDEABENCH_URL`` / ``IDEABENCH_KEY``,
 else the config file ``ideabench login`` writes (mode 0600). Exit codes: 0 done (a submitted
-idea judged, a checked idea passed), 2 an API error (or a check that failed: what submitting
-the idea would be refused or end with), 3 a job that ended errored or cancelled; errors print
-their ``code`` and ``hint`` (with ``--json``, as a JSON object on stdout).
+idea judged, a checked idea passed, a submission accepted without ``--wait``), 2 an API error
+(or a check that failed: what submitting the idea would be refused or end with), 3 a job that
+ended errored or cancelled, 4 a job shown by ``status`` (or ``submit --wait``) that has not
+ended yet (its wait ran out: ``status J --wait 60 && report J`` never reads an unjudged job);
+errors print their ``code`` and ``hint`` (with ``--json``, as a JSON object on stdout).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,14 @@ from ideabench_client.client import ENDED_UNSUCCESSFUL
 
 VERBS = ("login", "check", "submit", "status", "jobs", "report", "reports", "cancel", "mcp")
 JOB_STATUSES = ("queued", "running", "succeeded", "errored", "cancelled")
-EXIT_API_ERROR, EXIT_JOB_FAILED = 2, 3
+EXIT_API_ERROR, EXIT_JOB_FAILED, EXIT_NOT_ENDED = 2, 3, 4
+
+
+def _job_exit(job: Job) -> int:
+    """0 judged, 3 ended errored or cancelled, 4 not ended yet."""
+    if job.status in ENDED_UNSUCCESSFUL:
+        return EXIT_JOB_FAILED
+    return 0 if job.finished else EXIT_NOT_ENDED
 
 
 def add_parsers(sub: Any) -> None:
@@ -217,7 +225,7 @@ def _submit(args: argparse.Namespace, client: Client) -> int:
             report = client.report(job.job_id)
             print(f"system_verdict={report['system_verdict']}  practical_verdict={report['practical_verdict']}"
                   f"  q_value={report.get('q_value')}\n\n{report['report']['summary']}")
-    return EXIT_JOB_FAILED if job.status in ENDED_UNSUCCESSFUL else 0
+    return _job_exit(job) if args.wait else 0  # without --wait: accepted
 
 
 def _run(args: argparse.Namespace, client: Client) -> int:
@@ -233,7 +241,7 @@ def _run(args: argparse.Namespace, client: Client) -> int:
         _print_json(job.raw) if args.json else print(_job_line(job))
         if verb == "cancel" and not args.json and job.status == "running":  # not yet its new state
             print(f"cancel requested: the worker stops it within seconds (`ideabench status {job.job_id} --wait`)")
-        return EXIT_JOB_FAILED if verb == "status" and job.status in ENDED_UNSUCCESSFUL else 0
+        return _job_exit(job) if verb == "status" else 0
     if verb == "jobs":
         jobs = list(client.jobs(status=args.status, track=args.track, since=args.since, limit=args.limit))
         if args.json:
@@ -270,9 +278,8 @@ def dispatch(args: argparse.Namespace) -> int:
     try:
         with Client(args.url, args.key) as client:
             return _run(args, client)
-    except BrokenPipeError:  # `ideabench reports | head`: the reader left; end quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except BrokenPipeError:  # the reader left: cli.main ends every verb quietly
+        raise
     except OSError as exc:
         print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return EXIT_API_ERROR

@@ -7,6 +7,7 @@ web stack and ``ideabench serve`` never loads torch in the API process.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -90,7 +91,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``ideabench`` command."""
+    """Entry point of the ``ideabench`` command. A reader that leaves early (``ideabench reports
+    | head``) ends any verb quietly with its code: stdout is flushed here, inside the ``try``, so
+    a pipe's buffered tail cannot fail at interpreter exit (Python's docs, "Note on SIGPIPE")."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush goes nowhere
+        return 0
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "client_verb", None):
         from cli import client

@@ -57,11 +57,14 @@ def my_key(session: SessionDep, caller: CallerDep, settings: SettingsDep) -> Key
     if key.webhook_secret is None:  # (a key made before webhooks, never migrated)
         key.webhook_secret = service.new_webhook_secret()
         session.commit()
-    limits = EffectiveLimits.of(
-        rate_limit=settings.rate_limit,
-        max_active_jobs=settings.max_active_jobs_per_key if key.max_active_jobs is None else key.max_active_jobs,
-        daily_job_quota=settings.daily_job_quota_per_key if key.daily_job_quota is None else key.daily_job_quota,
-    )
+    if caller.is_operator:  # an operator's submissions meet no cap (app/jobs/intake.py): null, as none
+        limits = EffectiveLimits.of(rate_limit=settings.rate_limit, max_active_jobs=0, daily_job_quota=0)
+    else:
+        limits = EffectiveLimits.of(
+            rate_limit=settings.rate_limit,
+            max_active_jobs=settings.max_active_jobs_per_key if key.max_active_jobs is None else key.max_active_jobs,
+            daily_job_quota=settings.daily_job_quota_per_key if key.daily_job_quota is None else key.daily_job_quota,
+        )
     return KeySelf(id=key.id, name=key.name, role=Role(key.role), limits=limits, webhook_secret=key.webhook_secret)
 
 

@@ -94,7 +94,7 @@ class KeySelf(BaseModel):
             "examples": [
                 {
                     "id": "key_1a2b3c4d", "name": "research-agent-1", "role": "agent",
-                    "limits": {"rate_limit": "3000/minute", "max_active_jobs": 50, "daily_job_quota": 0},
+                    "limits": {"rate_limit": "3000/minute", "max_active_jobs": 50, "daily_job_quota": None},
                     "webhook_secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
                 }
             ]

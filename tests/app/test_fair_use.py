@@ -81,6 +81,9 @@ def test_an_operator_sets_one_keys_quota_and_the_key_sees_its_limits(tmp_path: A
         me = client.get("/v1/keys/me", headers=bearer(tokens["agent"])).json()
         assert me["limits"] == {"rate_limit": "3000/minute", "max_active_jobs": 5, "daily_job_quota": None}
         assert me["role"] == "agent" and me["webhook_secret"].startswith("whsec_")
+        # an operator's submissions meet no cap: its own limits say null, not the agents' 5
+        mine = client.get("/v1/keys/me", headers=bearer(tokens["operator"])).json()["limits"]
+        assert mine["max_active_jobs"] is None and mine["daily_job_quota"] is None
         patch = {"daily_job_quota": 1, "max_active_jobs": 0}
         refused = client.patch(f"/v1/keys/{me['id']}", json=patch, headers=bearer(tokens["agent"]))
         assert refused.status_code == 403 and refused.json()["code"] == "forbidden_role"

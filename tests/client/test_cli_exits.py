@@ -1,0 +1,83 @@
+"""Issue 27.9: the CLI's exit codes for every state a job shows, and a reader that leaves early
+(``ideabench reports | head``) with Python's buffered stdout, as users run it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli import client as cli_client
+from cli.main import main
+from ideabench_client import Job
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _FakeClient:
+    status = "running"
+
+    def __init__(self, url: Any, key: Any) -> None:
+        pass
+
+    def __enter__(self) -> _FakeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def job(self, job_id: str, wait: Any = None) -> Job:
+        error = {"code": "timeout", "message": "m", "hint": "h"} if self.status == "errored" else None
+        return Job.from_json({"job_id": job_id, "status": self.status, "track": "smoke", "error": error})
+
+
+@pytest.mark.parametrize(("status", "code"), [("queued", 4), ("running", 4), ("succeeded", 0), ("errored", 3),
+                                              ("cancelled", 3), ("failed", 3)])
+def test_status_exits_with_what_the_job_is(monkeypatch: pytest.MonkeyPatch, status: str, code: int,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """0 judged, 3 ended without a report, 4 not ended yet: ``status J --wait 60 && report J``
+    never reads a job that is still running (it exited 0 before)."""
+    monkeypatch.setattr(_FakeClient, "status", status)
+    monkeypatch.setattr(cli_client, "Client", _FakeClient)
+    assert main(["status", "job_1", "--wait", "1", "--url", "http://x", "--key", "k"]) == code
+    assert status in capsys.readouterr().out
+
+
+READER_LEFT = """
+import sys
+from cli import client as cli_client
+from cli.main import main
+
+class Fake:
+    def __init__(self, *a): pass
+    def __enter__(self): return self
+    def __exit__(self, *exc): return None
+    def reports(self, **kw):
+        for i in range(ROWS):
+            yield {"report_id": f"rep_{i}", "track": "smoke", "system_verdict": "worked",
+                   "practical_verdict": "helps", "p_value": 0.01, "q_value": 0.02, "name": "x"}
+
+cli_client.Client = Fake
+sys.stdin.read()  # wait until the reader has gone
+sys.exit(main(["reports", "--url", "http://x", "--key", "k"]))
+"""
+
+
+@pytest.mark.parametrize("rows", [5, 5000])
+def test_a_reader_that_leaves_early_ends_the_verb_quietly(rows: int) -> None:
+    """Short output sits in stdout's buffer until exit; it used to fail there, outside every
+    handler: "Exception ignored ... BrokenPipeError" on stderr and exit 120. Long output fails
+    while printing. Both end quietly with 0 now."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = str(ROOT)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader (`head`) has already left
+    proc = subprocess.Popen([sys.executable, "-c", READER_LEFT.replace("ROWS", str(rows))], cwd=ROOT, env=env,
+                            stdin=subprocess.PIPE, stdout=write_end, stderr=subprocess.PIPE)
+    os.close(write_end)
+    _, err = proc.communicate(b"", timeout=60)
+    assert (proc.returncode, err.decode()) == (0, "")
