@@ -24,28 +24,29 @@ router = APIRouter(prefix="/v1/keys", tags=["keys"], responses=error_responses(4
 
 
 @router.post("", status_code=201, response_model=KeyCreated, responses=error_responses(422))
-def create_key(body: KeyCreate, session: SessionDep, _caller: OperatorDep) -> KeyCreated:
+def create_key(body: KeyCreate, session: SessionDep, _caller: OperatorDep, settings: SettingsDep) -> KeyCreated:
     """Create a key; the answer holds its token, which is never shown again."""
     new = service.create_key(session, body.role, body.name)
     session.commit()
-    return KeyCreated(**KeyView.of(new.key).model_dump(), token=new.token)
+    return KeyCreated(**KeyView.of(new.key, settings).model_dump(), token=new.token)
 
 
 @router.get("", response_model=KeyList)
-def list_keys(session: SessionDep, _caller: OperatorDep) -> KeyList:
-    """List every key (ids, roles, labels; never secrets)."""
-    return KeyList(items=[KeyView.of(k) for k in repository.list_keys(session)])
+def list_keys(session: SessionDep, _caller: OperatorDep, settings: SettingsDep) -> KeyList:
+    """List every key (ids, roles, labels, the limits in force; never secrets)."""
+    return KeyList(items=[KeyView.of(k, settings) for k in repository.list_keys(session)])
 
 
 @router.delete("/{key_id}", response_model=KeyView, responses=error_responses(404))
-def revoke_key(key_id: str, session: SessionDep, _caller: OperatorDep, request: Request) -> KeyView:
+def revoke_key(key_id: str, session: SessionDep, _caller: OperatorDep, request: Request,
+               settings: SettingsDep) -> KeyView:
     """Revoke a key; requests with it then get 401 invalid_api_key."""
     key = service.revoke_key(session, key_id)
     if key is None:
         raise ApiError(404, ApiCode.KEY_NOT_FOUND, f"No key with id {key_id!r}.")
     session.commit()
     request.app.state.key_cache.clear()
-    return KeyView.of(key)
+    return KeyView.of(key, settings)
 
 
 @router.get("/me", response_model=KeySelf)
@@ -57,20 +58,13 @@ def my_key(session: SessionDep, caller: CallerDep, settings: SettingsDep) -> Key
     if key.webhook_secret is None:  # (a key made before webhooks, never migrated)
         key.webhook_secret = service.new_webhook_secret()
         session.commit()
-    if caller.is_operator:  # an operator's submissions meet no cap (app/jobs/intake.py): null, as none
-        limits = EffectiveLimits.of(rate_limit=settings.rate_limit, max_active_jobs=0, daily_job_quota=0)
-    else:
-        limits = EffectiveLimits.of(
-            rate_limit=settings.rate_limit,
-            max_active_jobs=settings.max_active_jobs_per_key if key.max_active_jobs is None else key.max_active_jobs,
-            daily_job_quota=settings.daily_job_quota_per_key if key.daily_job_quota is None else key.daily_job_quota,
-        )
+    limits = EffectiveLimits.for_key(key, settings)
     return KeySelf(id=key.id, name=key.name, role=Role(key.role), limits=limits, webhook_secret=key.webhook_secret)
 
 
 @router.patch("/{key_id}", response_model=KeyView, responses=error_responses(404, 422))
 def set_key_limits(key_id: str, body: KeyLimitsUpdate, session: SessionDep, _caller: OperatorDep,
-                   request: Request) -> KeyView:
+                   request: Request, settings: SettingsDep) -> KeyView:
     """Set one key's caps on jobs in flight and jobs per UTC day (null: back to the service's
     setting; 0: no cap). Takes effect at once in this API process, within key_cache_s elsewhere."""
     key = repository.get_key(session, key_id)
@@ -80,4 +74,4 @@ def set_key_limits(key_id: str, body: KeyLimitsUpdate, session: SessionDep, _cal
         setattr(key, field, getattr(body, field))
     session.commit()
     request.app.state.key_cache.clear()
-    return KeyView.of(key)
+    return KeyView.of(key, settings)

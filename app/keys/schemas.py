@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from app.keys.models import ApiKey
 from app.keys.roles import Role
+from app.settings import Settings
 
 
 class KeyCreate(BaseModel):
@@ -19,6 +20,35 @@ class KeyCreate(BaseModel):
 
     role: Role
     name: str | None = Field(default=None, max_length=200)
+
+
+class EffectiveLimits(BaseModel):
+    """The limits in force for a key (null: no cap)."""
+
+    rate_limit: str = Field(description="Requests per key, e.g. 3000/minute (operators are exempt).")
+    max_active_jobs: int | None = Field(description="Jobs queued or running at once (null: no cap).")
+    daily_job_quota: int | None = Field(description="Jobs per UTC day (null: no quota).")
+
+    @classmethod
+    def of(cls, rate_limit: str, max_active_jobs: int, daily_job_quota: int) -> EffectiveLimits:
+        """From the settings' and keys' numbers, where 0 means no cap (issue 27.9: an agent read
+        ``daily_job_quota: 0`` as "none allowed")."""
+        return cls(rate_limit=rate_limit, max_active_jobs=max_active_jobs or None,
+                   daily_job_quota=daily_job_quota or None)
+
+    @classmethod
+    def for_key(cls, key: ApiKey, settings: Settings) -> EffectiveLimits:
+        """The limits in force for ``key``: its overrides, else the service's settings; an
+        operator's submissions meet no cap (app/jobs/intake.py), so both are null for it."""
+        if key.role == Role.OPERATOR.value:
+            return cls.of(settings.rate_limit, 0, 0)
+        return cls.of(
+            settings.rate_limit,
+            settings.max_active_jobs_per_key if key.max_active_jobs is None else key.max_active_jobs,
+            settings.daily_job_quota_per_key if key.daily_job_quota is None else key.daily_job_quota,
+        )
+
+
 
 
 class KeyView(BaseModel):
@@ -35,6 +65,7 @@ class KeyView(BaseModel):
                     "revoked_at": None,
                     "max_active_jobs": None,
                     "daily_job_quota": 200,
+                    "limits": {"rate_limit": "3000/minute", "max_active_jobs": 50, "daily_job_quota": 200},
                 }
             ]
         }
@@ -49,13 +80,16 @@ class KeyView(BaseModel):
                                         "(None: the service's setting; 0: no cap).")
     daily_job_quota: int | None = Field(default=None, description="This key's jobs per UTC day (None: the "
                                         "service's setting; 0: no quota).")
+    limits: EffectiveLimits = Field(description="The limits in force for this key, its overrides and the "
+                                    "service's settings together (null: no cap).")
 
     @classmethod
-    def of(cls, key: ApiKey) -> KeyView:
+    def of(cls, key: ApiKey, settings: Settings) -> KeyView:
         """From the table row."""
         return cls(
             id=key.id, name=key.name, role=Role(key.role), created_at=key.created_at, revoked_at=key.revoked_at,
             max_active_jobs=key.max_active_jobs, daily_job_quota=key.daily_job_quota,
+            limits=EffectiveLimits.for_key(key, settings),
         )
 
 
@@ -69,21 +103,6 @@ class KeyLimitsUpdate(BaseModel):
 
     max_active_jobs: StrictInt | None = Field(default=None, ge=0, le=100_000)
     daily_job_quota: StrictInt | None = Field(default=None, ge=0, le=10_000_000)
-
-
-class EffectiveLimits(BaseModel):
-    """The limits in force for a key (null: no cap)."""
-
-    rate_limit: str = Field(description="Requests per key, e.g. 3000/minute (operators are exempt).")
-    max_active_jobs: int | None = Field(description="Jobs queued or running at once (null: no cap).")
-    daily_job_quota: int | None = Field(description="Jobs per UTC day (null: no quota).")
-
-    @classmethod
-    def of(cls, rate_limit: str, max_active_jobs: int, daily_job_quota: int) -> EffectiveLimits:
-        """From the settings' and keys' numbers, where 0 means no cap (issue 27.9: an agent read
-        ``daily_job_quota: 0`` as "none allowed")."""
-        return cls(rate_limit=rate_limit, max_active_jobs=max_active_jobs or None,
-                   daily_job_quota=daily_job_quota or None)
 
 
 class KeySelf(BaseModel):

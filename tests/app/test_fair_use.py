@@ -97,6 +97,14 @@ def test_an_operator_sets_one_keys_quota_and_the_key_sees_its_limits(tmp_path: A
         # null: back to the service's setting (no daily quota); the other override is kept
         reset = client.patch(f"/v1/keys/{me['id']}", json={"daily_job_quota": None}, headers=bearer(tokens["operator"]))
         assert reset.json()["daily_job_quota"] is None and reset.json()["max_active_jobs"] == 0
+        # the overrides say 0 for "no cap" and null for "the setting"; `limits` says what is in
+        # force, null for no cap, the same way /v1/keys/me does (issue 27.9)
+        assert reset.json()["limits"] == {"rate_limit": "3000/minute", "max_active_jobs": None, "daily_job_quota": None}
+        listed = {k["id"]: k for k in client.get("/v1/keys", headers=bearer(tokens["operator"])).json()["items"]}
+        assert listed[me["id"]]["limits"]["max_active_jobs"] is None
+        others = [k for k in listed.values() if k["role"] == "agent" and k["id"] != me["id"]]
+        assert others and all(k["limits"]["max_active_jobs"] == 5 for k in others)
+        assert all(k["limits"]["max_active_jobs"] is None for k in listed.values() if k["role"] == "operator")
         assert _submit(client, tokens["agent"]).status_code == 202
         bad = client.patch(f"/v1/keys/{me['id']}", json={"daily_job_quota": -1}, headers=bearer(tokens["operator"]))
         assert bad.status_code == 422
