@@ -58,8 +58,11 @@ def _read(session_factory: Callable[[], Session], job_id: str, after: int) -> tu
         assert job is not None
         ended = _finished(job)
         stored = repository.events_after(session, job_id, after, limit=BATCH)
+        # Only the worker that holds a job's lease stores its events (workers.heartbeat), so
+        # each was emitted while the job ran: replayed, it says so, not the status of now.
         events = [ServerSentEvent(id=str(e.seq), event=e.kind, data={
             "job_id": job_id, "seq": e.seq, "attempt": e.attempt, "at": e.created_at.isoformat(), **e.data,
+            "status": JobStatus.RUNNING.value,
         }) for e in stored]
         if not ended or len(stored) == BATCH:  # still running, or more stored events to send first
             return events, False

@@ -66,6 +66,8 @@ def test_a_stream_replays_everything_and_resumes_after_last_event_id(env: tuple[
     assert [(i, e) for i, e, _ in events] == [("0", "queued"), ("1", "stage"), ("2", "run"), ("3", "run"),
                                               ("4", "end")]
     assert events[2][2]["arm"] == "idea" and "value" not in events[2][2]
+    # replayed after the job ended, each event carries the status it had (issue 27.9)
+    assert [d["status"] for _, _, d in events] == ["queued", "running", "running", "running", "succeeded"]
     end = events[-1][2]
     assert end["status"] == "succeeded" and end["report_id"] == report_id and end["system_verdict"] == "worked"
     assert [i for i, _, _ in read_events(client, tokens["agent"], job_id, **{"Last-Event-ID": "2"})] == ["3", "4"]
