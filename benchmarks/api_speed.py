@@ -154,6 +154,15 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
     return env
 
 
+def stop_process(proc: subprocess.Popen[bytes], sig: int, timeout_s: float = 15.0) -> None:
+    """Send ``sig``; kill what has not ended ``timeout_s`` later."""
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 @contextmanager
 def api_server(settings: Settings, workers: int, cwd: Path) -> Iterator[str]:
     """uvicorn serving create_app on a free port; yields the base URL."""
@@ -172,11 +181,7 @@ def api_server(settings: Settings, workers: int, cwd: Path) -> Iterator[str]:
                 time.sleep(0.2)
         yield url
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, signal.SIGINT)
 
 
 @contextmanager
@@ -188,11 +193,7 @@ def worker_process(settings: Settings, cwd: Path) -> Iterator[subprocess.Popen[b
     try:
         yield proc
     finally:
-        proc.send_signal(signal.SIGQUIT)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, signal.SIGQUIT)
 
 
 def new_key(settings: Settings, role: str) -> str:

@@ -61,7 +61,7 @@ from app.ids import new_id  # noqa: E402
 from app.jobs.models import Job, JobStatus  # noqa: E402
 from app.migrate import upgrade_head  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from benchmarks.api_speed import free_port, new_key, percentile, scratch_postgres  # noqa: E402
+from benchmarks.api_speed import free_port, new_key, percentile, scratch_postgres, stop_process  # noqa: E402
 
 ADMIN_URL = os.environ.get("IDEABENCH_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 BEAT_EVERY_S = 5.0  # WorkerLoop's default
@@ -125,11 +125,7 @@ ignore_startup_parameters = extra_float_digits,options
             yield (f"postgresql://{user}@127.0.0.1:{listen}/{dbname}",
                    f"postgresql://{user}@127.0.0.1:{listen}/pgbouncer")
         finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc, signal.SIGINT)
 
 
 class Meter:

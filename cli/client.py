@@ -102,8 +102,19 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def _print_json(value: Any) -> None:
+def _print_json(value: dict[str, Any]) -> None:
+    """Every ``--json`` output is one object, each object in it under its name (issue 27.9:
+    ``job``, ``report``, ``check``, ``jobs``, ``reports``, ``error``; ``login`` prints what it
+    stored), as MCP's tools answer: an agent reads ``.job.status`` after any verb."""
     print(json.dumps(value, indent=2, default=str))
+
+
+def _job_json(job: Job, client: Client | None) -> dict[str, Any]:
+    """A job under ``job``, and its report under ``report`` once it has one (submit, status)."""
+    out: dict[str, Any] = {"job": job.raw}
+    if client is not None and job.status == "succeeded":
+        out["report"] = client.report(job.job_id)
+    return out
 
 
 class _Progress:
@@ -196,7 +207,7 @@ def _check(args: argparse.Namespace, client: Client) -> int:
     baseline = Path(args.baseline).read_text() if args.baseline else None
     found = client.check(args.track, code, baseline_code=baseline, hparams=args.hparams, mechanism=args.mechanism)
     if args.json:
-        _print_json(found.raw)
+        _print_json({"check": found.raw})
     else:
         print(_check_lines(found, args))
     if found.passed:
@@ -215,10 +226,7 @@ def _submit(args: argparse.Namespace, client: Client) -> int:
                         mechanism=args.mechanism, idempotency_key=args.idempotency_key, wait=args.wait,
                         on_event=None if args.json else _Progress())
     if args.json:
-        out: dict[str, Any] = {"job": job.raw}
-        if job.status == "succeeded":
-            out["report"] = client.report(job.job_id)
-        _print_json(out)
+        _print_json(_job_json(job, client))
     else:
         print(_job_line(job))
         if job.status == "succeeded":
@@ -238,14 +246,14 @@ def _run(args: argparse.Namespace, client: Client) -> int:
         return _submit(args, client)
     if verb in ("status", "cancel"):
         job = client.job(args.job_id, wait=args.wait) if verb == "status" else client.cancel(args.job_id)
-        _print_json(job.raw) if args.json else print(_job_line(job))
+        _print_json(_job_json(job, client if verb == "status" else None)) if args.json else print(_job_line(job))
         if verb == "cancel" and not args.json and job.status == "running":  # not yet its new state
             print(f"cancel requested: the worker stops it within seconds (`ideabench status {job.job_id} --wait`)")
         return _job_exit(job) if verb == "status" else 0
     if verb == "jobs":
         jobs = list(client.jobs(status=args.status, track=args.track, since=args.since, limit=args.limit))
         if args.json:
-            _print_json([job.raw for job in jobs])
+            _print_json({"jobs": [job.raw for job in jobs]})
         else:
             for job in jobs:
                 print(_job_line(job))
@@ -253,7 +261,7 @@ def _run(args: argparse.Namespace, client: Client) -> int:
     if verb == "report":
         report = client.report(args.job_id)
         if args.json:
-            _print_json(report)
+            _print_json({"report": report})
         else:
             print(f"{report['system_verdict']}/{report['practical_verdict']}  p={report['p_value']}  "
                   f"q={report.get('q_value')}\n\n{report['report']['summary']}")
@@ -261,7 +269,7 @@ def _run(args: argparse.Namespace, client: Client) -> int:
     rows = list(client.reports(limit=args.limit, track=args.track, system_verdict=args.system_verdict,
                                practical_verdict=args.practical_verdict, family=args.family))
     if args.json:
-        _print_json(rows)
+        _print_json({"reports": rows})
     else:
         for row in rows:
             print(f"{row['report_id']}  {row['track']:<20} {row['system_verdict']:>7}/{row['practical_verdict']:<12}"

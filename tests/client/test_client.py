@@ -136,7 +136,7 @@ def test_check_an_idea_before_submitting_it(service: tuple[str, str, Path], tmp_
     assert "next: ideabench submit" in ok.stdout
     wide = cli("check", str(tmp_path / "wide.py"), "--track", "smoke", "--json", env=env)
     assert wide.returncode == 2, (wide.stdout, wide.stderr)  # like a submission refused
-    assert json.loads(wide.stdout)["error"]["code"] == "parameter_parity"
+    assert json.loads(wide.stdout)["check"]["error"]["code"] == "parameter_parity"
     assert "error [parameter_parity]" in wide.stderr and "hint:" in wide.stderr
 
 
@@ -210,18 +210,20 @@ def test_the_cli_verbs_and_login(service: tuple[str, str, Path], tmp_path: Path)
     out = json.loads(done.stdout)
     job_id = out["job"]["job_id"]
     assert out["job"]["status"] == "succeeded" and out["report"]["report"]["system_judged"] is True
+    # one shape per object across verbs (issue 27.9): status is submit's, lists are MCP's
     status = cli("status", job_id, "--json", env=env)
-    assert status.returncode == 0 and json.loads(status.stdout)["status"] == "succeeded"
+    assert status.returncode == 0 and json.loads(status.stdout) == out
     listed = cli("reports", "--track", "smoke", "--json", env=env)
-    assert job_id in {r["job_id"] for r in json.loads(listed.stdout)}
+    assert job_id in {r["job_id"] for r in json.loads(listed.stdout)["reports"]}
+    assert json.loads(cli("report", job_id, "--json", env=env).stdout) == {"report": out["report"]}
     shown = cli("report", job_id, env=env)
     assert shown.returncode == 0 and "On smoke@1" in shown.stdout
     late = cli("cancel", job_id, "--json", env=env)
     assert late.returncode == 2 and json.loads(late.stdout)["error"]["code"] == "job_finished"
     jobs = cli("jobs", "--status", "succeeded", "--track", "smoke", "--json", env=env)
-    assert jobs.returncode == 0 and job_id in {j["job_id"] for j in json.loads(jobs.stdout)}
+    assert jobs.returncode == 0 and job_id in {j["job_id"] for j in json.loads(jobs.stdout)["jobs"]}
     assert job_id in cli("jobs", "--since", "2026-01-01T00:00:00Z", env=env).stdout
-    assert json.loads(cli("jobs", "--status", "cancelled", "--json", env=env).stdout) == []
+    assert json.loads(cli("jobs", "--status", "cancelled", "--json", env=env).stdout) == {"jobs": []}
     # --hparams, --idempotency-key: the same key answers the first job
     first = cli("submit", str(idea), "--track", "smoke", "--hparams", '{"width": [16]}', "--idempotency-key",
                 "cli-test-1", "--json", env=env)
@@ -236,13 +238,13 @@ def test_the_cli_verbs_and_login(service: tuple[str, str, Path], tmp_path: Path)
         at_cancel = "succeeded"
     else:
         assert cancel.returncode == 0, cancel.stderr
-        at_cancel = json.loads(cancel.stdout)["status"]
+        at_cancel = json.loads(cancel.stdout)["job"]["status"]
 
     def ended() -> Any:
         shown = cli("status", queued, "--json", env=env)
-        return shown if json.loads(shown.stdout)["status"] in ("succeeded", "errored", "cancelled") else None
+        return shown if json.loads(shown.stdout)["job"]["status"] in ("succeeded", "errored", "cancelled") else None
     final = wait_for(ended, 120, "the cancelled job to end")
-    outcome = (json.loads(final.stdout)["status"], final.returncode)
+    outcome = (json.loads(final.stdout)["job"]["status"], final.returncode)
     if at_cancel == "cancelled":  # it was still queued: cancelled at once
         assert outcome == ("cancelled", 3)
     else:  # a worker had taken it: it stops the job, unless the job ended first (a smoke job
