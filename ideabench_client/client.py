@@ -144,6 +144,19 @@ EventCallback = Callable[[Event], None]
 STREAM_ROTATED_S = 1.0  # a stream closed cleanly after this long was rotated, not lost
 
 
+def _passed(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def _read_timeout(timeout: float, deadline: float | None) -> httpx.Timeout:
+    """An event stream's timeouts: no read timeout without a deadline (the server pings every
+    15 s and rotates long streams), else at most the time left, so a wait with a timeout ends
+    on time even when nothing arrives."""
+    if deadline is None:
+        return httpx.Timeout(timeout, read=None)
+    return httpx.Timeout(timeout, read=max(0.05, deadline - time.monotonic()))
+
+
 def _submission(track: str, code: str, **fields: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"track": track, "code": code}
     body.update({k: v for k, v in fields.items() if v is not None})
@@ -321,17 +334,20 @@ class Client(_Base):
         return Job.from_json(self.request("GET", f"/v1/jobs/{_seg(job_id)}", params=params,
                                           timeout=self.timeout + (wait or 0)))
 
-    def events(self, job_id: str, *, last_event_id: int | None = None) -> Iterator[Event]:
-        """The job's events until ``end``, reconnecting (``Last-Event-ID``) when the stream drops."""
+    def events(self, job_id: str, *, last_event_id: int | None = None,
+               deadline: float | None = None) -> Iterator[Event]:
+        """The job's events until ``end``, reconnecting (``Last-Event-ID``) when the stream drops;
+        with ``deadline`` (a ``time.monotonic()`` value) also stop once it passes, whether or not
+        anything arrives (``_read_timeout``)."""
         failures = 0
-        while True:
+        while not _passed(deadline):
             headers = self._headers({"Accept": "text/event-stream"})
             if last_event_id is not None:
                 headers["Last-Event-ID"] = str(last_event_id)
             try:
                 opened = time.monotonic()
                 with connect_sse(self._http, "GET", f"/v1/jobs/{_seg(job_id)}/events", headers=headers,
-                                 timeout=httpx.Timeout(self.timeout, read=None)) as source:
+                                 timeout=_read_timeout(self.timeout, deadline)) as source:
                     if source.response.status_code >= 400:
                         source.response.read()
                         if source.response.status_code not in RETRY_STATUS:
@@ -340,6 +356,8 @@ class Client(_Base):
                     for sse in source.iter_sse():
                         event = _event(sse)
                         if event is None:  # a keep-alive
+                            if _passed(deadline):
+                                return
                             continue
                         failures = 0
                         last_event_id = event.id
@@ -351,6 +369,8 @@ class Client(_Base):
                     continue
                 raise httpx.TransportError("the stream closed before its end event")
             except httpx.TransportError:
+                if _passed(deadline):  # the read timed out at the deadline (or the stream dropped past it)
+                    return
                 failures += 1
                 if failures > self.retries:
                     raise Unavailable("stream_lost", f"the event stream of {job_id} kept dropping",
@@ -360,10 +380,10 @@ class Client(_Base):
     def wait(self, job_id: str, *, on_event: EventCallback | None = None, timeout: float | None = None) -> Job:
         """Follow the job's events until it ends (or ``timeout`` seconds) and return the job."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        for event in self.events(job_id):
+        for event in self.events(job_id, deadline=deadline):
             if on_event is not None:
                 on_event(event)
-            if event.event == "end" or (deadline is not None and time.monotonic() > deadline):
+            if event.event == "end" or _passed(deadline):
                 break
         return self.job(job_id)
 
@@ -491,16 +511,17 @@ class AsyncClient(_Base):
         return Job.from_json(await self.request("GET", f"/v1/jobs/{_seg(job_id)}", params=params,
                                                 timeout=self.timeout + (wait or 0)))
 
-    async def events(self, job_id: str, *, last_event_id: int | None = None) -> AsyncIterator[Event]:
+    async def events(self, job_id: str, *, last_event_id: int | None = None,
+                     deadline: float | None = None) -> AsyncIterator[Event]:
         failures = 0
-        while True:
+        while not _passed(deadline):
             headers = self._headers({"Accept": "text/event-stream"})
             if last_event_id is not None:
                 headers["Last-Event-ID"] = str(last_event_id)
             try:
                 opened = time.monotonic()
                 async with aconnect_sse(self._http, "GET", f"/v1/jobs/{_seg(job_id)}/events", headers=headers,
-                                        timeout=httpx.Timeout(self.timeout, read=None)) as source:
+                                        timeout=_read_timeout(self.timeout, deadline)) as source:
                     if source.response.status_code >= 400:
                         await source.response.aread()
                         if source.response.status_code not in RETRY_STATUS:
@@ -509,6 +530,8 @@ class AsyncClient(_Base):
                     async for sse in source.aiter_sse():
                         event = _event(sse)
                         if event is None:  # a keep-alive
+                            if _passed(deadline):
+                                return
                             continue
                         failures = 0
                         last_event_id = event.id
@@ -520,6 +543,8 @@ class AsyncClient(_Base):
                     continue
                 raise httpx.TransportError("the stream closed before its end event")
             except httpx.TransportError:
+                if _passed(deadline):  # the read timed out at the deadline (or the stream dropped past it)
+                    return
                 failures += 1
                 if failures > self.retries:
                     raise Unavailable("stream_lost", f"the event stream of {job_id} kept dropping",
@@ -528,10 +553,10 @@ class AsyncClient(_Base):
 
     async def wait(self, job_id: str, *, on_event: EventCallback | None = None, timeout: float | None = None) -> Job:
         deadline = None if timeout is None else time.monotonic() + timeout
-        async for event in self.events(job_id):
+        async for event in self.events(job_id, deadline=deadline):
             if on_event is not None:
                 on_event(event)
-            if event.event == "end" or (deadline is not None and time.monotonic() > deadline):
+            if event.event == "end" or _passed(deadline):
                 break
         return await self.job(job_id)
 

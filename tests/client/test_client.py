@@ -388,3 +388,51 @@ def test_an_id_is_one_path_segment_never_a_path(service: tuple[str, str, Path]) 
         with pytest.raises(NotFound):
             bench.job("../keys/me")
         assert bench.track("smoke")["name"] == "smoke"
+
+
+def test_a_wait_with_a_timeout_ends_on_time_when_the_stream_is_silent() -> None:
+    """A wait's ``timeout`` held only at the next event: on a stream that sends nothing (a
+    server that stopped pinging, a proxy that buffers) ``wait(timeout=1)`` never returned. A
+    real socket server: the event stream answers its headers, then nothing for a minute."""
+    import http.server
+    import socketserver
+
+    class Silent(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path.endswith("/events"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                self.wfile.flush()
+                time.sleep(60)
+                return
+            body = json.dumps({"job_id": "job_1", "status": "running", "track": "smoke"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Silent)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        started = time.monotonic()
+        with Client(url, "k") as bench:
+            assert bench.wait("job_1", timeout=1.0).status == "running"
+        assert time.monotonic() - started < 5
+
+        async def session() -> str:
+            async with AsyncClient(url, "k") as bench:
+                return (await bench.wait("job_1", timeout=1.0)).status
+
+        started = time.monotonic()
+        assert asyncio.run(session()) == "running"
+        assert time.monotonic() - started < 5
+    finally:
+        server.shutdown()
+        server.server_close()
