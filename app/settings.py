@@ -9,10 +9,13 @@ under ``./var`` of the working directory. Production sets ``DATABASE_URL``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from bench.options import HostOptions
 
 JobDevice = Literal["cpu", "gpu"]
 
@@ -121,6 +124,27 @@ class Settings(BaseSettings):
         "The address the worker's metrics listen on (0.0.0.0 in a container; no key is asked)."))
     broker_poll_s: float = 0.1
 
+    # The engine on this host (workers and ``ideabench run``), handed to bench as EngineOptions
+    # (``host_options``): bench reads no environment itself.
+    seed_secret: SecretStr = Field(default=SecretStr(""), description=(
+        "The seed epoch's key (hex, >= 32 digits) every worker of a deployment shares; empty: the current "
+        "epoch of <data_dir>/seed_secret.json (generated on first use)."))
+    seed_epoch: int = Field(default=1, ge=1, description="The epoch seed_secret belongs to.")
+    cache_dir: Path | None = Field(default=None, description=(
+        "Per-worker caches (canonical-baseline runs, custom tracks' data); empty: <data_dir>/cache."))
+    baseline_cache: bool = Field(default=True, description="Reuse canonical-baseline runs across jobs.")
+    execution: Literal["auto", "sequential"] = Field(default="auto", description=(
+        "auto batches runs where both arms' models allow it; sequential trains one run at a time."))
+    bwrap: str = Field(default="", description=(
+        "Bubblewrap's path for the sandbox; empty: found on PATH; 0: none (then nothing is judged unless "
+        "allow_weak_sandbox)."))
+    allow_weak_sandbox: bool = Field(default=False, description=(
+        "Development only: run submitted code without the sandbox's judging layers (namespaces, no network, "
+        "empty environment, no_new_privs, seccomp); such reports say so and count in no totals."))
+    require_full_isolation: bool = Field(default=False, description=(
+        "Production: refuse any child without every sandbox layer (cgroups included); overrides "
+        "allow_weak_sandbox."))
+
     @model_validator(mode="after")
     def _embedded_defaults(self) -> Settings:
         # Resolved once, against the working directory of the process that builds
@@ -136,6 +160,20 @@ class Settings(BaseSettings):
     def embedded(self) -> bool:
         """True when the database is a SQLite file (the one-command mode)."""
         return self.database_url.startswith("sqlite")
+
+    def host_options(self) -> HostOptions:
+        """What the engine is handed on this host (``bench.options``): a job's caches and
+        execution, the seed secret and the sandbox's policy, all from these settings."""
+        from bench.options import EngineOptions, HostOptions
+        from bench.sandbox import SandboxPolicy
+
+        return HostOptions(
+            engine=EngineOptions(cache_dir=self.cache_dir or self.data_dir / "cache",
+                                 baseline_cache=self.baseline_cache, execution=self.execution),
+            data_dir=self.data_dir, seed_secret=self.seed_secret.get_secret_value(), seed_epoch=self.seed_epoch,
+            sandbox=SandboxPolicy(bwrap=self.bwrap, allow_weak=self.allow_weak_sandbox,
+                                  require_full_isolation=self.require_full_isolation),
+        )
 
     @property
     def worker_queue(self) -> str:

@@ -26,9 +26,8 @@ from typing import Any
 
 from bench import wire_names as wire
 from bench.errors import BenchError, ErrorCode, remember_source, user_frame
-from bench.sandbox import violation
+from bench.sandbox import LOG_NAME, violation
 
-LOG_NAME = "child.log"
 MAX_DATA_DIRS = 40
 
 

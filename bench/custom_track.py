@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from bench import options as engine_options
 from bench import wire
 from bench.card import TrackSettings
 from bench.catalog import planned_runs
@@ -35,7 +36,7 @@ from bench.npy import read_npy
 from bench.options import EngineOptions
 from bench.runner import ArmSession, directory_usage, load_npy, open_output
 from bench.sandbox import Limits
-from bench.seeding import SeedSecret, deployment_secret, final_seeds, run_seeds, sweep_seeds
+from bench.seeding import SeedSecret, final_seeds, run_seeds, sweep_seeds
 from bench.tempdirs import OwnedDir
 from bench.track import Splits, Track
 from bench.track_source import parse_track_source, source_sha256
@@ -397,8 +398,8 @@ def validate(
     cancel = cancel or threading.Event()
     card = track.card
     warnings: list[str] = []
-    secret = secret or deployment_secret()
-    root = (options or EngineOptions.from_env()).tracks_dir
+    secret = secret or engine_options.current().deployment_secret()
+    root = (options or engine_options.current().engine).tracks_dir
     # Every split seed a default job of this epoch uses, made exactly as a job makes them,
     # twice, in two separate children: the data validated is the data judged.
     d = TrackSettings.of(card).defaults

@@ -29,6 +29,7 @@ import numpy as np
 from bench import baseline_cache, warm, wire
 from bench import custom_track as custom_mod
 from bench import data as data_mod
+from bench import options as engine_options
 from bench import plan as plan_mod
 from bench.assemble import Outcome, Stage, build_report
 from bench.captured import (
@@ -75,7 +76,6 @@ from bench.seeding import (
     build_seed,
     capture_order,
     confirmation_seeds,
-    deployment_secret,
     model_key,
     run_seeds,
     screening_seeds,
@@ -116,12 +116,12 @@ class JudgeRequest:
     extra: dict[str, Any] = field(default_factory=dict)
     # A registered (or local) custom track; ``track`` then names its name@version.
     custom_track: custom_mod.CustomTrack | None = None
-    # The seed epoch's secret (bench.seeding); None: the deployment's (``deployment_secret``).
+    # The seed epoch's secret (bench.seeding); None: the host's (``bench.options.configure``).
     seed_secret: SeedSecret | None = None
     # What this job's confirmation seeds are drawn under (the service's job id): the same key
     # and secret give the same numbers; None: a fresh random key (a one-off ``ideabench run``).
     job_key: str | None = None
-    # How the engine runs on this host; None: read from the environment (``EngineOptions.from_env``).
+    # The job's caches and execution; None: the host's (``bench.options.configure``).
     options: EngineOptions | None = None
     # Set by ``judge`` for a matched baseline's job: what its check against the track's canonical
     # baseline found (``matched_check``), whose counts parity and compute parity use.
@@ -1145,7 +1145,7 @@ def _run(
     """``judge``'s body: the report, or what a check found (``request.check_only``)."""
     started = time.monotonic()
     custom = request.custom_track
-    options = request.options or EngineOptions.from_env()
+    options = request.options or engine_options.current().engine
     if track is None:
         track = custom_mod.as_track(custom, options.tracks_dir) if custom is not None else load_track(request.track)
     n_seeds = _check_request(request, track)
@@ -1279,7 +1279,7 @@ def _judge(
     with tmpdir as tmp:
         # a check draws under a throwaway secret: it touches nothing of the epoch's seeds
         secret = (SeedSecret(key=secrets.token_bytes(32), epoch=0) if request.check_only
-                  else request.seed_secret or deployment_secret())
+                  else request.seed_secret or engine_options.current().deployment_secret())
         cancel = cancel or threading.Event()
         deadline = time.monotonic() + request.timeout_s
         job = _Job(request, options, track, Path(tmp), on_progress, cancel, secret, deadline,

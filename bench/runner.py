@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from bench import sandbox, wire
-from bench.child import LOG_NAME
 from bench.errors import BenchError, ErrorCode
 from bench.npy import NPY_MAX_HEADER, parse_npy_header
+from bench.sandbox import LOG_NAME
 
 log = logging.getLogger("ideabench.runner")
 POLL_S = 0.2

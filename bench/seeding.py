@@ -39,8 +39,6 @@ SWEEP_SEED_BASE = 0
 FINAL_SEED_BASE = 1000
 CONFIRM_SEED_BASE = 2000  # confirmation seeds: expanded under the job's own key, never shared
 SCHEME = "hmac-sha256/v1"
-SECRET_ENV = "IDEABENCH_SEED_SECRET"  # hex key; set it on every worker of a deployment
-EPOCH_ENV = "IDEABENCH_SEED_EPOCH"  # the epoch that key belongs to (default 1)
 SECRET_FILE = "seed_secret.json"
 _MASK = 0x7FFFFFFF
 # Screening seeds are drawn per job from the epoch's pool ``FINAL_SEED_BASE + 0 .. SCREEN_POOL-1``:
@@ -261,18 +259,14 @@ class SecretStore:
         return SeedSecret(key=bytes.fromhex(entry["key"]), epoch=epoch)
 
 
-def deployment_secret(data_dir: Path | str | None = None) -> SeedSecret:
-    """The secret a worker judges with: ``IDEABENCH_SEED_SECRET`` (+ ``IDEABENCH_SEED_EPOCH``)
-    when set (every worker of a deployment shares it), else the current epoch of
-    ``DATA_DIR/seed_secret.json`` (generated on first use; ``IDEABENCH_DATA_DIR`` or ``./var``)."""
-    configured = os.environ.get(SECRET_ENV, "").strip()
-    if configured:
-        try:
-            key = bytes.fromhex(configured)
-        except ValueError:
-            raise BenchError(ErrorCode.INTERNAL, f"{SECRET_ENV} must be a hex string.") from None
-        if len(key) < 16:
-            raise BenchError(ErrorCode.INTERNAL, f"{SECRET_ENV} must hold at least 16 bytes (32 hex digits).")
-        return SeedSecret(key=key, epoch=int(os.environ.get(EPOCH_ENV, "1")))
-    root = Path(data_dir or os.environ.get("IDEABENCH_DATA_DIR") or "var")
-    return SecretStore(root / SECRET_FILE).current()
+def parse_secret(configured: str, epoch: int) -> SeedSecret:
+    """A deployment's configured secret (hex, at least 16 bytes; the setting ``seed_secret``,
+    ``IDEABENCH_SEED_SECRET``) at ``epoch``."""
+    try:
+        key = bytes.fromhex(configured.strip())
+    except ValueError:
+        raise BenchError(ErrorCode.INTERNAL, "The seed secret (IDEABENCH_SEED_SECRET) must be a hex string.") from None
+    if len(key) < 16:
+        raise BenchError(ErrorCode.INTERNAL, "The seed secret (IDEABENCH_SEED_SECRET) must hold at least 16 bytes "
+                         "(32 hex digits).")
+    return SeedSecret(key=key, epoch=epoch)

@@ -41,9 +41,9 @@ wall seconds. The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
-import os
 import sys
 import tempfile
 import time
@@ -302,7 +302,10 @@ def main() -> int:
             row.setdefault("screened_guarded", row["confirmation_runs"] > 0)
         print(json.dumps(summarize(rows)))
         return 0
-    os.environ["IDEABENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="ideabench-null-stream-")
+    from bench import options as engine_options
+
+    engine_options.configure(dataclasses.replace(
+        engine_options.current(), cache_dir=Path(tempfile.mkdtemp(prefix="ideabench-null-stream-"))))
     jobs = [(NULL_KINDS[i % len(NULL_KINDS)], i) for i in range(args.nulls)]
     jobs += [("gain", i) for i in range(args.gains)]
     jobs.sort(key=lambda job: job[1] % args.epochs)  # one epoch after another: its cache stays warm

@@ -82,16 +82,16 @@ def run_engine(track: str, idea: str, warm: bool) -> tuple[float, dict[str, Any]
     ``warm``: as a worker judges a stream of jobs (``keep_warm``): this job adopts the
     children started after the previous one, and starts the next job's before it returns.
     """
+    from bench.options import EngineOptions
     from bench.protocol import JudgeRequest, judge
     from bench.seeding import public_secret
 
     _forget_data()
 
     with tempfile.TemporaryDirectory(prefix="ideabench-speed-cache-") as cache:
-        os.environ["IDEABENCH_CACHE_DIR"] = cache
         start = time.perf_counter()
         request = JudgeRequest(track=track, idea_code=idea, timeout_s=3600.0, seed_secret=public_secret(),
-                               job_key=JOB_KEY)
+                               job_key=JOB_KEY, options=EngineOptions(cache_dir=Path(cache)))
         report = judge(request, keep_warm=warm).model_dump(mode="json")
         seconds = time.perf_counter() - start
     return seconds, report["bench_report"]

@@ -62,17 +62,15 @@ def _plain(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
 
 
 def _launch(mode: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """``sandbox.launch`` with bubblewrap switched off for mode ``no_bwrap``."""
-    previous = os.environ.get(sandbox.BWRAP_ENV)
+    """``sandbox.launch`` with bubblewrap switched off for mode ``no_bwrap`` (a weak sandbox,
+    allowed for the measurement only)."""
+    previous = sandbox.policy()
     if mode == "no_bwrap":
-        os.environ[sandbox.BWRAP_ENV] = "0"
+        sandbox.configure(sandbox.SandboxPolicy(bwrap="0", allow_weak=True))
     try:
         return sandbox.launch(workdir, sandbox.Limits())
     finally:
-        if previous is None:
-            os.environ.pop(sandbox.BWRAP_ENV, None)
-        else:
-            os.environ[sandbox.BWRAP_ENV] = previous
+        sandbox.configure(previous)
 
 
 def _one(mode: str, root: Path) -> tuple[float, float]:

@@ -16,6 +16,7 @@ skipped. The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -68,7 +69,10 @@ def main() -> int:
     parser.add_argument("--tracks", default="smoke,tabular,correlated_tokens,dynamics,sequence,vision,cifar10")
     parser.add_argument("--write", action="store_true", help="store the figures in each track's card.json")
     args = parser.parse_args()
-    os.environ["IDEABENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="ideabench-track-timing-")
+    from bench import options as engine_options
+
+    engine_options.configure(dataclasses.replace(
+        engine_options.current(), cache_dir=Path(tempfile.mkdtemp(prefix="ideabench-track-timing-"))))
     from bench.catalog import unavailable_reason
 
     machine = f"{os.cpu_count()}-core {platform.machine()} CPU"

@@ -75,8 +75,13 @@ class _Bar:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Judge an idea file locally; exit 0 when judged, 2 with the error code otherwise."""
+    from app.settings import Settings
+    from bench import options
     from bench.custom_track import CustomTrack
     from bench.protocol import JudgeRequest, judge
+
+    # this host's options (IDEABENCH_* settings: caches, seed secret, the sandbox's policy)
+    options.configure(Settings().host_options())
 
     try:
         idea = Path(args.idea).read_text()
@@ -121,15 +126,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_seeds(args: argparse.Namespace) -> int:
     """``seeds show | rotate | reveal EPOCH`` on the deployment's seed secret file."""
-    import os
+    from app.settings import Settings
+    from bench.seeding import SECRET_FILE, SecretStore
 
-    from bench.seeding import SECRET_ENV, SECRET_FILE, SecretStore
-
-    if os.environ.get(SECRET_ENV):
-        print(f"error: {SECRET_ENV} is set: this deployment's epochs are managed where that "
+    settings = Settings()
+    if settings.seed_secret.get_secret_value():
+        print("error: IDEABENCH_SEED_SECRET is set: this deployment's epochs are managed where that "
               "variable is set, not in a file.", file=sys.stderr)
         return 2
-    store = SecretStore(Path(args.data_dir or os.environ.get("IDEABENCH_DATA_DIR") or "var") / SECRET_FILE)
+    store = SecretStore(Path(args.data_dir or settings.data_dir) / SECRET_FILE)
     if args.seeds_command == "reveal":
         try:
             secret = store.reveal(args.epoch)

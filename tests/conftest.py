@@ -11,6 +11,7 @@ database N below it). Each xdist worker makes its own Postgres database.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import uuid
 from collections.abc import Iterator
@@ -19,10 +20,32 @@ from typing import Any, NoReturn
 
 import pytest
 
+from bench import options as engine_options
+from bench.options import HostOptions
+
 CI = os.environ.get("CI") == "true"
 # In-process judging (bench.judge) uses a fixed seed secret, so tests never write a secret
-# file into the checkout; worker processes get their own under their data directory.
+# file into the checkout: the engine is handed it (bench.options.configure, as a host does);
+# worker processes started by tests read it from their environment (Settings.seed_secret).
 os.environ.setdefault("IDEABENCH_SEED_SECRET", "00" * 16 + "7e57" * 8)
+HOST_OPTIONS = HostOptions(seed_secret=os.environ["IDEABENCH_SEED_SECRET"])
+engine_options.configure(HOST_OPTIONS)
+
+
+@pytest.fixture(autouse=True)
+def _engine_options() -> Iterator[None]:
+    """Every test starts with the suite's engine options and the strict sandbox policy, whatever
+    the test before it configured."""
+    engine_options.configure(HOST_OPTIONS)
+    yield
+    engine_options.configure(HOST_OPTIONS)
+
+
+def use_cache(cache_dir: Path) -> None:
+    """Jobs without options of their own cache under ``cache_dir`` (this test only)."""
+    host = engine_options.current()
+    engine_options.configure(dataclasses.replace(host, engine=dataclasses.replace(host.engine, cache_dir=cache_dir)))
+
 POSTGRES_ADMIN_URL = os.environ.get(
     "IDEABENCH_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )

@@ -58,6 +58,9 @@ def worker_config(settings: Settings) -> dict[str, Any]:
 
 def make_celery(settings: Settings) -> tuple[Celery, ContextHolder]:
     """A Celery app with ``ideabench.run_job`` and ``ideabench.validate_track``, and its context holder."""
+    from bench import options
+
+    options.configure(settings.host_options())  # the sandbox's policy and the default options
     celery = Celery("ideabench")
     celery.conf.update(worker_config(settings))
     holder = ContextHolder(settings)

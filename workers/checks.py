@@ -11,7 +11,6 @@ import time
 from app.checks import service
 from app.errors import ApiCode
 from bench.errors import BenchError
-from bench.options import EngineOptions
 from bench.protocol import JudgeRequest, check
 from workers.context import WorkerContext
 
@@ -31,7 +30,7 @@ def answer_one(ctx: WorkerContext) -> bool:
         track=track, idea_code=submission["code"], baseline_code=submission.get("baseline_code"),
         hparams=submission.get("hparams"), mechanism=submission.get("mechanism"),
         timeout_s=settings.check_timeout_s, capture_timeout_s=min(settings.capture_timeout_s, settings.check_timeout_s),
-        memory_mb=settings.job_memory_mb, options=EngineOptions.from_env(data_dir=settings.data_dir),
+        memory_mb=settings.job_memory_mb, options=settings.host_options().engine,
     )
     result, error = None, None
     try:

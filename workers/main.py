@@ -94,6 +94,7 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
     """Run a worker until it is stopped; returns its exit status."""
     import workers.runner  # loads torch and the engine now, not on the first job
     from app.logs import configure
+    from bench import options as engine_options
     from workers.celery_app import make_celery
     from workers.checks import CheckRunner
     from workers.context import WorkerContext
@@ -101,6 +102,7 @@ def run_worker(settings: Settings, queues: list[str] | None = None, concurrency:
     from workers.reconciler import WorkerLoop
 
     configure(settings.log_format)
+    engine_options.configure(settings.host_options())  # before the sandbox's check: its policy
     _tune_embedded_broker(settings)
     prepare_broker(settings.broker_url)
     queues = queues or [settings.worker_queue]

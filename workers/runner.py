@@ -28,9 +28,7 @@ from app.seeds import repository as seeds_repository
 from app.tracks import service as tracks_service
 from app.tracks.models import CustomTrackRow
 from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
-from bench.options import EngineOptions
 from bench.protocol import JudgeRequest, judge
-from bench.seeding import deployment_secret
 from workers.context import WorkerContext
 from workers.heartbeat import Heartbeat, ProgressWriter
 from workers.metrics import current as worker_metrics
@@ -75,6 +73,7 @@ def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
         if row is None:
             raise BenchError(ErrorCode.UNKNOWN_TRACK, f"Track {job.track} is not registered here.")
         custom = custom_track_of(row)
+    options = ctx.settings.host_options()
     return JudgeRequest(
         track=job.track,
         idea_code=job.idea_code,
@@ -89,9 +88,9 @@ def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
         memory_mb=ctx.settings.job_memory_mb,
         device=ctx.settings.device,
         custom_track=custom,
-        seed_secret=deployment_secret(ctx.settings.data_dir),
+        seed_secret=options.deployment_secret(),
         # the caches live under the worker's data directory (`ideabench worker --data-dir X`)
-        options=EngineOptions.from_env(data_dir=ctx.settings.data_dir),
+        options=options.engine,
         job_key=job.id,  # the confirmation's seeds are this job's alone, and the same on a retry
     )
 
@@ -112,7 +111,7 @@ def prove_secret(ctx: WorkerContext) -> str | None:
     """None when this worker's seed secret is the deployment's current epoch
     (``app.seeds.repository.prove``); else why it must judge nothing."""
     try:
-        block = deployment_secret(ctx.settings.data_dir).report_block()
+        block = ctx.settings.host_options().deployment_secret().report_block()
     except BenchError as exc:
         return exc.message
 

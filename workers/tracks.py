@@ -9,8 +9,6 @@ from app.db import utcnow
 from app.tracks import service as tracks_service
 from app.tracks.models import CustomTrackRow, TrackStatus
 from bench.errors import BenchError, ErrorCode
-from bench.options import EngineOptions
-from bench.seeding import deployment_secret
 from workers.context import WorkerContext
 
 if TYPE_CHECKING:  # torch loads only when a track is validated or judged
@@ -47,6 +45,7 @@ def execute_validation(ctx: WorkerContext, track_id: str) -> str:
     from bench.custom_track import validate
 
     settings = ctx.settings
+    options = settings.host_options()
     log.info("validating track %s", track_id)
     result = None
     error = None
@@ -54,8 +53,7 @@ def execute_validation(ctx: WorkerContext, track_id: str) -> str:
         result = validate(track, memory_mb=settings.job_memory_mb,
                           timeout_s=min(VALIDATION_TIMEOUT_S, settings.job_timeout_s),
                           max_protocol_s=PROTOCOL_SHARE * settings.job_timeout_s,
-                          secret=deployment_secret(settings.data_dir),
-                          options=EngineOptions.from_env(data_dir=settings.data_dir))
+                          secret=options.deployment_secret(), options=options.engine)
     except BenchError as exc:
         error = exc.to_dict()
     except Exception as exc:

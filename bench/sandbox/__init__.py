@@ -28,14 +28,15 @@ no_network, empty_env, no_new_privs, seccomp) ``launch`` refuses with a ``BenchE
 finds one missing judges nothing. Only a development setting
 (``IDEABENCH_ALLOW_WEAK_SANDBOX=1``) runs children without them; their reports then say so
 and count in no totals. Where full isolation is required (``require_full_isolation=True``
-or ``IDEABENCH_REQUIRE_FULL_ISOLATION=1``, production) every layer of ``FULL_ISOLATION``
-must run; otherwise a missing cgroup layer is logged and its fallback used.
+or the policy's, ``IDEABENCH_REQUIRE_FULL_ISOLATION=1`` in production) every layer of
+``FULL_ISOLATION`` must run; otherwise a missing cgroup layer is logged and its fallback used.
+The policy (``SandboxPolicy``: which bubblewrap, weak allowed, full isolation required) is the
+process's, set by its host with ``configure``; the sandbox reads no environment.
 
-Modules: ``launcher`` (launch, exit_info, kill), ``cgroups``, ``bwrap``, ``limits``,
+Modules: ``launcher`` (launch, exit_info, kill), ``policy``, ``cgroups``, ``bwrap``, ``limits``,
 and ``guard`` (the child's side: no_new_privs, seccomp, ``violation``).
 """
 
-from bench.sandbox.bwrap import BWRAP_ENV
 from bench.sandbox.cgroups import CGROUP_PREFIX
 from bench.sandbox.guard import violation
 from bench.sandbox.launcher import (
@@ -54,10 +55,11 @@ from bench.sandbox.launcher import (
     probe_layers,
     weak_allowed,
 )
-from bench.sandbox.limits import ExitInfo, Limits
+from bench.sandbox.limits import LOG_NAME, ExitInfo, Limits
+from bench.sandbox.policy import SandboxPolicy, configure, policy
 
 __all__ = [
-    "ALLOW_WEAK_ENV", "BWRAP_ENV", "CGROUP_PREFIX", "FULL_ISOLATION", "JUDGE_LAYERS", "REQUIRE_ENV",
-    "ExitInfo", "Limits", "SandboxCheck", "check", "exit_info", "isolation_layers", "kill", "launch",
-    "layers_of", "missing_judge_layers", "probe_layers", "violation", "weak_allowed",
+    "ALLOW_WEAK_ENV", "CGROUP_PREFIX", "LOG_NAME", "FULL_ISOLATION", "JUDGE_LAYERS", "REQUIRE_ENV",
+    "ExitInfo", "Limits", "SandboxCheck", "SandboxPolicy", "check", "configure", "exit_info", "isolation_layers",
+    "kill", "launch", "layers_of", "missing_judge_layers", "policy", "probe_layers", "violation", "weak_allowed",
 ]

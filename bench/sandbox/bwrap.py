@@ -14,11 +14,13 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-BWRAP_ENV = "IDEABENCH_BWRAP"  # path of bwrap, or "0" to disable it
+from bench.sandbox.policy import policy
 
 
 def bwrap_path() -> str | None:
-    configured = os.environ.get(BWRAP_ENV)
+    """Bubblewrap's path by the policy (``SandboxPolicy.bwrap``): the configured one, else
+    the one on ``PATH``; None for ``"0"`` or none found."""
+    configured = policy().bwrap
     if configured == "0":
         return None
     return configured or shutil.which("bwrap") or (

@@ -1,13 +1,15 @@
 """The child's side of the sandbox: no_new_privs and seccomp, then ``bench.child``.
 
-``python -m bench.sandbox PROTO_FD STATUS_FD WORKDIR`` runs ``bootstrap``; it
-reports the layers it set on STATUS_FD for the parent to check. ``violation``
+``python -m bench.sandbox PROTO_FD STATUS_FD WORKDIR ENTRY`` runs ``bootstrap``; it
+reports the layers it set on STATUS_FD for the parent to check, then runs the module ``ENTRY``'s
+``main`` (the launcher's caller names it: the sandbox imports nothing of the program it runs). ``violation``
 tells the child which of its errors were the sandbox refusing something.
 """
 
 from __future__ import annotations
 
 import errno
+import importlib
 import json
 import os
 import sys
@@ -100,7 +102,7 @@ def violation(exc: BaseException) -> str | None:
 
 
 def bootstrap(argv: list[str]) -> None:
-    """``python -m bench.sandbox PROTO_FD STATUS_FD WORKDIR``: lock down, then run bench.child."""
+    """``python -m bench.sandbox PROTO_FD STATUS_FD WORKDIR ENTRY``: lock down, then run ``ENTRY``."""
     proto_fd, status_fd = argv[0], int(argv[1])
     status: dict[str, Any] = {"errors": []}
     try:
@@ -118,7 +120,6 @@ def bootstrap(argv: list[str]) -> None:
         status["errors"].append(f"/proc/self/status: {exc}")
     os.write(status_fd, json.dumps(status).encode())
     os.close(status_fd)
-    import bench.child as child
-
-    sys.argv = ["bench.child", proto_fd]
-    child.main()
+    entry = importlib.import_module(argv[3])
+    sys.argv = [argv[3], proto_fd]
+    entry.main()

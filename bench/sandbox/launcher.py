@@ -21,12 +21,15 @@ from typing import Any
 from bench.errors import BenchError, ErrorCode
 from bench.sandbox.bwrap import bwrap_args, bwrap_path, hidden_dirs
 from bench.sandbox.cgroups import Cgroup
-from bench.sandbox.limits import MIN_MEMORY_MB, ExitInfo, Limits
+from bench.sandbox.limits import LOG_NAME, MIN_MEMORY_MB, ExitInfo, Limits
+from bench.sandbox.policy import policy
 
 log = logging.getLogger("bench.sandbox")
+# The settings behind the policy (``SandboxPolicy``), named in errors an operator reads.
 REQUIRE_ENV = "IDEABENCH_REQUIRE_FULL_ISOLATION"
 ALLOW_WEAK_ENV = "IDEABENCH_ALLOW_WEAK_SANDBOX"
 STATUS_TIMEOUT_S = 60.0
+CHILD_ENTRY = "bench.child"  # the module whose main() the bootstrap runs (named, never imported here)
 BOOT_LOG = "sandbox.log"
 
 # Every layer a launch can apply. A production worker requires all of them (REQUIRE_ENV).
@@ -41,21 +44,17 @@ FULL_ISOLATION = (
 JUDGE_LAYERS = ("namespaces", "no_network", "empty_env", "no_new_privs", "seccomp")
 
 
-def _truthy(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def weak_allowed() -> bool:
-    """Whether a development setting lets children run without the judging layers
-    (``IDEABENCH_ALLOW_WEAK_SANDBOX=1``); their reports then say so and count nowhere."""
-    return _truthy(ALLOW_WEAK_ENV)
+    """Whether the policy's development setting lets children run without the judging layers
+    (``SandboxPolicy.allow_weak``); their reports then say so and count nowhere."""
+    return policy().allow_weak
 
 
 def required_layers(require_full_isolation: bool | None = None) -> tuple[str, ...]:
     """The layers a launch must have, or refuse: ``FULL_ISOLATION`` when full isolation is
-    required (argument, else ``IDEABENCH_REQUIRE_FULL_ISOLATION``); else ``JUDGE_LAYERS``,
+    required (argument, else the policy's ``require_full_isolation``); else ``JUDGE_LAYERS``,
     unless weak sandboxes are allowed (development only: then none)."""
-    if require_full_isolation if require_full_isolation is not None else _truthy(REQUIRE_ENV):
+    if require_full_isolation if require_full_isolation is not None else policy().require_full_isolation:
         return FULL_ISOLATION
     return () if weak_allowed() else JUDGE_LAYERS
 
@@ -306,7 +305,7 @@ def _start(
     bench_root = str(Path(__file__).resolve().parents[2])
     env = _child_env(workdir)
     env["PYTHONPATH"] = bench_root
-    inner = [sys.executable, "-m", "bench.sandbox", str(write_fd), str(status_w), str(workdir)]
+    inner = [sys.executable, "-m", "bench.sandbox", str(write_fd), str(status_w), str(workdir), CHILD_ENTRY]
     if bwrap is not None:
         argv, popen_env = bwrap_args(bwrap, workdir, read_only, env, hidden) + inner, {}
     else:
@@ -370,8 +369,6 @@ def exit_info(proc: subprocess.Popen[bytes]) -> ExitInfo:
     capped = sig == signal.SIGXFSZ
     if state is not None and not capped:
         try:
-            from bench.child import LOG_NAME
-
             size = (state.log_path.parent / LOG_NAME).stat().st_size
             capped = size >= state.limits.file_size_mb * 1024 * 1024
         except OSError:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 # RLIMIT_AS below ~1 GB breaks `import torch`; keep a floor.
 MIN_MEMORY_MB = 1536
+# The child's own log in its working directory (its stdout and stderr), capped by file_size_mb.
+LOG_NAME = "child.log"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from bench import baseline_cache
 from bench.execution import Trained
 from bench.options import EngineOptions
 from bench.protocol import JudgeRequest, judge
+from tests.conftest import use_cache
 
 # A smoke idea without a mechanism: every baseline run (sweep and final) is cacheable.
 IDEA = (
@@ -91,12 +92,12 @@ def test_entries_round_trip_and_bad_entries_miss(tmp_path: Path) -> None:
 
 
 def _judge(monkeypatch: pytest.MonkeyPatch, cache_dir: Path, *, enabled: bool = True) -> dict:
-    monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(cache_dir / "from_env"))  # options passed in win
+    use_cache(cache_dir / "process")  # the job's options win over the process's
     options = EngineOptions(cache_dir=cache_dir, baseline_cache=enabled)
     # one job key: the same screening draw from the pool (another job's overlaps it only in part)
     report = judge(JudgeRequest(track="smoke", idea_code=IDEA, n_seeds=2, options=options,
                                 job_key="cache_job")).model_dump(mode="json")["bench_report"]
-    assert not (cache_dir / "from_env").exists()
+    assert not (cache_dir / "process").exists()
     return report
 
 
@@ -124,7 +125,7 @@ def test_cache_hit_is_bit_identical_to_a_fresh_run(monkeypatch: pytest.MonkeyPat
 def test_mechanism_on_a_hit_measures_the_cached_models(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from bench.catalog import get_card
 
-    monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(tmp_path))
+    use_cache(tmp_path)
     request = JudgeRequest(track="smoke", idea_code=get_card("smoke")["example_idea"], n_seeds=2,
                            job_key="cache_job")
     fresh = judge(request).model_dump(mode="json")["bench_report"]

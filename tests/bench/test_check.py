@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-import bench.protocol
 from bench import wire
 from bench.catalog import get_card
 from bench.errors import BenchError, ErrorCode
+from bench.options import HostOptions
 from bench.protocol import JudgeRequest, check
 
 SMOKE = get_card("smoke")
@@ -26,10 +26,10 @@ def build_model(spec):
 
 
 def test_a_check_answers_what_a_job_would_enforce_and_touches_no_epoch_seed(monkeypatch: Any) -> None:
-    def no_secret() -> None:
+    def no_secret(self: object) -> None:
         raise AssertionError("a check read the deployment's seed secret")
 
-    monkeypatch.setattr(bench.protocol, "deployment_secret", no_secret)
+    monkeypatch.setattr(HostOptions, "deployment_secret", no_secret)
     events: list[Any] = []
     found = check(JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"]))
     assert found["passed"] is True and found["track"] == "smoke@1" and not events

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from bench import execution, protocol
+from bench import options as engine_options
 from bench.errors import BenchError, ErrorCode
 from bench.protocol import JudgeRequest, judge
 from bench.report import Report
 from bench.seeding import (
     confirmation_seeds,
-    deployment_secret,
     final_seeds,
     public_secret,
     run_seeds,
@@ -277,7 +277,7 @@ def test_what_a_file_learns_of_its_builds_in_one_job_is_of_no_use_in_the_next() 
     jobs recovered every value the epoch's jobs share (its sweep's and its screening pool's).
     A submitted file builds the screening's seeds with seeds of its job alone: two jobs that
     screen on common pool seeds share only the sweep's builds."""
-    secret = deployment_secret()
+    secret = engine_options.current().deployment_secret()
     keys = ("learn_a", "learn_b")
     assert set(screening_seeds(8, secret, keys[0])) & set(screening_seeds(8, secret, keys[1]))  # common draws
     seen = []

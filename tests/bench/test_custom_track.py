@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
+from bench import options as engine_options
 from bench.custom_track import CustomTrack, cache_dir, validate
 from bench.errors import BenchError
-from bench.options import EngineOptions
 from bench.protocol import JudgeRequest, judge
 from bench.track_source import parse_track_source
+from tests.conftest import use_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = (ROOT / "tests" / "data" / "tracks" / "tiny_quadratic.py").read_text()
@@ -27,7 +28,7 @@ def build_model(spec):
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(tmp_path / "cache"))
+    use_cache(tmp_path / "cache")
 
 
 def _code(exc: pytest.ExceptionInfo[BenchError]) -> str:
@@ -76,7 +77,7 @@ def test_validate_measures_the_track_and_caches_its_data() -> None:
     smoke = result["baseline_smoke"]
     assert smoke["value"] < smoke["trivial_value"], smoke
     assert result["estimated_protocol_s"] > 0 and result["warnings"] == []
-    assert sorted(p.name for p in cache_dir(track, EngineOptions.from_env().tracks_dir).iterdir()) != []
+    assert sorted(p.name for p in cache_dir(track, engine_options.current().engine.tracks_dir).iterdir()) != []
 
 
 @pytest.mark.slow
@@ -120,7 +121,7 @@ def test_judge_on_a_custom_track_marks_the_report_and_hides_the_labels() -> None
     assert bench["track_justification"].startswith("A fixture")
     assert bench["comparison"]["n_pairs"] == 4 and report["system_judged"] is True
     # The labels live in this worker's cache; with namespaces the idea's child cannot read them.
-    labels = next(cache_dir(track, EngineOptions.from_env().tracks_dir).glob("*/y_test.npy"))
+    labels = next(cache_dir(track, engine_options.current().engine.tracks_dir).glob("*/y_test.npy"))
     if shutil.which("bwrap") is None or "namespaces" not in " ".join(bench["isolation"]):
         pytest.skip(f"no mount namespace here (isolation: {bench['isolation']})")
     peek = IDEA.replace("def build_model(spec):", f"def build_model(spec):\n    open({str(labels)!r}, 'rb').read()")
@@ -155,7 +156,7 @@ def test_an_idea_cannot_hand_the_parent_a_link_to_cached_labels() -> None:
     predictions come from the trainer child, which runs no submitted code."""
     track = CustomTrack.from_source(TINY, version=5)
     judge(JudgeRequest(track=track.id, idea_code=IDEA, custom_track=track, n_seeds=2))  # fills the cache
-    labels = next(cache_dir(track, EngineOptions.from_env().tracks_dir).glob("*/y_test.npy"))
+    labels = next(cache_dir(track, engine_options.current().engine.tracks_dir).glob("*/y_test.npy"))
     evil = f"""
 import os
 import numpy as np

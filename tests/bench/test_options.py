@@ -1,4 +1,4 @@
-"""Engine options (bench.options): read from the environment once per job, or passed in."""
+"""Engine options (bench.options): built by the host from its settings and handed in."""
 
 from __future__ import annotations
 
@@ -11,18 +11,50 @@ from bench.options import EngineOptions
 from bench.protocol import JudgeRequest, judge
 
 
-def test_options_from_the_environment() -> None:
-    assert EngineOptions.from_env({}) == EngineOptions(Path("var/cache"), True, "auto")
-    # a host's data directory (`ideabench worker --data-dir X`) holds its caches (issue 26.7)
-    assert EngineOptions.from_env({}, data_dir=Path("/srv/x")).cache_dir == Path("/srv/x/cache")
-    assert EngineOptions.from_env({"IDEABENCH_DATA_DIR": "/d"}).cache_dir == Path("/d/cache")
-    assert EngineOptions.from_env({"IDEABENCH_CACHE_DIR": "/c"}, data_dir=Path("/srv/x")).cache_dir == Path("/c")
-    assert EngineOptions.from_env({
-        "IDEABENCH_CACHE_DIR": "/srv/cache", "IDEABENCH_BASELINE_CACHE": " Off ", "IDEABENCH_EXECUTION": "Sequential",
-    }) == EngineOptions(Path("/srv/cache"), False, "sequential")
-    assert EngineOptions.from_env({"IDEABENCH_BASELINE_CACHE": "1", "IDEABENCH_EXECUTION": "fast"}).execution == "auto"
-    options = EngineOptions(cache_dir=Path("/c"))
-    assert (options.baseline_dir, options.tracks_dir) == (Path("/c/baseline"), Path("/c/tracks"))
+def test_the_host_builds_the_options_from_its_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26.7: bench reads no environment; the host's settings (IDEABENCH_*) become the
+    engine's options, and the process's default and sandbox policy are what it configures."""
+    from app.settings import Settings
+    from bench import options as engine_options
+    from bench import sandbox
+    from bench.sandbox import launcher
+
+    for name in ("IDEABENCH_CACHE_DIR", "IDEABENCH_BASELINE_CACHE", "IDEABENCH_EXECUTION", "IDEABENCH_BWRAP",
+                 "IDEABENCH_ALLOW_WEAK_SANDBOX", "IDEABENCH_REQUIRE_FULL_ISOLATION"):
+        monkeypatch.delenv(name, raising=False)
+    # a host's data directory (`IDEABENCH_DATA_DIR=X ideabench worker`) holds its caches
+    plain = Settings(data_dir=tmp_path).host_options()
+    assert plain.engine == EngineOptions(tmp_path / "cache", True, "auto")
+    assert plain.sandbox == sandbox.SandboxPolicy() and plain.data_dir == tmp_path
+    monkeypatch.setenv("IDEABENCH_CACHE_DIR", "/srv/cache")
+    monkeypatch.setenv("IDEABENCH_BASELINE_CACHE", "off")
+    monkeypatch.setenv("IDEABENCH_EXECUTION", "sequential")
+    monkeypatch.setenv("IDEABENCH_BWRAP", "0")
+    monkeypatch.setenv("IDEABENCH_ALLOW_WEAK_SANDBOX", "1")
+    options = Settings(data_dir=tmp_path).host_options()
+    assert options.engine == EngineOptions(Path("/srv/cache"), False, "sequential")
+    assert options.sandbox == sandbox.SandboxPolicy(bwrap="0", allow_weak=True)
+    assert (options.engine.baseline_dir, options.engine.tracks_dir) == (Path("/srv/cache/baseline"),
+                                                                         Path("/srv/cache/tracks"))
+
+    # the environment alone changes nothing in the engine: only what a host configures
+    assert not sandbox.weak_allowed() and launcher.required_layers() == sandbox.JUDGE_LAYERS
+    engine_options.configure(options)
+    assert engine_options.current() is options and sandbox.weak_allowed() and launcher.required_layers() == ()
+    monkeypatch.setenv("IDEABENCH_REQUIRE_FULL_ISOLATION", "true")
+    engine_options.configure(Settings(data_dir=tmp_path).host_options())
+    assert launcher.required_layers() == sandbox.FULL_ISOLATION  # it overrides allow_weak
+
+
+def test_bench_reads_no_environment() -> None:
+    """No module of bench/ reads os.environ or getenv (the child's fixed environment is a literal
+    in the launcher; a track's data requirement is checked against a mapping its caller passes)."""
+    import bench
+
+    root = Path(bench.__file__).parent
+    readers = [str(path.relative_to(root)) for path in root.rglob("*.py")
+               if any(word in path.read_text() for word in ("os.environ", "getenv", "import environ"))]
+    assert readers == []
 
 
 def test_sequential_execution_trains_one_run_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from bench.errors import BenchError
+from bench.options import HostOptions
 from bench.registry import load_track
 from bench.seeding import (
     SCREEN_POOL,
-    SECRET_ENV,
     SecretStore,
     SeedSecret,
     build_seed,
     capture_order,
-    deployment_secret,
     final_seeds,
     model_key,
     public_secret,
@@ -124,15 +124,23 @@ def test_the_store_generates_rotates_and_reveals_only_retired_epochs(tmp_path: P
         store.reveal(7)
 
 
-def test_the_deployment_secret_comes_from_the_environment_or_the_data_dir(
+def test_the_deployment_secret_comes_from_the_settings_or_the_data_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(SECRET_ENV, "ab" * 32)
+    """The host hands the engine its secret (Settings.engine_options); bench reads no environment."""
+    from app.settings import Settings
+
+    monkeypatch.setenv("IDEABENCH_SEED_SECRET", "ab" * 32)
     monkeypatch.setenv("IDEABENCH_SEED_EPOCH", "5")
-    assert deployment_secret(tmp_path) == SeedSecret(key=bytes.fromhex("ab" * 32), epoch=5)
-    monkeypatch.delenv(SECRET_ENV)
-    from_file = deployment_secret(tmp_path)
-    assert from_file == SecretStore(tmp_path / "seed_secret.json").current()
+    options = Settings(data_dir=tmp_path).host_options()
+    assert options.deployment_secret() == SeedSecret(key=bytes.fromhex("ab" * 32), epoch=5)
+    assert "abab" not in repr(options)
+    monkeypatch.delenv("IDEABENCH_SEED_SECRET")
+    assert HostOptions(data_dir=tmp_path).deployment_secret() == SecretStore(tmp_path / "seed_secret.json").current()
+    with pytest.raises(BenchError):
+        HostOptions(seed_secret="ab" * 8).deployment_secret()  # 8 bytes: too short
+    with pytest.raises(BenchError):
+        HostOptions(seed_secret="not hex").deployment_secret()
 
 
 def test_the_seeds_command_shows_rotates_and_reveals(
@@ -142,7 +150,7 @@ def test_the_seeds_command_shows_rotates_and_reveals(
 
     from cli.main import main
 
-    monkeypatch.delenv(SECRET_ENV)
+    monkeypatch.delenv("IDEABENCH_SEED_SECRET")
     where = ["--data-dir", str(tmp_path)]
     assert main(["seeds", "show", *where]) == 0
     first = json.loads(capsys.readouterr().out)

@@ -10,6 +10,7 @@ from torch import nn
 
 from bench.trainer import RunConfig, train
 from bench.vectorized import NotVectorizable, probe, train_group
+from tests.conftest import use_cache
 
 REL = 1e-5
 
@@ -161,7 +162,7 @@ def test_an_unbatchable_idea_puts_both_arms_on_the_sequential_path(
 ) -> None:
     from bench.protocol import JudgeRequest, judge
 
-    monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(tmp_path))
+    use_cache(tmp_path)
     idea = (
         "from torch import nn\n"
         "def build_model(spec):\n"

@@ -21,6 +21,7 @@ from bench.graph import build_graph, rebuild
 from bench.protocol import JudgeRequest, judge
 from bench.registry import load_track
 from tests.capture_helpers import capture_docs
+from tests.conftest import use_cache
 
 HOSTILE = Path(__file__).parent / "hostile"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "ideas"
@@ -33,7 +34,7 @@ CUSTOM = Path(__file__).resolve().parents[2] / "examples" / "tracks" / "so3_spec
 @pytest.fixture
 def job_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(tmp_path / "cache"))
+    use_cache(tmp_path / "cache")
     return tmp_path
 
 

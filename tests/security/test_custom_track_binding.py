@@ -10,22 +10,24 @@ from pathlib import Path
 
 import pytest
 
+from bench import options as engine_options
 from bench.custom_track import CustomTrack, cache_dir, ensure_data, validate
 from bench.errors import BenchError, ErrorCode
-from bench.seeding import deployment_secret, final_seeds, run_seeds, sweep_seeds
+from bench.seeding import final_seeds, run_seeds, sweep_seeds
+from tests.conftest import use_cache
 
 HOSTILE = Path(__file__).parent / "hostile"
 
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(tmp_path / "cache"))
+    use_cache(tmp_path / "cache")
     return tmp_path / "cache"
 
 
 def _job_seeds(track: CustomTrack) -> list[int]:
     d = track.card["defaults"]
-    secret = deployment_secret()
+    secret = engine_options.current().deployment_secret()
     return [run_seeds(s, secret, track=track.id).split for s in sweep_seeds(d["sweep_seeds"]) + final_seeds(d["n_seeds"])]
 
 

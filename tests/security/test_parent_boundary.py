@@ -7,6 +7,7 @@ end with a precise error code, leak nothing, hang nothing, and leave the next jo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import options as engine_options
 from bench.catalog import get_card
 from bench.decide import diverged_score, fill_diverged
 from bench.errors import BenchError, ErrorCode
@@ -25,6 +27,7 @@ from bench.protocol import JudgeRequest, judge
 from bench.runner import ArmSession, write_new_file
 from bench.sandbox import Limits
 from bench.wire import Train
+from tests.conftest import use_cache
 
 HOSTILE = Path(__file__).parent / "hostile"
 SMOKE = get_card("smoke")
@@ -38,7 +41,7 @@ def hostile(name: str) -> str:
 def job_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Jobs' temp dirs land under ``tmp_path`` (judge uses tempfile)."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(tmp_path / "cache"))
+    use_cache(tmp_path / "cache")
     return tmp_path
 
 
@@ -161,9 +164,9 @@ def test_the_label_oracle_works_on_public_seeds_and_fails_on_secret_ones(job_tmp
         assert float(((model(x) - y) ** 2).mean()) < 1e-10
     # Layer 1, secret seeds: not one row of the data a job evaluates is in its table.
     from bench.registry import load_track
-    from bench.seeding import deployment_secret, run_seeds, task_seed
+    from bench.seeding import run_seeds, task_seed
 
-    secret = deployment_secret()
+    secret = engine_options.current().deployment_secret()
     smoke = load_track("smoke")
     for seed in (0, 1000, 1001):
         splits = smoke.make_splits(run_seeds(seed, secret, track="smoke").split, task_seed("smoke", secret))
@@ -208,11 +211,14 @@ def test_directory_usage_counts_bytes_and_stops_counting_entries(tmp_path: Path)
 def test_the_seed_secret_is_out_of_reach_of_submitted_code(
     job_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bench.seeding import SECRET_FILE, deployment_secret
+    from bench.seeding import SECRET_FILE
 
+    # the worker's environment holds its settings (the child must see none of them)
     monkeypatch.delenv("IDEABENCH_SEED_SECRET")
     monkeypatch.setenv("IDEABENCH_DATA_DIR", str(job_tmp / "var"))
-    secret = deployment_secret()  # generated into the data dir, as in embedded mode
+    options = dataclasses.replace(engine_options.current(), seed_secret="", data_dir=job_tmp / "var")
+    engine_options.configure(options)  # embedded mode: the secret is a file in the data dir
+    secret = options.deployment_secret()  # generated into the data dir, as in embedded mode
     path = job_tmp / "var" / SECRET_FILE
     source = (
         "import os\n"

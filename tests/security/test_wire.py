@@ -12,6 +12,7 @@ import pytest
 from bench import wire
 from bench.errors import BenchError, ErrorCode
 from bench.protocol import JudgeRequest, judge
+from tests.conftest import use_cache
 
 HOSTILE = Path(__file__).parent / "hostile"
 
@@ -118,7 +119,7 @@ def test_submitted_code_that_adds_to_its_childs_answer_ends_the_job(tmp_path: Pa
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The file patches its capture child (as the threat model allows) to add a verdict and a
     count as text to the answer to ``capture``: a sandbox violation, before any training."""
-    monkeypatch.setenv("IDEABENCH_CACHE_DIR", str(tmp_path / "cache"))
+    use_cache(tmp_path / "cache")
     with pytest.raises(BenchError) as raised:
         judge(JudgeRequest(track="smoke", idea_code=(HOSTILE / "answer_more.py").read_text(), n_seeds=2,
                            timeout_s=120.0))

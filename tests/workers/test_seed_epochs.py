@@ -16,7 +16,7 @@ from app.keys.service import create_key
 from app.models import metadata
 from app.seeds.models import SeedEpoch
 from app.seeds.repository import prove
-from bench.seeding import SeedSecret, deployment_secret
+from bench.seeding import SeedSecret
 from tests.app.factories import insert_job
 from tests.conftest import RecordingQueue
 from workers import runner
@@ -64,7 +64,7 @@ def test_a_worker_with_another_secret_leaves_the_job_queued(ctx: WorkerContext, 
         key = create_key(session, "agent").key
         session.flush()
         job = insert_job(session, key.id)
-        session.add(SeedEpoch(epoch=deployment_secret(ctx.settings.data_dir).epoch, scheme="hmac-sha256/v1",
+        session.add(SeedEpoch(epoch=ctx.settings.host_options().deployment_secret().epoch, scheme="hmac-sha256/v1",
                               commitment="0" * 64, created_at=job.created_at))
         session.commit()
     judged: list[Any] = []
@@ -96,6 +96,6 @@ def test_proving_rides_through_a_terminated_backend(pg_settings: Any, monkeypatc
     try:
         assert runner.prove_secret(ctx) is None and terminated
         with ctx.sessions() as session:
-            assert session.get(SeedEpoch, deployment_secret(pg_settings.data_dir).epoch) is not None
+            assert session.get(SeedEpoch, pg_settings.host_options().deployment_secret().epoch) is not None
     finally:
         engine.dispose()
