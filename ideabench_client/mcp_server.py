@@ -223,11 +223,14 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
                         if event.event == "stage" and event.data.get("runs_total"):
                             total = float(event.data["runs_total"])
                             most = event.data.get("runs_at_most")
-                            await ctx.report_progress(0.0, total, str(event.data.get("stage")) + (
+                            await ctx.report_progress(float(event.data.get("runs_done") or 0), total,
+                                                      str(event.data.get("stage")) + (
                                 f" (up to {most} runs, as the protocol decides)" if most and most > total else ""))
-                        elif event.event == "run" and total and event.data.get("runs_done") is not None:
-                            await ctx.report_progress(float(event.data["runs_done"]), total,
-                                                      str(event.data.get("stage")))
+                        elif event.event == "run" and event.data.get("runs_done") is not None:
+                            total = float(event.data.get("runs_total") or 0) or total
+                            if total:
+                                await ctx.report_progress(float(event.data["runs_done"]), total,
+                                                          str(event.data.get("stage")))
             job = await client.job(job_id)
         except IdeabenchError as exc:
             raise _error(exc) from None

@@ -62,14 +62,16 @@ class Heartbeat(threading.Thread):
 
 class ProgressWriter:
     """The ``on_progress`` callback: writes stage and counts, at most every interval, and the
-    job's event stream (``stage`` on each new stage, ``run`` for each finished run), batched
-    with the progress it came with. Writes are serialised: event numbers are gap-free."""
+    job's event stream, batched with the progress it came with: ``stage`` on each new stage and
+    whenever its counts change (the first is known once the run plan is, after the children
+    start), ``run`` for each finished run with the counts after it, so every progress bar has
+    its denominator. Writes are serialised: event numbers are gap-free."""
 
     def __init__(self, ctx: WorkerContext, claim: Claim) -> None:
         self.ctx = ctx
         self.claim = claim
         self._last = 0.0
-        self._last_stage: str | None = None
+        self._last_stage: tuple[str, int, int | None] | None = None  # what the last stage event said
         self._pending: list[tuple[str, dict[str, Any]]] = []
         self._progress: Progress | None = None
         self._lock = threading.Lock()
@@ -77,17 +79,20 @@ class ProgressWriter:
     def __call__(self, progress: Progress) -> None:
         now = time.monotonic()
         with self._lock:
-            new_stage = progress.stage != self._last_stage
+            stage = (progress.stage, progress.total, progress.at_most)
+            new_stage = stage != self._last_stage and progress.total > 0  # not before the plan
             if new_stage:
-                self._pending.append(("stage", {"stage": progress.stage, "runs_total": progress.total,
-                                                "runs_at_most": progress.at_most}))
+                self._last_stage = stage
+                self._pending.append(("stage", {"stage": progress.stage, "runs_done": progress.done,
+                                                "runs_total": progress.total, "runs_at_most": progress.at_most}))
             if progress.run is not None:
-                self._pending.append(("run", {**progress.run, "runs_done": progress.done}))
+                self._pending.append(("run", {**progress.run, "runs_done": progress.done, "runs_total": progress.total,
+                                              "runs_at_most": progress.at_most}))
             self._progress = progress
             due = new_stage or progress.done >= progress.total
             if not due and now - self._last < self.ctx.settings.progress_min_interval_s:
                 return
-            self._last, self._last_stage = now, progress.stage
+            self._last = now
             self._write()
 
     def flush(self, warnings: list[str] | None = None) -> None:

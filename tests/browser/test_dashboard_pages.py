@@ -6,6 +6,7 @@ pages and cannot open another key's job, while an operator sees every job."""
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -88,6 +89,23 @@ def test_every_page_renders_with_nothing_from_elsewhere(service: Service, signed
     assert page.errors == []
     assert page.requests and all(url.startswith(service.url) or url.startswith("data:") for url in page.requests), \
         [u for u in page.requests if not u.startswith(service.url)]
+
+
+def test_the_tracks_page_says_which_tracks_cannot_run_here_and_why(service: Service, signed_in: Any) -> None:
+    """Issue 27.3: a track whose data this deployment lacks (cifar10 without IDEABENCH_CIFAR10_DIR)
+    is refused at submission; the page a person reads says so, with the API's reason."""
+    listed = {t["name"]: t for t in service.api("GET", "/v1/tracks", "viewer")["items"] if t["kind"] == "builtin"}
+    page = signed_in("viewer")
+    assert page.open("/dashboard/tracks").status == 200
+    for name, track in listed.items():
+        row = page.page.locator("table.rows tbody tr", has=page.page.locator(f"a[href='/dashboard/tracks/{name}']"))
+        text = row.inner_text()
+        if track["available"]:
+            assert "cannot run here" not in text, (name, text)
+        else:
+            assert f"cannot run here: {track['unavailable_reason']}" in text, (name, text)
+    assert not listed["cifar10"]["available"] or os.environ.get("IDEABENCH_CIFAR10_DIR")  # the case shown here
+    assert page.errors == []
 
 
 def test_the_history_chart_has_a_bar_per_period_and_verdict(service: Service, signed_in: Any) -> None:

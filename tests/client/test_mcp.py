@@ -91,6 +91,10 @@ def test_an_agents_session_over_stdio(service: tuple[str, str, Path]) -> None:
     assert report["report"]["system_judged"] is True and report["system_verdict"] in ("worked", "partial", "failed")
     assert progress and progress[-1][0] == progress[-1][1]  # the last notification: all runs done
     assert len(progress) > 3, progress  # one as each run ended, not one at the end
+    # each with its denominator, the sweep's too (its first stage event came before the plan)
+    assert all(total and 0 <= done <= total for done, total, _ in progress), progress
+    assert any(message and message.startswith("sweep") for _, _, message in progress), progress
+    assert [done for done, _, _ in progress] == sorted(done for done, _, _ in progress)  # never back
 
 
 def test_every_tool_reads_well_for_an_llm(service: tuple[str, str, Path]) -> None:

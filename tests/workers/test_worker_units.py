@@ -112,6 +112,35 @@ def test_execute_job_success_writes_progress_and_one_report(ctx: WorkerContext, 
         assert session.scalars(select(VerdictCount.n)).all() == [1]
 
 
+def test_every_stage_and_run_event_carries_its_counts(ctx: WorkerContext, job_id: str, monkeypatch: Any) -> None:
+    """Issue 27.2: the first stage event was written before the run plan was known (runs_total
+    0) and run events carried no total, so the CLI's bar read ``n/?`` for a whole job and MCP's
+    wait_for_job sent no progress while the job swept. The engine's order of progress: the
+    children start (no plan yet), the plan is known, runs end, the protocol adds edge runs."""
+    from app.jobs.models import JobEvent
+
+    run = {"arm": "idea", "stage": "sweep", "cfg": 0, "seed_index": 0, "seconds": 0.1, "cached": False}
+
+    def fake_judge(request: Any, on_progress: Any, cancel: threading.Event, keep_warm: bool) -> JudgeReport:
+        on_progress(Progress("sweep", 0, 0, None, "starting the sandboxed children"))
+        on_progress(Progress("sweep", 0, 12, None, "capturing", at_most=20, eta_max_s=None))
+        on_progress(Progress("sweep", 1, 12, 5.0, run=run, at_most=20, eta_max_s=9.0))
+        on_progress(Progress("sweep", 2, 14, 5.0, run=run, at_most=20, eta_max_s=9.0))  # edges added
+        on_progress(Progress("final", 3, 14, 5.0, run={**run, "stage": "final"}, at_most=20, eta_max_s=9.0))
+        return JudgeReport.model_validate(report_body("partial", "helps", mechanism_ok=0))
+
+    monkeypatch.setattr(runner, "judge", fake_judge)
+    assert runner.execute_job(ctx, job_id) is runner.Outcome.SUCCEEDED
+    with ctx.sessions() as session:
+        events = [(e.kind, e.data) for e in session.scalars(select(JobEvent).where(JobEvent.job_id == job_id)
+                                                              .order_by(JobEvent.seq))]
+    counts = [(kind, d.get("stage"), d.get("runs_done"), d.get("runs_total"), d.get("runs_at_most"))
+              for kind, d in events]
+    assert counts == [("stage", "sweep", 0, 12, 20), ("run", "sweep", 1, 12, 20),
+                      ("stage", "sweep", 2, 14, 20), ("run", "sweep", 2, 14, 20),
+                      ("stage", "final", 3, 14, 20), ("run", "final", 3, 14, 20)]
+
+
 def test_bench_error_fails_the_job_with_its_code(ctx: WorkerContext, job_id: str, monkeypatch: Any) -> None:
     def fake_judge(*_args: Any, **_kwargs: Any) -> dict[str, Any]:
         raise BenchError(ErrorCode.BAD_OUTPUT_SHAPE, "The model returned (B, 2); expected (B, 1).")
