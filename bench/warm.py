@@ -58,6 +58,7 @@ class Slot:
     tmp: JobDir
     limits: sandbox.Limits
     launched: dict[str, tuple[subprocess.Popen[bytes], int]]
+    policy: sandbox.SandboxPolicy  # the sandbox's policy its children were launched under
 
     @property
     def alive(self) -> bool:
@@ -93,7 +94,7 @@ _launcher: threading.Thread | None = None
 
 
 def _start_slot(limits: sandbox.Limits) -> Slot:
-    slot = Slot(JobDir(), limits, {})
+    slot = Slot(JobDir(), limits, {}, sandbox.policy())
     try:
         for name, options in CHILDREN.items():
             proc, fd = sandbox.launch(Path(slot.tmp.name) / name, limits, **options)
@@ -131,7 +132,7 @@ def prepare(limits: sandbox.Limits) -> None:
     with _lock:
         if _in_flight is not None and not _in_flight.is_set():
             return
-        if _slot is not None and _slot.alive and _slot.limits == limits:
+        if _slot is not None and _slot.alive and _slot.limits == limits and _slot.policy == sandbox.policy():
             return
         if _launcher is None or not _launcher.is_alive():
             _launcher = threading.Thread(target=_launch_loop, name="ideabench-warm", daemon=True)
@@ -141,7 +142,8 @@ def prepare(limits: sandbox.Limits) -> None:
 
 
 def take(limits: sandbox.Limits) -> Slot | None:
-    """The prepared slot (waiting for a launch in flight), if alive with ``limits``; else None."""
+    """The prepared slot (waiting for a launch in flight), if alive with ``limits`` and launched
+    under the sandbox's policy now; else None."""
     global _slot
     in_flight = _in_flight
     if in_flight is not None:
@@ -150,7 +152,7 @@ def take(limits: sandbox.Limits) -> Slot | None:
         slot, _slot = _slot, None
     if slot is None:
         return None
-    if slot.limits != limits or not slot.alive:
+    if slot.limits != limits or slot.policy != sandbox.policy() or not slot.alive:
         slot.discard()
         return None
     return slot

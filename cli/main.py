@@ -100,7 +100,30 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush goes nowhere
         return 0
+    except Exception as exc:
+        problems = _settings_problems(exc)
+        if problems is None:
+            raise
+        for line in problems:
+            print(f"error: {line}", file=sys.stderr)
+        print("hint: fix these settings (docs/deploy.md lists each IDEABENCH_* variable), then start again.",
+              file=sys.stderr)
+        return EX_CONFIG
     return code
+
+
+EX_CONFIG = 78  # sysexits.h: a configuration error
+
+
+def _settings_problems(exc: Exception) -> list[str] | None:
+    """One line per bad setting, named by its variable, when ``exc`` is the settings refusing the
+    environment (pydantic's ValidationError of ``Settings``); else None. pydantic is not imported
+    here: the client's verbs run without it."""
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is None or not isinstance(exc, pydantic.ValidationError) or exc.title != "Settings":
+        return None
+    return [f"IDEABENCH_{str(e['loc'][0]).upper() if e['loc'] else '?'}={e.get('input')!r}: {e['msg']}"
+            for e in exc.errors()]
 
 
 def _main(argv: list[str] | None) -> int:

@@ -30,7 +30,7 @@ def answer_one(ctx: WorkerContext) -> bool:
         track=track, idea_code=submission["code"], baseline_code=submission.get("baseline_code"),
         hparams=submission.get("hparams"), mechanism=submission.get("mechanism"),
         timeout_s=settings.check_timeout_s, capture_timeout_s=min(settings.capture_timeout_s, settings.check_timeout_s),
-        memory_mb=settings.job_memory_mb, options=settings.host_options().engine,
+        memory_mb=settings.job_memory_mb, options=ctx.host_options().engine,
     )
     result, error = None, None
     try:

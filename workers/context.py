@@ -6,6 +6,7 @@ import os
 import socket
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -13,6 +14,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.db import make_engine, make_sessionmaker
 from app.queue import JobQueue
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from bench.options import HostOptions
 
 
 @dataclass
@@ -38,6 +42,18 @@ class WorkerContext:
             worker_id=f"{socket.gethostname()}:{os.getpid()}",
             queue=JobQueue(settings.broker_url),
         )
+
+    def host_options(self) -> HostOptions:
+        """This process's engine options from its settings, configured before they are used:
+        every path that starts sandboxed children (a job, a check, a track's validation, also
+        ``ideabench track register``'s in-process one) asks here, so none can run them under
+        another policy or secret than the settings say."""
+        from bench import options as engine_options
+
+        options = self.settings.host_options()
+        if engine_options.current() != options:
+            engine_options.configure(options)
+        return options
 
     def close(self) -> None:
         """Release connections."""

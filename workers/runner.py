@@ -73,7 +73,7 @@ def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
         if row is None:
             raise BenchError(ErrorCode.UNKNOWN_TRACK, f"Track {job.track} is not registered here.")
         custom = custom_track_of(row)
-    options = ctx.settings.host_options()
+    options = ctx.host_options()
     return JudgeRequest(
         track=job.track,
         idea_code=job.idea_code,
@@ -111,7 +111,7 @@ def prove_secret(ctx: WorkerContext) -> str | None:
     """None when this worker's seed secret is the deployment's current epoch
     (``app.seeds.repository.prove``); else why it must judge nothing."""
     try:
-        block = ctx.settings.host_options().deployment_secret().report_block()
+        block = ctx.host_options().deployment_secret().report_block()
     except BenchError as exc:
         return exc.message
 

@@ -45,7 +45,7 @@ def execute_validation(ctx: WorkerContext, track_id: str) -> str:
     from bench.custom_track import validate
 
     settings = ctx.settings
-    options = settings.host_options()
+    options = ctx.host_options()
     log.info("validating track %s", track_id)
     result = None
     error = None

@@ -222,11 +222,21 @@ def _launch(
         raise _refuse(missing, required)
 
     started = time.monotonic()
-    proc, proto_fd, status = _start(workdir, limits, bwrap, group, read_only, hidden)
-    if status is None and bwrap is not None:
+    try:
+        proc, proto_fd, status = _start(workdir, limits, bwrap, group, read_only, hidden)
+        unstartable = None
+    except OSError as exc:  # the configured bwrap cannot be executed here (missing, not a program)
+        if bwrap is None:
+            group.remove()
+            raise BenchError(ErrorCode.INTERNAL, f"The sandboxed child failed to start: {exc}") from None
+        unstartable = f"{bwrap!r} cannot be started: {exc.strerror}"
+    if unstartable is not None or (status is None and bwrap is not None):
         # bwrap could not start here (no namespaces allowed?): degrade, or refuse.
-        reason = _boot_log_tail(workdir)
-        _kill_started(proc, group, proto_fd)
+        if unstartable is None:
+            reason = _boot_log_tail(workdir)
+            _kill_started(proc, group, proto_fd)
+        else:
+            reason = unstartable
         if "namespaces" in required:
             group.remove()
             raise _refuse(["namespaces", "no_network"], required, f" (bwrap failed: {reason})")
@@ -305,7 +315,9 @@ def _start(
     bench_root = str(Path(__file__).resolve().parents[2])
     env = _child_env(workdir)
     env["PYTHONPATH"] = bench_root
-    inner = [sys.executable, "-m", "bench.sandbox", str(write_fd), str(status_w), str(workdir), CHILD_ENTRY]
+    # -s -P: neither the user site of HOME (the working directory) nor the working directory
+    # itself is on sys.path, so nothing written there shadows a module before seccomp is set
+    inner = [sys.executable, "-s", "-P", "-m", "bench.sandbox", str(write_fd), str(status_w), str(workdir), CHILD_ENTRY]
     if bwrap is not None:
         argv, popen_env = bwrap_args(bwrap, workdir, read_only, env, hidden) + inner, {}
     else:

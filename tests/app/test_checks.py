@@ -5,7 +5,6 @@ children), what a job checks before it trains; it makes no job."""
 from __future__ import annotations
 
 import datetime as dt
-from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -22,7 +21,10 @@ EXAMPLE = get_card("smoke")["example_idea"]
 
 
 def worker(app: Any) -> Any:
-    return SimpleNamespace(sessions=app.state.sessionmaker, settings=app.state.settings, worker_id="host:1")
+    from workers.context import WorkerContext
+
+    return WorkerContext(settings=app.state.settings, engine=None, sessions=app.state.sessionmaker,  # type: ignore[arg-type]
+                         worker_id="host:1", queue=None)  # type: ignore[arg-type]
 
 
 def test_static_errors_come_back_at_once_and_make_nothing(app: Any, client: Any, keys: dict[str, str]) -> None:
