@@ -690,6 +690,16 @@ class _Job:
     grids: dict[str, list[dict[str, Any]]]
     sweep_seed_list: list[int]
 
+    def check_untrained_rows(self) -> None:
+        """A check's row test (issue 27.5): each arm's first config at its initial weights (no
+        training step) predicts the first sweep split's eval rows, in the batch and the job's
+        secret rows one at a time, as every run of a job does; a model whose rows read each
+        other ends the check ``row_dependent`` before a job trains it."""
+        d = self.settings.defaults
+        self.train([RunRecord(arm, {"lr": d.lr_grid[0], "epochs": 0, "batch_size": d.batch_size,
+                                    "weight_decay": d.weight_decay, "hparams": self.grids[arm][0]},
+                              self.sweep_seed_list[0], "val") for arm in ARMS])
+
     def configs(self, arm: str, lrs: list[float]) -> list[dict[str, Any]]:
         """The arm's configs for learning rates ``lrs`` (x its hyperparameter grid)."""
         d = self.settings.defaults
@@ -1342,6 +1352,7 @@ def _judge(
             job.check_parity(checked)
             job.choose_path(checked, want_vectorized)
             if request.check_only:
+                job.check_untrained_rows()
                 return check_answer(job, checked, n_seeds, time.monotonic() - started)
             device = trainers["idea"].device
             job.enable_cache(device)

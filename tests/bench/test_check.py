@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,6 +49,11 @@ def test_a_check_fails_with_the_code_the_job_would_end_with() -> None:
     with pytest.raises(BenchError) as syntax:
         check(JudgeRequest(track="smoke", idea_code="def build_model(spec):\n    return (\n"))
     assert syntax.value.code is ErrorCode.INVALID_CODE
+    # issue 27.5: rows that read each other end the check, before a job trains the model
+    hostile = (Path(__file__).parents[1] / "security" / "hostile" / "cross_row.py").read_text()
+    with pytest.raises(BenchError) as rows:
+        check(JudgeRequest(track="smoke", idea_code=hostile))
+    assert rows.value.code is ErrorCode.ROW_DEPENDENT and "alone" in rows.value.message
 
 
 STATEFUL = '''
