@@ -20,6 +20,7 @@ from typing import Any
 
 from ideabench_client import Check, Client, Event, IdeabenchError, Job, config
 from ideabench_client.client import ENDED_UNSUCCESSFUL
+from ideabench_client.hints import for_face
 
 VERBS = ("login", "check", "submit", "status", "jobs", "report", "reports", "cancel", "mcp")
 JOB_STATUSES = ("queued", "running", "succeeded", "errored", "cancelled")
@@ -213,7 +214,7 @@ def _check(args: argparse.Namespace, client: Client) -> int:
     if found.passed:
         return 0
     error = found.error or {"code": "check_not_ended", "message": f"the check is still {found.status}",
-                            "hint": f"Read it later: GET /v1/checks/{found.check_id}"}
+                            "hint": f"Run `ideabench check` again later (this check is {found.check_id})."}
     print(f"error [{error.get('code')}]: {error.get('message')}\nhint: {error.get('hint')}", file=sys.stderr)
     return EXIT_API_ERROR  # what submitting the idea would be refused or end with
 
@@ -292,7 +293,8 @@ def dispatch(args: argparse.Namespace) -> int:
         print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return EXIT_API_ERROR
     except IdeabenchError as exc:
+        hint = for_face("cli", exc.code, exc.message, exc.hint)  # this face's words, not a REST route
         if args.json:
-            _print_json({"error": {"code": exc.code, "message": exc.message, "hint": exc.hint}})
-        print(f"error [{exc.code}]: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+            _print_json({"error": {"code": exc.code, "message": exc.message, "hint": hint}})
+        print(f"error [{exc.code}]: {exc.message}\nhint: {hint}", file=sys.stderr)
         return EXIT_API_ERROR

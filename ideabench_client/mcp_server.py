@@ -22,6 +22,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from ideabench_client import AsyncClient, IdeabenchError
+from ideabench_client.hints import for_face
 
 ClientFor = Callable[[Context], AsyncClient]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]  # the client a tool call uses (its key, its transport)
@@ -36,7 +37,9 @@ INSTRUCTIONS = (
 
 
 def _error(exc: IdeabenchError) -> ToolError:
-    return ToolError(json.dumps({"code": exc.code, "message": exc.message, "hint": exc.hint}))
+    """The service's error as the tool's, its hint in this face's words (``hints``)."""
+    hint = for_face("mcp", exc.code, exc.message, exc.hint)
+    return ToolError(json.dumps({"code": exc.code, "message": exc.message, "hint": hint}))
 
 
 def _doc(name: str, fallback: str) -> str:

@@ -81,3 +81,25 @@ def test_a_reader_that_leaves_early_ends_the_verb_quietly(rows: int) -> None:
     os.close(write_end)
     _, err = proc.communicate(b"", timeout=60)
     assert (proc.returncode, err.decode()) == (0, "")
+
+
+def test_each_face_names_its_own_calls_in_a_hint() -> None:
+    """Issue 27.4: the CLI and MCP passed the service's hints through, so an agent on MCP was told
+    "List your jobs with GET /v1/jobs.". A face with words for a code uses them; one without passes
+    the service's hint; a report of a job that ended without one says so on both faces."""
+    from app.errors import HINTS
+    from ideabench_client.hints import HINTS as FACE_HINTS
+    from ideabench_client.hints import for_face
+
+    for face, table in FACE_HINTS.items():
+        assert all("/v1/" not in hint for hint in table.values()), face
+    rest_route_hints = {str(code) for code, hint in HINTS.items() if "GET /v1/" in hint}
+    for face in ("cli", "mcp"):  # every hint of the service that names a route has this face's words
+        assert rest_route_hints - set(FACE_HINTS[face]) == set(), face
+    assert for_face("mcp", "job_not_found", "No job with id 'x'.", "List your jobs with GET /v1/jobs.") == \
+        "Call list_jobs and pass a job_id it answered."
+    assert for_face("cli", "daily_quota", "m", "service hint") == "service hint"
+    running = for_face("mcp", "report_not_ready", "Job job_1 is running; it has no report yet.", "h")
+    ended = for_face("mcp", "report_not_ready", "Job job_1 is cancelled; it has no report.", "h")
+    assert "wait_for_job" in running and "get_job" in ended and "ended without a report" in ended
+    assert "ideabench status" in for_face("cli", "report_not_ready", "Job j is errored (timeout: t); it has no report.", "h")

@@ -224,6 +224,10 @@ def test_the_cli_verbs_and_login(service: tuple[str, str, Path], tmp_path: Path)
     assert jobs.returncode == 0 and job_id in {j["job_id"] for j in json.loads(jobs.stdout)["jobs"]}
     assert job_id in cli("jobs", "--since", "2026-01-01T00:00:00Z", env=env).stdout
     assert json.loads(cli("jobs", "--status", "cancelled", "--json", env=env).stdout) == {"jobs": []}
+    # a hint names this face's call, never a REST route (issue 27.4)
+    missing = cli("report", "job_nope", env=env)
+    assert missing.returncode == 2 and "hint: List your jobs with `ideabench jobs`." in missing.stderr
+    assert "/v1/" not in missing.stderr
     # --hparams, --idempotency-key: the same key answers the first job
     first = cli("submit", str(idea), "--track", "smoke", "--hparams", '{"width": [16]}', "--idempotency-key",
                 "cli-test-1", "--json", env=env)

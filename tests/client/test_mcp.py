@@ -83,6 +83,10 @@ def test_an_agents_session_over_stdio(service: tuple[str, str, Path]) -> None:
             report = _json(await client.call_tool("get_report", {"job_id": job["job_id"], "full": True}))
             bad = _error(await client.call_tool("submit_idea", {"track": "smoke", "code": "def build_model(:\n"}))
             assert bad["code"] == "invalid_code" and bad["hint"]
+            # hints name this face's tools, never a REST route (issue 27.4)
+            missing = _error(await client.call_tool("get_report", {"job_id": "job_nope"}))
+            assert missing["code"] == "job_not_found" and "list_jobs" in missing["hint"], missing
+            assert "/v1/" not in missing["hint"]
             contract = await client.read_resource("ideabench://docs/idea-contract")
             assert "build_model" in contract.contents[0].text
             return dict(report)

@@ -1,0 +1,63 @@
+"""Each face's own words for the service's hints: an agent using the CLI or MCP is told the
+call of that face (``ideabench jobs``, ``list_jobs``), not a REST route it cannot make.
+
+The service's hints (``app/errors.py``) name REST routes. A face replaces the hint of a code
+listed here with its own; a hint it has no words for passes unchanged (it names no route).
+``report_not_ready`` has two cases, told apart by the service's message: a job still running
+("... no report yet.") and one that ended without a report.
+"""
+
+from __future__ import annotations
+
+_ENDED_WITHOUT_REPORT = "report_not_ready:ended"
+
+HINTS: dict[str, dict[str, str]] = {
+    "cli": {
+        "job_not_found": "List your jobs with `ideabench jobs`.",
+        "report_not_found": "List reports with `ideabench reports`; `ideabench report JOB_ID` takes a job's id.",
+        "report_not_ready": "Wait with `ideabench status JOB_ID --wait 60` (exit 4: not ended yet) until it has "
+        "succeeded, then `ideabench report JOB_ID`.",
+        _ENDED_WITHOUT_REPORT: "The job ended without a report: `ideabench status JOB_ID` shows its error (code, "
+        "message, hint); fix the idea and `ideabench submit` it again.",
+        "check_not_found": "Run `ideabench check idea.py --track NAME` again (checks are kept per key).",
+        "too_many_checks": "Wait for your open checks to end, then run `ideabench check` again.",
+        "too_many_jobs": "Wait for some of your jobs to end (`ideabench jobs --status queued`), then submit again.",
+        "invalid_callback_url": "Give a public http(s) URL without credentials, or leave --callback-url out and "
+        "use --wait.",
+        "validation_error": "Fix the named field; `ideabench submit --help` lists every option.",
+        "missing_api_key": "Give --key, set IDEABENCH_KEY or run `ideabench login`; an operator creates keys with "
+        "`ideabench keys create --role agent`.",
+        "n_seeds_fixed": "Leave the seeds unset: they are fixed per track (`ideabench tracks`); only an operator "
+        "may set them.",
+        "key_not_found": "List keys with `ideabench keys list` on the service's host (operators).",
+        "too_many_validations": "Wait until one of your tracks leaves status validating (`ideabench tracks`), then "
+        "register again.",
+    },
+    "mcp": {
+        "job_not_found": "Call list_jobs and pass a job_id it answered.",
+        "report_not_found": "Call search_reports, or get_report with the job_id of a job that succeeded.",
+        "report_not_ready": "Call wait_for_job with this job_id until its status is succeeded, then get_report.",
+        _ENDED_WITHOUT_REPORT: "The job ended without a report: call get_job to read its error (code, message, "
+        "hint), fix the idea and call submit_idea again.",
+        "check_not_found": "Pass the check_id check_idea answered with (checks are kept per key).",
+        "too_many_checks": "Wait for your open checks to end (get_check with their check_id), then call "
+        "check_idea again.",
+        "too_many_jobs": "Wait for some of your jobs to end (list_jobs with status queued; wait_for_job), then "
+        "call submit_idea again.",
+        "invalid_callback_url": "Give a public http(s) URL without credentials, or leave callback_url out and "
+        "call wait_for_job.",
+        "n_seeds_fixed": "Leave n_seeds out: it is fixed per track (describe_track, defaults.n_seeds).",
+        "validation_error": "Fix the named argument; the tool's input schema describes each one.",
+        "rate_limited": "Slow down: wait a few seconds, then call the tool again.",
+        "key_not_found": "Keys are an operator's (`ideabench keys list` on the service's host), not an MCP tool's.",
+        "too_many_validations": "Wait until one of your tracks leaves status validating (list_tracks), then "
+        "register again.",
+    },
+}
+
+
+def for_face(face: str, code: str, message: str, hint: str) -> str:
+    """The hint ``face`` (``cli`` or ``mcp``) shows for an error the service answered."""
+    if code == "report_not_ready" and not message.rstrip().rstrip(".").endswith("yet"):
+        code = _ENDED_WITHOUT_REPORT
+    return HINTS[face].get(code, hint)
