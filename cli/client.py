@@ -274,7 +274,7 @@ def _run(args: argparse.Namespace, client: Client) -> int:
     else:
         for row in rows:
             print(f"{row['report_id']}  {row['track']:<20} {row['system_verdict']:>7}/{row['practical_verdict']:<12}"
-                  f" p={row['p_value']}  q={row.get('q_value')}  {row.get('name') or ''}")
+                  f" p_helps={row.get('p_helps')}  q={row.get('q_value')}  {row.get('name') or ''}")
     return 0
 
 

@@ -94,7 +94,9 @@ class ReportSummary(BaseModel):
     practical_detail: str | None
     mechanism_ok: bool | None
     worked: bool
-    p_value: float | None
+    p_value: float | None = Field(description=(
+        "The screening's exact two-sided paired p: descriptive. The verdict is decided by the one-sided "
+        "test (p_helps; the report's bench_report.decided_by names it, with its looks and level)."))
     delta_mean: float | None = Field(description=(
         "The idea's mean paired difference (idea - baseline) in the metric's units, of the stage "
         "that decided the verdict (delta_stage)."))
