@@ -195,6 +195,7 @@ class _Tracker:
         self.clock = clock
         self.training_started: float | None = None
         self.lock = threading.Lock()
+        self.emit_lock = threading.Lock()
         # runs the job may still add, by part, until the protocol decides them (``expect``)
         self.undecided: dict[str, int] = {}
 
@@ -233,10 +234,14 @@ class _Tracker:
     def emit(self, message: str = "", run: dict[str, Any] | None = None) -> None:
         if self.callback is None:
             return
-        at_most = self.at_most
-        known = bool(self.total or self.undecided)  # (None before the run plan is known)
-        self.callback(Progress(self.stage, self.done + self.offset, self.total + self.offset, self.eta(), message,
-                               run, at_most + self.offset if known else None, self.eta(at_most) if known else None))
+        # Read and sent under one lock: both arms' threads emit, and a count read before the
+        # other's run ended must not reach the callback after it (runs done never go back).
+        with self.emit_lock:
+            at_most = self.at_most
+            known = bool(self.total or self.undecided)  # (None before the run plan is known)
+            self.callback(Progress(self.stage, self.done + self.offset, self.total + self.offset, self.eta(), message,
+                                   run, at_most + self.offset if known else None,
+                                   self.eta(at_most) if known else None))
 
     def run_finished(self, run: dict[str, Any]) -> None:
         with self.lock:

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ideabench_client import AsyncClient, IdeabenchError
 from ideabench_client.hints import for_face
@@ -75,6 +75,101 @@ REPORT_KEYS = ("report_id", "job_id", "track", "name", "system_verdict", "practi
 BENCH_KEYS = ("decided_by", "p_helps", "smallest_effect", "warnings", "parameter_parity", "sandbox")
 COMPARISON_KEYS = ("delta_mean", "rel_delta_pct", "p_value", "ci_low", "ci_high", "mde", "mde_rel_pct",
                    "idea_wins", "n_pairs", "verdict")
+
+
+class _Out(BaseModel):
+    """A tool's answer: the fields an agent decides on are typed and described (the tool's output
+    schema); every other field of the service's answer passes through unchanged."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class TrackItem(_Out):
+    name: str = Field(description="The track's name: pass it as track to check_idea and submit_idea.")
+    title: str | None = None
+    task: str | None = Field(default=None, description="regression or classification.")
+    available: bool = Field(default=True, description="Whether this deployment can run the track now.")
+    unavailable_reason: str | None = Field(default=None, description="Why not, when available is false.")
+
+
+class TrackListOut(_Out):
+    tracks: list[TrackItem]
+
+
+class TrackCardOut(_Out):
+    id: str = Field(description="name@version.")
+    name: str
+    spec: dict[str, Any] = Field(description="input_shape and output_shape: what build_model(spec) receives.")
+    metric: dict[str, Any] = Field(description="The metric, its loss and whether lower is better.")
+    defaults: dict[str, Any] = Field(description="lr grid, epochs, batch size, n_seeds: the protocol's settings.")
+    param_cap: int | None = Field(default=None, description="The most parameters the idea may have.")
+    example_idea: str | None = Field(default=None, description="A complete idea file to start from.")
+    limits: dict[str, Any] | None = Field(default=None, description="What a job may spend (seconds, memory).")
+
+
+class ErrorOut(_Out):
+    code: str = Field(description="A stable error code (the idea contract lists them).")
+    message: str
+    hint: str = Field(description="What to change before trying again.")
+
+
+class CheckOut(_Out):
+    check_id: str
+    status: Literal["pending", "running", "passed", "failed"]
+    result: dict[str, Any] | None = Field(default=None, description="When passed: counts against the limits, "
+                                          "the execution path, the runs a job would make.")
+    error: ErrorOut | None = Field(default=None, description="When failed: what the job would end with.")
+    next: str = Field(description="The tool to call next.")
+
+
+class ProgressOut(_Out):
+    stage: str | None = None
+    runs_done: int = 0
+    runs_total: int | None = Field(default=None, description="null before the run plan is known.")
+    runs_at_most: int | None = Field(default=None, description="The most runs the job may still make in all.")
+    eta_s: float | None = None
+
+
+class JobOut(_Out):
+    job_id: str
+    status: JobStatus
+    track: str
+    progress: ProgressOut | None = None
+    error: ErrorOut | None = Field(default=None, description="When errored: why, and what to change.")
+    report_id: str | None = None
+    next: str | None = Field(default=None, description="The tool to call next.")
+
+
+class JobListOut(_Out):
+    jobs: list[JobOut]
+
+
+class ComparisonOut(_Out):
+    delta_mean: float | None = Field(default=None, description="Mean paired difference, idea - baseline.")
+    p_value: float | None = Field(default=None, description="The exact two-sided paired p.")
+    ci_low: float | None = None
+    ci_high: float | None = None
+    mde: float | None = Field(default=None, description="The smallest effect this many pairs can detect.")
+
+
+class ReportOut(_Out):
+    report_id: str
+    job_id: str
+    track: str
+    system_verdict: SystemVerdict = Field(description="worked, partial or failed.")
+    practical_verdict: PracticalVerdict = Field(description="helps, harms or inconclusive.")
+    practical_detail: str | None = None
+    p_value: float | None = Field(default=None, description="The screening's two-sided p: descriptive; "
+                                  "decided_by and p_helps say what decided.")
+    q_value: float | None = None
+    delta_mean: float | None = None
+    summary: str | None = Field(default=None, description="The report's paragraph for people.")
+    screening: ComparisonOut | None = None
+    confirmation: ComparisonOut | None = None
+
+
+class ReportListOut(_Out):
+    reports: list[dict[str, Any]] = Field(description="Report rows (the listing's), newest first.")
 
 
 def _check_out(found: dict[str, Any], check_id: str) -> dict[str, Any]:
@@ -133,20 +228,20 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
             await client.aclose()
 
     @server.tool(annotations=READ)
-    async def list_tracks(ctx: Context) -> dict[str, Any]:
+    async def list_tracks(ctx: Context) -> TrackListOut:
         """The tracks an idea can be judged on (name, task, metric, description, available: whether
         this deployment can run it now). Next: call
         describe_track with a name to read its input/output spec, contract and example idea."""
         tracks = await call(ctx, "tracks")
         keep = ("name", "title", "task", "description", "metric", "kind", "id", "available", "unavailable_reason")
-        return {"tracks": [{k: t.get(k) for k in keep if k in t} for t in tracks]}
+        return TrackListOut.model_validate({"tracks": [{k: t.get(k) for k in keep if k in t} for t in tracks]})
 
     @server.tool(annotations=READ)
-    async def describe_track(name: TrackName, ctx: Context) -> dict[str, Any]:
+    async def describe_track(name: TrackName, ctx: Context) -> TrackCardOut:
         """One track's card: spec (input_shape, output_shape), metric, defaults (lr grid, epochs,
         n_seeds), parameter cap, compute ratio, the idea contract and an example idea file. Next:
         write a file defining build_model(spec) like the example and call submit_idea."""
-        return dict(await call(ctx, "track", name))
+        return TrackCardOut.model_validate(await call(ctx, "track", name))
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                                              open_world_hint=False))
@@ -159,7 +254,7 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
         mechanism: Mechanism = None,
         timeout_s: Annotated[float, Field(description="Return after this many seconds even if the check still "
                                           "runs (then call get_check).", gt=0, le=600)] = 120.0,
-    ) -> dict[str, Any]:
+    ) -> CheckOut:
         """Check an idea file before submitting it, in seconds, without training and without a job:
         the static checks, then both models captured in the sandbox and what a job checks before
         it trains (op allowlist, configs, parameter, buffer and compute parity, output shapes, the
@@ -169,18 +264,18 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
         submit_idea with the same arguments; if it failed, fix the file and call check_idea again."""
         found = await call(ctx, "check", track, code, baseline_code=baseline_code, hparams=hparams,
                            mechanism=mechanism, timeout=timeout_s)
-        return _check_out(found.raw, found.check_id)
+        return CheckOut.model_validate(_check_out(found.raw, found.check_id))
 
     @server.tool(annotations=READ)
     async def get_check(
         check_id: CheckId, ctx: Context,
         wait_s: Annotated[float, Field(description="Wait up to this many seconds for the check to end.",
                                        ge=0, le=60)] = 30.0,
-    ) -> dict[str, Any]:
+    ) -> CheckOut:
         """A check check_idea made: pending, running, passed (with its result) or failed (with its
         error's code, message and hint)."""
         found = await call(ctx, "get_check", check_id, wait=wait_s)
-        return _check_out(found.raw, found.check_id)
+        return CheckOut.model_validate(_check_out(found.raw, found.check_id))
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                              open_world_hint=False))
@@ -198,7 +293,7 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
             "another (safe retries)."), max_length=200)] = None,
         callback_url: Annotated[str | None, Field(description="A public https URL that gets a signed POST "
                                                   "when the job ends.")] = None,
-    ) -> dict[str, Any]:
+    ) -> JobOut:
         """Submit an idea file to a track to be judged. Before: call check_idea with the same
         arguments; it finds in seconds most errors a job would end with, without spending a job.
         Returns the queued job. Next: call wait_for_job with its job_id (judging takes seconds to
@@ -206,14 +301,14 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
         job = await call(ctx, "submit", track, code, baseline_code=baseline_code, name=name, hypothesis=hypothesis,
                          hparams=hparams, mechanism=mechanism, idempotency_key=idempotency_key,
                          callback_url=callback_url)
-        return {**job.raw, "next": f"call wait_for_job with job_id {job.job_id!r}"}
+        return JobOut.model_validate({**job.raw, "next": f"call wait_for_job with job_id {job.job_id!r}"})
 
     @server.tool(annotations=READ)
     async def wait_for_job(
         job_id: JobId, ctx: Context,
         timeout_s: Annotated[float, Field(description="Return after this many seconds even if the job still "
                                           "runs (then call again).", gt=0, le=3600)] = 300.0,
-    ) -> dict[str, Any]:
+    ) -> JobOut:
         """Wait until the job ends (or timeout_s), sending a progress notification as each run
         ends (runs done of runs total); returns the job. Next: if it succeeded, call get_report; if
         it errored, read error.code and error.hint, fix the file and submit again."""
@@ -248,13 +343,13 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
             out["next"] = "read error.code and error.hint, fix the idea file and call submit_idea again"
         else:
             out["next"] = "still running: call wait_for_job again"
-        return out
+        return JobOut.model_validate(out)
 
     @server.tool(annotations=READ)
-    async def get_job(job_id: JobId, ctx: Context) -> dict[str, Any]:
+    async def get_job(job_id: JobId, ctx: Context) -> JobOut:
         """A job's status, progress (stage, runs done of total, eta) and, when it ended without a
         report, its error (code, message, hint)."""
-        return dict((await call(ctx, "job", job_id)).raw)
+        return JobOut.model_validate((await call(ctx, "job", job_id)).raw)
 
     @server.tool(annotations=READ)
     async def list_jobs(
@@ -264,23 +359,23 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
         since: Annotated[str | None, Field(description="Only jobs created at or after this ISO 8601 moment "
                                            "(with a zone, e.g. 2026-12-04T00:00:00Z).")] = None,
         limit: Annotated[int, Field(description="At most this many jobs.", ge=1, le=200)] = 20,
-    ) -> dict[str, Any]:
+    ) -> JobListOut:
         """Your jobs, newest first (an operator's key: every job), each with its status and, for a
         errored one, its error code and hint. Next: get_report for a succeeded one."""
         jobs = await collect(ctx, "jobs", status=status, track=track, since=since, limit=limit, page_size=limit)
-        return {"jobs": [job.raw for job in jobs]}
+        return JobListOut.model_validate({"jobs": [job.raw for job in jobs]})
 
     @server.tool(annotations=READ)
     async def get_report(
         job_id: JobId, ctx: Context,
         full: Annotated[bool, Field(description="The whole report JSON (sweeps, per-seed values, every "
                                     "field; ~14 KB) instead of the compact summary.")] = False,
-    ) -> dict[str, Any]:
+    ) -> ReportOut:
         """The judged job's report, compact by default: system_verdict (worked/partial/failed),
         practical_verdict (helps/harms/inconclusive) and its detail, the summary paragraph, the
         screening's and the confirmation's deltas, CI and MDE, q_value, warnings and links."""
         row = dict(await call(ctx, "report", job_id))
-        return row if full else compact_report(row)
+        return ReportOut.model_validate(row if full else compact_report(row))
 
     @server.tool(annotations=READ)
     async def search_reports(
@@ -292,12 +387,12 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
         family: Annotated[str | None, Field(description="An idea family (the report's family): its "
                                             "re-rolls.")] = None,
         limit: Annotated[int, Field(description="At most this many rows.", ge=1, le=200)] = 20,
-    ) -> dict[str, Any]:
+    ) -> ReportListOut:
         """Report rows filtered by track, system_verdict, practical_verdict or idea family, newest
         first, each with its q-value."""
-        return {"reports": await collect(ctx, "reports", limit=limit, page_size=limit, track=track,
-                                         system_verdict=system_verdict, practical_verdict=practical_verdict,
-                                         family=family)}
+        return ReportListOut(reports=await collect(ctx, "reports", limit=limit, page_size=limit, track=track,
+                                                   system_verdict=system_verdict,
+                                                   practical_verdict=practical_verdict, family=family))
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False))
     async def compare_numbers(
@@ -305,17 +400,17 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
         idea: Annotated[list[float], Field(description="The idea's per-seed numbers, paired with baseline's.")],
         ctx: Context,
         lower_is_better: Annotated[bool, Field(description="Whether a lower number is better (MSE: yes).")] = True,
-    ) -> dict[str, Any]:
+    ) -> ComparisonOut:
         """The exact paired comparison (sign-flip p, CI, effect size, MDE) of two equally long
         lists of per-seed numbers you measured yourself: what the bench would conclude."""
-        return dict(await call(ctx, "compare", baseline, idea, lower_is_better))
+        return ComparisonOut.model_validate(await call(ctx, "compare", baseline, idea, lower_is_better))
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
                                              open_world_hint=False))
-    async def cancel_job(job_id: JobId, ctx: Context) -> dict[str, Any]:
+    async def cancel_job(job_id: JobId, ctx: Context) -> JobOut:
         """Cancel a queued job at once, or ask the worker to stop a running one; returns the job."""
         job = await call(ctx, "cancel", job_id)
-        return dict(job.raw)
+        return JobOut.model_validate(job.raw)
 
     @server.resource("ideabench://docs/idea-contract", mime_type="text/markdown")
     def idea_contract() -> str:

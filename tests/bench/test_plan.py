@@ -101,3 +101,27 @@ def test_the_most_runs_left_counts_what_the_protocol_has_not_decided() -> None:
     assert bounds == sorted(bounds, reverse=True) and bounds[0] <= runs.at_most
     assert seen[-1].at_most == seen[-1].total == runs.planned + 2 + 16
     assert seen[-1].eta_max_s == seen[-1].eta_s
+
+
+def test_runs_done_never_go_back_when_both_arms_report_at_once() -> None:
+    """Both arms' threads end runs and emit: a count one thread read before the other's run ended
+    reached the callback after it, so MCP's progress went 7, 6 (seen in a real job's stream)."""
+    import threading
+    import time as time_mod
+
+    from bench.protocol import Progress, _Tracker
+
+    seen: list[int] = []
+
+    def slow(progress: Progress) -> None:
+        time_mod.sleep(0.0001)  # a database write: the other thread runs meanwhile
+        seen.append(progress.done)
+
+    tracker = _Tracker(slow, total=400)
+    threads = [threading.Thread(target=lambda: [tracker.run_finished({"arm": "x"}) for _ in range(200)])
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 400 and seen == sorted(seen) and seen[-1] == 400

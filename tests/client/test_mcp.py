@@ -124,6 +124,13 @@ def test_every_tool_reads_well_for_an_llm(service: tuple[str, str, Path]) -> Non
     assert check.annotations.idempotent_hint and not check.annotations.destructive_hint
     assert not check.annotations.read_only_hint and "check_idea" in (tools["submit_idea"].description or "")
     assert {"track", "code", "baseline_code", "hparams", "mechanism"} <= set(check.input_schema["properties"])
+    # output schemas: what each tool answers, its deciding fields typed and described (27.6)
+    for tool in tools.values():
+        assert tool.output_schema and tool.output_schema.get("properties"), tool.name
+    report = tools["get_report"].output_schema
+    assert {"system_verdict", "practical_verdict", "summary"} <= set(report["properties"])
+    assert "worked" in json.dumps(report["properties"]["system_verdict"])
+    assert "errored" in json.dumps(tools["get_job"].output_schema)
 
     async def keyless() -> dict[str, Any]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("IDEABENCH_")}
