@@ -149,6 +149,10 @@ def test_job_listing_filters_and_cursor_pagination(app: Any, client: Any, keys: 
     # the status's old name (issue 27.7) still lists them, as they are called now
     legacy = client.get("/v1/jobs", params={"status": "failed"}, headers=bearer(keys["agent"])).json()["items"]
     assert [j["job_id"] for j in legacy] == [j["job_id"] for j in errored]
+    # since keeps the jobs created at or after it, and leaves the older ones out
+    cut = (start + dt.timedelta(seconds=6)).isoformat().replace("+00:00", "Z")
+    recent = client.get("/v1/jobs", params={"since": cut, "limit": 100}, headers=bearer(keys["agent"])).json()["items"]
+    assert len(recent) == 13 and all(j["created_at"] >= cut.replace("Z", "") for j in recent)
     nonsense = client.get("/v1/jobs", params={"status": "lost"}, headers=bearer(keys["agent"]))
     assert nonsense.status_code == 422 and nonsense.json()["code"] == "validation_error"
     tabular = client.get("/v1/jobs", params={"track": "tabular", "status": "queued"},

@@ -159,6 +159,33 @@ def test_report_streams_are_backfilled_from_stored_bodies(database_url: str) -> 
     command.upgrade(config, "head")
 
 
+def test_an_errored_job_is_errored_and_back(database_url: str) -> None:
+    """Migration 0014 (issue 27.7): a stored job that ended with an error, ``failed`` before, is
+    ``errored``; other statuses stay; a downgrade gives ``failed`` back."""
+    config = alembic_config(database_url)
+    command.upgrade(config, "0013")
+    engine = make_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
+                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        for n, status in enumerate(("failed", "succeeded", "cancelled")):
+            conn.execute(text(
+                "INSERT INTO jobs (id, status, queue, track, idea_code, submitter_id, request_sha256, "
+                "runs_done, attempts, cancel_requested, created_at) VALUES (:job, :status, 'cpu', 'smoke', "
+                "'x', 'key_a', :n, 0, 1, false, :at)"), {"job": f"job_{n}", "status": status, "n": str(n), "at": CREATED})
+
+    def statuses() -> list[str]:
+        with engine.connect() as conn:
+            return list(conn.execute(text("SELECT status FROM jobs ORDER BY id")).scalars())
+
+    command.upgrade(config, "0014")
+    assert statuses() == ["errored", "succeeded", "cancelled"]
+    command.downgrade(config, "0013")
+    assert statuses() == ["failed", "succeeded", "cancelled"]
+    engine.dispose()
+    command.upgrade(config, "head")
+
+
 def test_a_confirmed_reports_listed_delta_becomes_the_confirmations(database_url: str) -> None:
     """Migration 0015: a report the confirmation decided lists the confirmation's delta; others
     keep the screening's; a downgrade gives the screening's back."""
