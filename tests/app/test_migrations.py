@@ -27,12 +27,21 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield url
 
 
-def _insert(conn, report_id: str, system: str, practical: str, mechanism_ok: bool | None) -> None:  # noqa: ANN001
-    job_id = f"job_{report_id}"
+def _key(conn) -> None:  # noqa: ANN001
+    conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) VALUES ('key_a', 'agent', 'x', :at)"),
+                 {"at": CREATED})
+
+
+def _job(conn, job_id: str, status: str = "succeeded", track: str = "smoke@1") -> None:  # noqa: ANN001
     conn.execute(text(
         "INSERT INTO jobs (id, status, queue, track, idea_code, submitter_id, request_sha256, runs_done, "
-        "attempts, cancel_requested, created_at) VALUES (:id, 'succeeded', 'cpu', 'smoke@1', 'x', 'key_a', "
-        "'0', 0, 1, false, :at)"), {"id": job_id, "at": CREATED})
+        "attempts, cancel_requested, created_at) VALUES (:id, :status, 'cpu', :track, 'x', 'key_a', "
+        ":id, 0, 1, false, :at)"), {"id": job_id, "status": status, "track": track, "at": CREATED})
+
+
+def _insert(conn, report_id: str, system: str, practical: str, mechanism_ok: bool | None) -> None:  # noqa: ANN001
+    job_id = f"job_{report_id}"
+    _job(conn, job_id)
     body = {"system_verdict": system, "practical_verdict": practical, "summary": f"... System verdict: {system}."}
     conn.execute(text(
         "INSERT INTO reports (id, job_id, track, submitter_id, system_verdict, practical_verdict, mechanism_ok, "
@@ -66,8 +75,7 @@ def test_partial_without_a_mechanism_becomes_failed_and_back(database_url: str) 
     command.upgrade(config, "0002")
     engine = make_engine(database_url)
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
-                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        _key(conn)
         _insert(conn, "rep_null_partial", "partial", "inconclusive", None)  # the old rule's null idea
         _insert(conn, "rep_null_harms", "partial", "harms", None)
         _insert(conn, "rep_one_of_two", "partial", "helps", False)  # a real partial: stays
@@ -104,8 +112,7 @@ def test_attempt_columns_are_backfilled_from_stored_rows(database_url: str) -> N
     engine = make_engine(database_url)
     code = "from torch import nn\n\ndef build_model(spec):\n    return nn.Linear(8, 1)\n"
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
-                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        _key(conn)
         conn.execute(text(
             "INSERT INTO jobs (id, status, queue, track, idea_code, baseline_code, submitter_id, request_sha256, "
             "runs_done, attempts, cancel_requested, created_at) VALUES ('job_1', 'succeeded', 'cpu', 'smoke@1', "
@@ -138,8 +145,7 @@ def test_report_streams_are_backfilled_from_stored_bodies(database_url: str) -> 
         "rep_2": {"bench_report": {}},
     }
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
-                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        _key(conn)
         for n, (report_id, body) in enumerate(bodies.items()):
             conn.execute(text(
                 "INSERT INTO jobs (id, status, queue, track, idea_code, submitter_id, request_sha256, "
@@ -166,13 +172,9 @@ def test_an_errored_job_is_errored_and_back(database_url: str) -> None:
     command.upgrade(config, "0013")
     engine = make_engine(database_url)
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
-                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        _key(conn)
         for n, status in enumerate(("failed", "succeeded", "cancelled")):
-            conn.execute(text(
-                "INSERT INTO jobs (id, status, queue, track, idea_code, submitter_id, request_sha256, "
-                "runs_done, attempts, cancel_requested, created_at) VALUES (:job, :status, 'cpu', 'smoke', "
-                "'x', 'key_a', :n, 0, 1, false, :at)"), {"job": f"job_{n}", "status": status, "n": str(n), "at": CREATED})
+            _job(conn, f"job_{n}", status)
 
     def statuses() -> list[str]:
         with engine.connect() as conn:
@@ -198,13 +200,9 @@ def test_a_confirmed_reports_listed_delta_becomes_the_confirmations(database_url
         "rep_2": ({"bench_report": {"decided_by": "screening", "comparison": {"delta_mean": 0.004}}}, 0.004),
     }
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
-                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        _key(conn)
         for n, (report_id, (body, delta)) in enumerate(bodies.items()):
-            conn.execute(text(
-                "INSERT INTO jobs (id, status, queue, track, idea_code, submitter_id, request_sha256, "
-                "runs_done, attempts, cancel_requested, created_at) VALUES (:job, 'succeeded', 'cpu', 'smoke', "
-                "'x', 'key_a', :n, 0, 1, false, :at)"), {"job": f"job_{n}", "n": str(n), "at": CREATED})
+            _job(conn, f"job_{n}", track="smoke")
             conn.execute(text(
                 "INSERT INTO reports (id, job_id, track, submitter_id, system_verdict, practical_verdict, worked, "
                 "delta_mean, created_at, body) VALUES (:id, :job, 'smoke', 'key_a', 'failed', 'inconclusive', "
@@ -231,8 +229,7 @@ def test_stored_custom_track_reports_leave_the_totals_until_their_track_is_vouch
     rows = [("rep_b", "smoke", False, None), ("rep_c", "mine@1", True, None), ("rep_d", "mine@1", True, None),
             ("rep_m", "mine@1", True, "matched:0123456789abcdef")]
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
-                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        _key(conn)
         for n, (report_id, track, custom, baseline) in enumerate(rows):
             conn.execute(text(
                 "INSERT INTO jobs (id, status, queue, track, idea_code, submitter_id, request_sha256, "
@@ -270,8 +267,7 @@ def test_every_track_with_reports_gets_a_stream_token(database_url: str) -> None
     command.upgrade(config, "0016")
     engine = make_engine(database_url)
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
-                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        _key(conn)
         _insert(conn, "rep_1", "worked", "helps", True)
         _insert(conn, "rep_2", "failed", "inconclusive", None)
     command.upgrade(config, "0017")
@@ -295,8 +291,7 @@ def test_the_verdict_rollup_is_rebuilt_by_stream_and_back(database_url: str) -> 
             ("rep_4", "cpu", None, None, True), ("rep_5", "cpu", 2, "matched:0123456789abcdef", True),
             ("rep_6", "cpu", 2, None, False)]
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO api_keys (id, role, token_sha256, created_at) "
-                          "VALUES ('key_a', 'agent', 'x', :at)"), {"at": CREATED})
+        _key(conn)
         for n, (report_id, device, epoch, baseline, counted) in enumerate(rows):
             conn.execute(text(
                 "INSERT INTO jobs (id, status, queue, track, idea_code, submitter_id, request_sha256, "
