@@ -12,6 +12,7 @@ Pure pydantic: no torch (the API reads cards too).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Literal
@@ -90,3 +91,17 @@ class TrackSettings(_Frozen):
     @property
     def lower_is_better(self) -> bool:
         return self.metric.lower_is_better
+
+
+def card_timing(card: Mapping[str, Any]) -> tuple[float, float] | None:
+    """A track card's measured ``timing`` as (seconds before training, seconds per run), when it
+    has a usable one (``benchmarks/track_timing.py``; a custom track's from its validation)."""
+    timing = card.get("timing")
+    if not isinstance(timing, dict):
+        return None
+    values = [timing.get("fixed_s"), timing.get("run_s")]
+    numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if len(numbers) != 2 or not all(math.isfinite(v) and v >= 0 for v in numbers):
+        return None
+    return numbers[0], numbers[1]
+

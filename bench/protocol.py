@@ -36,7 +36,7 @@ from bench.captured import (
     MAX_TENSOR_ELEMENTS,
     ArmCapture,
 )
-from bench.card import TrackSettings
+from bench.card import TrackSettings, card_timing
 from bench.contract import check_hparams, check_measurable, check_source
 from bench.decide import (
     ParityLimits,
@@ -181,11 +181,15 @@ class _Tracker:
     The estimate is the runs left times the seconds per run so far, timed from the start of
     training (``start_training``): the children's start and the capture come once per job, and
     counting them per run told a sequence job at 13 of 32 runs that 63 s were left when 110 s
-    were (issue 27.2)."""
+    were (issue 27.2). Before a run has ended, ``prior`` (the track card's measured ``timing``:
+    seconds before training, seconds per run) gives it: what is left of the part before
+    training, plus the runs left at the card's rate; without one it is None until then."""
 
     def __init__(self, callback: ProgressCallback | None, total: int, clock: Callable[[], float] = time.monotonic,
-                 offset: int = 0) -> None:
+                 offset: int = 0, prior: tuple[float, float] | None = None) -> None:
         self.callback = callback
+        self.prior = prior
+        self.started = clock()
         self.total = total
         self.done = 0
         # runs made before this job's (a matched baseline's check): counted in what is shown,
@@ -224,12 +228,15 @@ class _Tracker:
             self.training_started = self.clock()
 
     def eta(self, runs: int | None = None) -> float | None:
-        """Seconds left for the runs counted so far (``runs``: that many in all; None before
-        the first run has finished)."""
-        if not self.done or self.training_started is None:
+        """Seconds left for the runs counted so far (``runs``: that many in all); before the
+        first run has ended, from ``prior`` once the run plan is known, else None."""
+        left = max(0, (self.total if runs is None else runs) - self.done)
+        if self.done and self.training_started is not None:
+            return (self.clock() - self.training_started) / self.done * left
+        if self.prior is None or not self.total:
             return None
-        left = (self.total if runs is None else runs) - self.done
-        return (self.clock() - self.training_started) / self.done * max(0, left)
+        fixed_s, run_s = self.prior
+        return max(0.0, fixed_s - (self.clock() - self.started)) + left * run_s
 
     def emit(self, message: str = "", run: dict[str, Any] | None = None) -> None:
         if self.callback is None:
@@ -247,6 +254,7 @@ class _Tracker:
         with self.lock:
             self.done += 1
         self.emit(run=run)
+
 
 
 def _grid(hparams: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -280,7 +288,7 @@ class _Job:
         self.seed_data: dict[int, data_mod.SeedData] = {}
         self._prefetcher: ThreadPoolExecutor | None = None
         self._prefetched: dict[int, Future[data_mod.SeedData]] = {}
-        self.tracker = _Tracker(on_progress, 0, offset=progress_offset)
+        self.tracker = _Tracker(on_progress, 0, offset=progress_offset, prior=card_timing(self.card))
         self.capture_info: dict[str, ArmCapture] = {}
         self.kept: dict[str, list[np.ndarray]] = {}  # run id -> trained tensors of a final model
         self.buffers: dict[str, int] = {}  # buffer and constant elements per arm (trusted count)

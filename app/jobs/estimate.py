@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from app.jobs import repository
 from app.jobs.models import Job
-from bench.card import TrackSettings
+from bench.card import TrackSettings, card_timing
 
 
 def grid_size(hparams: Any) -> int:
@@ -58,14 +58,11 @@ class Timing:
         return self.fixed_s + runs * self.run_s
 
 
-def card_timing(timing: Any, default_run_s: float) -> Timing:
-    """A card's measured ``timing`` ({fixed_s, run_s}), else the deployment's default per run."""
-    if isinstance(timing, dict):
-        fixed, run = timing.get("fixed_s"), timing.get("run_s")
-        if (isinstance(fixed, int | float) and isinstance(run, int | float) and not isinstance(fixed, bool)
-                and not isinstance(run, bool) and math.isfinite(fixed + run) and min(fixed, run) >= 0):
-            return Timing(float(fixed), float(run), "card")
-    return Timing(0.0, default_run_s, "default")
+def timing_of(card: dict[str, Any], default_run_s: float) -> Timing:
+    """A card's measured ``timing`` ({fixed_s, run_s}: ``bench.card.card_timing``), else the
+    deployment's default per run."""
+    measured = card_timing(card)
+    return Timing(*measured, "card") if measured is not None else Timing(0.0, default_run_s, "default")
 
 
 def history_timing(durations: list[tuple[float, int | None]], fixed_s: float) -> float | None:
@@ -93,7 +90,7 @@ class Estimator:
             hit = self._runtime.get(track)
         if hit is not None and now - hit[0] < self.runtime_ttl_s:
             return hit[1]
-        measured = card_timing(card.get("timing"), self.default_run_s)
+        measured = timing_of(card, self.default_run_s)
         run_s = history_timing(repository.recent_durations(session, track), measured.fixed_s)
         value = measured if run_s is None else Timing(measured.fixed_s, run_s, "history")
         with self._lock:

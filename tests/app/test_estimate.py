@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app.db import utcnow
-from app.jobs.estimate import MIN_HISTORY, Timing, card_timing, history_timing
+from app.jobs.estimate import MIN_HISTORY, Timing, history_timing, timing_of
 from app.jobs.models import JobStatus
 from tests.app.factories import insert_job, key_id
 from tests.conftest import bearer
@@ -24,11 +24,11 @@ IDEA = (TRACKS / "smoke" / "example_idea.py").read_text()
                                     {"fixed_s": -1.0, "run_s": 1.0}, {"fixed_s": 1.0, "run_s": float("nan")},
                                     {"fixed_s": True, "run_s": 1.0}, [1, 2]])
 def test_a_card_without_a_usable_timing_falls_back_to_the_default(timing: Any) -> None:
-    assert card_timing(timing, 0.7) == Timing(0.0, 0.7, "default")
+    assert timing_of({"timing": timing}, 0.7) == Timing(0.0, 0.7, "default")
 
 
 def test_a_cards_timing_and_the_history_median() -> None:
-    measured = card_timing({"fixed_s": 10, "run_s": 0.5, "measured": "..."}, 0.7)
+    measured = timing_of({"timing": {"fixed_s": 10, "run_s": 0.5, "measured": "..."}}, 0.7)
     assert measured == Timing(10.0, 0.5, "card") and measured.seconds(40) == 30.0
     jobs = [(30.0, 40), (50.0, 40), (1000.0, 40)]  # one job held up by a busy machine
     assert history_timing(jobs[:MIN_HISTORY - 1], 10.0) is None  # too few to trust
@@ -45,7 +45,7 @@ def test_every_builtin_card_carries_its_measured_timing() -> None:
         if card["name"] == "cifar10":
             assert "timing" not in card
             continue
-        timing = card_timing(card.get("timing"), 0.0)
+        timing = timing_of(card, 0.0)
         assert timing.basis == "card" and timing.run_s > 0, card_path.parent.name
         assert "track_timing.py" in card["timing"]["measured"]
 

@@ -66,6 +66,30 @@ def test_time_left_counts_seconds_per_run_from_the_start_of_training() -> None:
     assert seen[-1].eta_s == pytest.approx(38 * 2.0)
 
 
+def test_before_the_first_run_ends_the_time_left_comes_from_the_cards_timing() -> None:
+    """Issue 27.2: a job capturing (or stuck there) showed eta_s null until its first run ended.
+    With the card's measured timing the estimate is what is left of the part before training
+    plus the runs at the card's rate; the job's own rate replaces it from the first run on."""
+    from bench.protocol import Progress, _Tracker
+
+    now = [0.0]
+    seen: list[Progress] = []
+    tracker = _Tracker(seen.append, total=0, clock=lambda: now[0], prior=(20.0, 0.5))
+    tracker.emit("starting the children")
+    assert seen[-1].eta_s is None  # the run plan is not known yet
+    tracker.add_total(40)
+    now[0] += 5.0
+    tracker.emit("capturing")
+    assert seen[-1].eta_s == pytest.approx(15.0 + 40 * 0.5)
+    now[0] += 30.0  # a capture slower than the card's: never a negative part
+    tracker.emit("capturing")
+    assert seen[-1].eta_s == pytest.approx(40 * 0.5)
+    tracker.start_training()
+    now[0] += 2.0
+    tracker.run_finished({"arm": "idea"})
+    assert seen[-1].eta_s == pytest.approx(39 * 2.0)  # measured from here on
+
+
 def test_the_most_runs_left_counts_what_the_protocol_has_not_decided() -> None:
     """Issue 27.2: a job's progress says the most runs it may make (the edges, the matched
     baseline and a confirmation of up to two looks while undecided) and the time left then;
