@@ -335,6 +335,10 @@ def _start(
             start_new_session=True,
             preexec_fn=preexec,  # noqa: PLW1509 - rlimits and cgroup must be set before exec
         )
+    except OSError:  # nothing started (bwrap missing or not a program): the parent's ends go too
+        os.close(read_fd)
+        os.close(status_r)
+        raise
     finally:
         boot_log.close()
         os.close(write_fd)
