@@ -115,9 +115,26 @@ class _ElementWork(TorchDispatchMode):  # type: ignore[no-untyped-call]  # (torc
         return out
 
 
+def _never_compiled(mode: type) -> None:
+    """Let ``mode``'s ``__torch_dispatch__`` run without importing ``torch._dynamo``.
+
+    ``TorchDispatchMode`` wraps each subclass's ``__torch_dispatch__`` in ``torch._disable_dynamo``,
+    whose first call imports all of ``torch._dynamo`` (about 1 CPU-second, as much as ``import
+    torch``) only to keep a ``torch.compile`` out of the mode's frames. A trainer child compiles
+    nothing, so the wrapper is handed the function itself as its disabled form (the cache it
+    fills on that first call): the same function runs, without the import. A torch that wraps
+    otherwise is left alone (the import comes back, nothing else changes)."""
+    raw = getattr(mode.__dict__.get("__torch_dispatch__"), "__wrapped__", None)
+    if callable(raw) and getattr(raw, "__dynamo_disable", None) is None:
+        setattr(raw, "__dynamo_disable", raw)  # noqa: B010 - a literal name, never mangled
+
+
 def _forward_cost(model: nn.Module, rows: torch.Tensor) -> float:
+    from torch.utils import flop_counter
     from torch.utils.flop_counter import FlopCounterMode
 
+    _never_compiled(flop_counter._FlopCounterMode)
+    _never_compiled(_ElementWork)
     with torch.no_grad(), FlopCounterMode(display=False) as counter, _ElementWork() as work:
         model(rows)
     return float(counter.get_total_flops() + work.elements)

@@ -90,6 +90,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("job_id")
     p.set_defaults(client_verb="cancel")
     p = sub.add_parser("mcp", parents=[common], help="serve ideabench's MCP tools over stdio (pip install ideabench[mcp])")
+    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], default="WARNING",
+                   help="what the server logs on stderr (default WARNING; stdout carries the protocol)")
     p.set_defaults(client_verb="mcp")
 
 
@@ -283,7 +285,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.client_verb == "mcp":
         from ideabench_client.mcp_server import stdio_main
 
-        return stdio_main(args.url, args.key)
+        return stdio_main(args.url, args.key, args.log_level)
     try:
         with Client(args.url, args.key) as client:
             return _run(args, client)

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.client.conftest import STREAM_MAX_S
 from tests.client.test_client import WIDE
 from tests.workers.test_end_to_end import EXAMPLE
 
@@ -66,9 +68,12 @@ def test_an_agents_session_over_stdio(service: tuple[str, str, Path]) -> None:
             job = _json(await client.call_tool("submit_idea", {"track": "smoke", "code": card["example_idea"],
                                                                 "name": "mcp-stdio"}))
             assert job["status"] == "queued" and "wait_for_job" in job["next"]
+            began = time.monotonic()
             done = _json(await client.call_tool(
                 "wait_for_job", {"job_id": job["job_id"]},
                 progress_callback=on_progress))
+            # one wait across the stream's rotation (STREAM_MAX_S) and its keep-alives
+            assert time.monotonic() - began > STREAM_MAX_S, "the job was too short to test a rotated stream"
             assert done["status"] == "succeeded" and "get_report" in done["next"]
             listed = _json(await client.call_tool("list_jobs", {"status": "succeeded", "limit": 5}))["jobs"]
             assert job["job_id"] in {j["job_id"] for j in listed}
@@ -81,6 +86,16 @@ def test_an_agents_session_over_stdio(service: tuple[str, str, Path]) -> None:
             assert len(json.dumps(compact)) < len(json.dumps(
                 _json(await client.call_tool("get_report", {"job_id": job["job_id"], "full": True})))) / 2
             report = _json(await client.call_tool("get_report", {"job_id": job["job_id"], "full": True}))
+            late = _error(await client.call_tool("cancel_job", {"job_id": job["job_id"]}))
+            assert late["code"] == "job_finished" and late["hint"], late
+            other = _json(await client.call_tool("submit_idea", {"track": "smoke", "code": card["example_idea"],
+                                                                  "name": "mcp-cancelled"}))
+            cancelled = _json(await client.call_tool("cancel_job", {"job_id": other["job_id"]}))
+            assert cancelled["job_id"] == other["job_id"], cancelled
+            # queued: cancelled at once; running: the worker is asked to stop it
+            assert cancelled["status"] == "cancelled" or cancelled["cancel_requested"], cancelled
+            ended = _json(await client.call_tool("wait_for_job", {"job_id": other["job_id"]}))
+            assert ended["status"] in ("cancelled", "succeeded"), ended  # a smoke job may end first
             bad = _error(await client.call_tool("submit_idea", {"track": "smoke", "code": "def build_model(:\n"}))
             assert bad["code"] == "invalid_code" and bad["hint"]
             # hints name this face's tools, never a REST route (issue 27.4)
@@ -135,7 +150,8 @@ def test_every_tool_reads_well_for_an_llm(service: tuple[str, str, Path]) -> Non
     async def keyless() -> dict[str, Any]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("IDEABENCH_")}
         env.update(IDEABENCH_URL=url, PYTHONPATH=str(ROOT), IDEABENCH_CONFIG=str(Path(os.devnull)))
-        params = StdioServerParameters(command=sys.executable, args=["-m", "cli.main", "mcp"], env=env, cwd=ROOT)
+        params = StdioServerParameters(command=sys.executable, args=["-m", "cli.main", "mcp", "--log-level", "ERROR"],
+                                       env=env, cwd=ROOT)
         async with Client(params) as client:
             return _error(await client.call_tool("list_jobs", {}))
 
