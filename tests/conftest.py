@@ -28,6 +28,9 @@ CI = os.environ.get("CI") == "true"
 # file into the checkout: the engine is handed it (bench.options.configure, as a host does);
 # worker processes started by tests read it from their environment (Settings.seed_secret).
 os.environ.setdefault("IDEABENCH_SEED_SECRET", "00" * 16 + "7e57" * 8)
+# A worker judging in a test's own process (WorkerContext) starts no children for a next job no
+# test gives it (issue 26.9); worker processes say their own (start_worker's ``warm``).
+os.environ.setdefault("IDEABENCH_WARM_CHILDREN", "false")
 HOST_OPTIONS = HostOptions(seed_secret=os.environ["IDEABENCH_SEED_SECRET"])
 engine_options.configure(HOST_OPTIONS)
 

@@ -4,8 +4,10 @@ Judging trains both arms on the sweep grid and then on the final seeds, so the n
 is known up front (``bench.plan``). A job's seconds are a fixed part (children started, both
 arms captured and checked) plus seconds per training run, per track (issue 27.2):
 
-- ``history``: the median over the track's recent succeeded jobs on this deployment of their
-  seconds beyond the fixed part, per run (at least ``MIN_HISTORY`` jobs);
+- ``history``: from the track's recent succeeded jobs on this deployment (at least
+  ``MIN_HISTORY``): where their run counts differ enough, both parts, fitted to their seconds
+  (``history_timing``: a Theil-Sen line, which one job held up by a busy machine does not
+  move); else the median of their seconds beyond the card's fixed part, per run;
 - ``card``: else the track card's ``timing``, measured by ``benchmarks/track_timing.py`` on the
   reference machine (a custom track's from its validation: its baseline's smoke run);
 - ``default``: else the deployment's ``estimate_run_s`` per run (a track with neither).
@@ -43,6 +45,7 @@ def seeds_of(card: dict[str, Any], n_seeds: int | None) -> int:
 
 
 MIN_HISTORY = 3  # succeeded jobs of a track before its own history replaces the card's figure
+MIN_SPREAD = 1.5  # the largest run count over the smallest in the history before its fixed part is fitted
 Basis = Literal["history", "card", "default"]
 
 
@@ -65,11 +68,28 @@ def timing_of(card: dict[str, Any], default_run_s: float) -> Timing:
     return Timing(*measured, "card") if measured is not None else Timing(0.0, default_run_s, "default")
 
 
-def history_timing(durations: list[tuple[float, int | None]], fixed_s: float) -> float | None:
-    """Median seconds per run beyond ``fixed_s`` over ``(seconds, runs)`` of recent jobs; None
-    with fewer than ``MIN_HISTORY`` usable jobs."""
-    rates = [max(0.0, seconds - fixed_s) / runs for seconds, runs in durations if runs]
-    return statistics.median(rates) if len(rates) >= MIN_HISTORY else None
+def history_timing(durations: list[tuple[float, int | None]], fixed_s: float) -> tuple[float, float] | None:
+    """``(fixed_s, run_s)`` from ``(seconds, runs)`` of recent jobs; None with fewer than
+    ``MIN_HISTORY`` usable jobs.
+
+    Where the jobs' run counts span at least a factor ``MIN_SPREAD``, both parts are fitted: the
+    slope is the median of the slopes between every two jobs of different run counts and the
+    intercept the median of what each job leaves (Theil-Sen, written out here: a few lines
+    over at most 20 jobs, and the API does not import scipy for them). A fit that says a job
+    costs nothing before its runs, or less than nothing per run, is not believed. Otherwise
+    the card's ``fixed_s`` stands and the per-run part is the median of each job's seconds
+    beyond it, per run."""
+    usable = [(seconds, runs) for seconds, runs in durations if runs]
+    if len(usable) < MIN_HISTORY:
+        return None
+    counts = [runs for _, runs in usable]
+    if max(counts) >= MIN_SPREAD * min(counts):
+        slope = statistics.median([(s2 - s1) / (r2 - r1) for i, (s1, r1) in enumerate(usable)
+                                   for s2, r2 in usable[i + 1:] if r2 != r1])
+        intercept = statistics.median([seconds - slope * runs for seconds, runs in usable])
+        if slope >= 0 and intercept > 0:
+            return intercept, slope
+    return fixed_s, statistics.median([max(0.0, seconds - fixed_s) / runs for seconds, runs in usable])
 
 
 class Estimator:
@@ -84,15 +104,15 @@ class Estimator:
         self._lock = threading.Lock()
 
     def timing(self, session: Session, track: str, card: dict[str, Any]) -> Timing:
-        """The track's ``Timing``: its recent jobs' median (``history_timing``), else its card's."""
+        """The track's ``Timing``: fitted to its recent jobs (``history_timing``), else its card's."""
         now = time.monotonic()
         with self._lock:
             hit = self._runtime.get(track)
         if hit is not None and now - hit[0] < self.runtime_ttl_s:
             return hit[1]
         measured = timing_of(card, self.default_run_s)
-        run_s = history_timing(repository.recent_durations(session, track), measured.fixed_s)
-        value = measured if run_s is None else Timing(measured.fixed_s, run_s, "history")
+        fitted = history_timing(repository.recent_durations(session, track), measured.fixed_s)
+        value = measured if fitted is None else Timing(*fitted, "history")
         with self._lock:
             self._runtime[track] = (now, value)
         return value

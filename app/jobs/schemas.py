@@ -191,7 +191,7 @@ class Estimate(BaseModel):
     seconds_per_run: float | None = Field(default=None, description="Seconds per training run on this track.")
     wait_s: float = Field(description="Estimated seconds waiting in the queue (jobs ahead x run_s).")
     basis: Literal["history", "card", "default"] = Field(description=(
-        "history: the median of this track's recent jobs on this deployment; card: the track card's timing, "
+        "history: fitted to this track's recent jobs on this deployment; card: the track card's timing, "
         "measured on the reference machine (a custom track's at its validation); default: neither exists."))
     confirmation_runs: int = Field(
         default=0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,22 @@ def test_a_cards_timing_and_the_history_median() -> None:
     assert measured == Timing(10.0, 0.5, "card") and measured.seconds(40) == 30.0
     jobs = [(30.0, 40), (50.0, 40), (1000.0, 40)]  # one job held up by a busy machine
     assert history_timing(jobs[:MIN_HISTORY - 1], 10.0) is None  # too few to trust
-    assert history_timing(jobs, 10.0) == 1.0  # the median of 0.5, 1.0, 24.75: not the mean
-    assert history_timing([(5.0, 40), (5.0, 40), (5.0, 40)], 10.0) == 0.0
+    assert history_timing(jobs, 10.0) == (10.0, 1.0)  # the median of 0.5, 1.0, 24.75: not the mean
+    assert history_timing([(5.0, 40), (5.0, 40), (5.0, 40)], 10.0) == (10.0, 0.0)
     assert history_timing([(5.0, None), (5.0, 0), (9.0, 3)], 0.0) is None  # no runs: unusable
+
+
+def test_the_history_learns_the_fixed_part_where_run_counts_differ() -> None:
+    """Issue 27.2: a deployment whose children start slower than the reference machine's (the
+    card's ``fixed_s``) was estimated with the card's start; jobs of different sizes tell both
+    parts apart, and one job held up by a busy machine moves neither."""
+    jobs = [(20.0 + 0.5 * runs, runs) for runs in (16, 32, 48, 64, 112)] + [(900.0, 40)]
+    assert history_timing(jobs, 5.0) == (20.0, 0.5)
+    assert Timing(*history_timing(jobs, 5.0), "history").seconds(100) == 70.0
+    same = [(20.0 + 0.5 * 40, 40)] * 4  # one size only: the card's fixed part stands
+    assert history_timing(same, 5.0) == (5.0, 35.0 / 40)
+    # a fit that says a job costs nothing before its runs is not believed
+    assert history_timing([(1.0, 10), (30.0, 20), (60.0, 30)], 5.0) == (5.0, statistics.median([0.0, 1.25, 55 / 30]))
 
 
 def test_every_builtin_card_carries_its_measured_timing() -> None:

@@ -44,7 +44,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SEED = int(os.environ.get("IDEABENCH_FAULT_SEED", "7"))
 # Short leases and a fast reconciler, so that a killed worker's job comes back in seconds.
 FAULT_ENV = {"IDEABENCH_LEASE_S": "3", "IDEABENCH_HEARTBEAT_S": "0.5", "IDEABENCH_RECONCILE_EVERY_S": "1",
-             "IDEABENCH_REQUEUE_AFTER_S": "4", "IDEABENCH_MAX_ATTEMPTS": "60"}
+             "IDEABENCH_REQUEUE_AFTER_S": "4", "IDEABENCH_MAX_ATTEMPTS": "60",
+             "IDEABENCH_WARM_CHILDREN": "false"}  # no children started for a next job the kill ends (26.9)
 
 
 class Stack:

@@ -49,15 +49,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_worker(settings: Any, cwd: Path, **extra_env: str) -> subprocess.Popen[bytes]:
+def start_worker(settings: Any, cwd: Path, *, warm: bool = False, **extra_env: str) -> subprocess.Popen[bytes]:
     """A real ``ideabench worker`` process on the settings' database and broker (and
-    ``extra_env``)."""
+    ``extra_env``). ``warm``: it starts the next job's children after each job, as in production
+    (``IDEABENCH_WARM_CHILDREN``, on by default there); the end-to-end stack's workers do, the
+    other faces' workers do not: a test's last job left four children importing torch that no
+    job took (about 7 CPU-seconds each time, issue 26.9)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("IDEABENCH_")}
     env.update(
         DATABASE_URL=settings.database_url,
         BROKER_URL=settings.broker_url,
         IDEABENCH_DATA_DIR=str(settings.data_dir),
         IDEABENCH_HEARTBEAT_S="0.5",
+        IDEABENCH_WARM_CHILDREN="true" if warm else "false",
         PYTHONPATH=str(ROOT),
         **extra_env,
     )
@@ -108,7 +112,7 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any,
     token = make_key(app, "agent")
     port = free_port()
     app.state.worker_metrics_url = f"http://127.0.0.1:{port}/metrics"
-    worker = start_worker(settings, tmp_path, IDEABENCH_WORKER_METRICS_PORT=str(port))
+    worker = start_worker(settings, tmp_path, warm=True, IDEABENCH_WORKER_METRICS_PORT=str(port))
     log = tmp_path / "worker.log"
     try:
         with TestClient(app) as client:
