@@ -88,7 +88,11 @@ class Executor(Protocol):
         """Make (and cache) a custom track's data for ``split_seeds`` by its own code."""
 
     def start(self) -> None:
-        """Make every arm ready to load its file and its trainer."""
+        """Make every arm ready to load its file."""
+
+    def start_trainers(self) -> None:
+        """Start each arm's trainer (once both files loaded: a file that fails to load, the
+        usual end of a broken or hostile idea, costs no trainer)."""
 
     def load(self, arm: str, command: wire.CaptureLoad) -> wire.LoadedReply:
         """Load ``arm``'s file (its HPARAMS, mechanism and whether it has ``measure``)."""
@@ -186,31 +190,45 @@ class SandboxExecutor:
                                deadline=self.deadline, cancel=self.cancel_event, timeout_s=self.timeout_s)
 
     def start(self) -> None:
-        """Start both arms' children (or adopt a warm slot's), then wait until all imported torch.
+        """Start both arms' capture children (or adopt a warm slot's, trainers included), then
+        wait until they imported torch. A trainer not adopted starts in ``start_trainers``.
 
         Launches run one at a time (``sandbox.launch`` serialises them); the torch imports overlap.
         """
         slot = self.slot
         if slot is not None and not self.canonical_baseline:
             slot.drop("capture_baseline")  # it sees the track packages: not for submitted code
-
-        def adopt(name: str) -> Any:
-            launched = slot.launched.get(name) if slot else None
-            if launched is not None:
-                self.adopted.add(name)
-            return launched
-
         for arm in ARMS:
-            launched = adopt(f"capture_{arm}")
+            launched = self._adopt(f"capture_{arm}")
             self.captures[arm] = self.capture_session(arm, self.workdir / f"capture_{arm}", launched)
         for arm in ARMS:
-            launched = adopt(arm)
-            self.sessions[arm] = ArmSession(
-                arm, self.workdir / arm, self.limits, self.deadline, self.cancel_event, self.timeout_s,
-                launched=launched, pending=1 if launched else 0, wait_ready=False,
-            )
-        for session in [*self.captures.values(), *self.sessions.values()]:
+            launched = self._adopt(arm)
+            if launched is not None:
+                self.sessions[arm] = self._trainer(arm, launched)
+        for session in self.captures.values():
             session.wait_ready()
+
+    def start_trainers(self) -> None:
+        """Each arm's trainer, unless adopted: started now, its torch import overlapping the
+        capture; its first request waits for it. Started after both files loaded, so a file
+        that fails to load (a broken or hostile idea's usual end) costs no trainer."""
+        for arm in ARMS:
+            if arm not in self.sessions:
+                session = self._trainer(arm, None)
+                with self._children:  # killed with the others if an arm fails
+                    self.sessions[arm] = session
+
+    def _adopt(self, name: str) -> Any:
+        launched = self.slot.launched.get(name) if self.slot else None
+        if launched is not None:
+            self.adopted.add(name)
+        return launched
+
+    def _trainer(self, arm: str, launched: Any) -> ArmSession:
+        return ArmSession(
+            arm, self.workdir / arm, self.limits, self.deadline, self.cancel_event, self.timeout_s,
+            launched=launched, pending=1 if launched else 0, wait_ready=False,
+        )
 
     def capture_session(self, arm: str, workdir: Path, launched: Any = None) -> ArmSession:
         """A capture child for ``arm`` (started, or ``launched`` adopted). Only the capture child

@@ -1318,6 +1318,7 @@ def _judge(
             job.prefetch(all_seeds)
             job.executor.start()
             loaded: dict[str, wire.LoadedReply] = job.both(lambda arm: job.executor.load(arm, job.load_command(arm)))
+            job.executor.start_trainers()
             max_configs = job.settings.max_configs
             idea_hp = request.hparams if request.hparams is not None else loaded["idea"].hparams
             job.grids = {

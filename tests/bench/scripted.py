@@ -112,6 +112,9 @@ class ScriptedExecutor:
     def start(self) -> None:
         self._note("start")
 
+    def start_trainers(self) -> None:
+        self._note("start_trainers")
+
     def load(self, arm: str, command: wire.CaptureLoad) -> wire.LoadedReply:
         self._note(f"load:{arm}")
         self.files[arm] = command.code or f"the track {command.track}'s baseline"

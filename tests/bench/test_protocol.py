@@ -113,9 +113,22 @@ def test_bad_ideas_get_their_error_code(code: str) -> None:
         assert "'unused'" in error.message and "no effect" in error.message, error.message
 
 
-def test_missing_module_is_invalid_code_naming_it() -> None:
+def test_missing_module_is_invalid_code_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """...and a file that fails to load costs no trainer: the trainers start once both files
+    loaded (issue 26.9: most broken and hostile ideas end here)."""
+    from bench import sandbox
+
+    started: list[str] = []
+    launch = sandbox.launch
+
+    def counted(workdir: Path, *args: object, **kwargs: object) -> object:
+        started.append(workdir.name)
+        return launch(workdir, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sandbox, "launch", counted)
     error = _fails_with("invalid_code", "import not_a_real_module_xyz\ndef build_model(spec):\n    pass\n")
     assert "not_a_real_module_xyz" in error.message
+    assert sorted(started) == ["capture_baseline", "capture_idea"], started
 
 
 def test_training_error_names_the_line() -> None:
