@@ -136,7 +136,7 @@ class Executor(Protocol):
         """A declared service probe on ``arm``'s final models, in its trusted trainer."""
 
     def isolation(self) -> list[str]:
-        """The sandbox layers every arm ran under."""
+        """The sandbox layers every child of the job ran under."""
 
     def cancel(self) -> None:
         """Stop every arm's work now (the other arm failed)."""
@@ -367,7 +367,10 @@ class SandboxExecutor:
         return list(self.sessions[arm].request(command).values)
 
     def isolation(self) -> list[str]:
-        return [layer for layer in self.sessions["idea"].layers if layer in self.sessions["baseline"].layers]
+        """The layers every child of the job ran under: the capture children, where submitted
+        code runs, as well as the trainers (a review found only the trainers' counted)."""
+        children = [session for _, session in self.children()]
+        return [layer for layer in children[0].layers if all(layer in c.layers for c in children[1:])]
 
     def children(self, captures_only: bool = False) -> list[tuple[str, ArmSession]]:
         """Every child started so far (a copy: safe while another thread starts one)."""

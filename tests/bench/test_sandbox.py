@@ -267,6 +267,24 @@ def test_isolation_layers_name_what_ran(tmp_path: Path) -> None:
     _assert_nothing_left(str(tmp_path))
 
 
+def test_a_reports_isolation_is_what_every_child_of_the_job_ran_under() -> None:
+    """The capture children, where submitted code runs, count as much as the trainers (a review
+    found only the two trainers' layers intersected)."""
+    import threading
+    from types import SimpleNamespace
+
+    from bench.execution import SandboxExecutor
+
+    full = ["namespaces", "no_network", "empty_env", "no_new_privs", "seccomp"]
+    executor = SandboxExecutor.__new__(SandboxExecutor)
+    executor._children = threading.Lock()
+    executor.sessions = {"idea": SimpleNamespace(layers=full), "baseline": SimpleNamespace(layers=full)}
+    executor.captures = {"idea": SimpleNamespace(layers=full), "baseline": SimpleNamespace(layers=full)}
+    assert executor.isolation() == full
+    executor.captures["rebuild_idea"] = SimpleNamespace(layers=[x for x in full if x != "seccomp"])
+    assert executor.isolation() == full[:-1]
+
+
 def test_full_isolation_required_refuses_without_bwrap(tmp_path: Path) -> None:
     # full isolation required overrides allow_weak
     sandbox.configure(sandbox.SandboxPolicy(bwrap="0", require_full_isolation=True, allow_weak=True))
