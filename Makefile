@@ -36,10 +36,10 @@ test: install
 	bash scripts/system_deps.sh
 	$(MAKE) lint
 	$(MAKE) check-migrations
-	$(BIN)/pytest -q -ra -n 2 --dist loadscope
+	$(BIN)/pytest -q -ra -n 2 --dist loadscope --no-loadscope-reorder
 
 test-fast: install
-	$(BIN)/pytest -q -m "not slow" -n 2 --dist loadscope
+	$(BIN)/pytest -q -m "not slow" -n 2 --dist loadscope --no-loadscope-reorder
 
 bench: install
 	$(BIN)/python benchmarks/protocol_speed.py
