@@ -308,20 +308,3 @@ def redis_url(redis_server: str) -> Iterator[str]:
     client.flushdb()
     client.close()
 
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Modules with slow tests first, then the others by their number of tests, most first.
-
-    ``make test`` runs ``-n 2 --dist loadscope --no-loadscope-reorder``: xdist hands the two
-    workers whole modules in this order. Its own reorder (by number of tests alone) left modules
-    of a few long tests (the fault tests, the client faces, the API's hostile files) to the end,
-    where one worker ran them while the other sat idle (issue 26.9: about 10 % of the machine
-    idle over a run). Within a module the order is unchanged."""
-    modules: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
-
-    def weight(module: list[pytest.Item]) -> tuple[bool, int]:
-        return not any(item.get_closest_marker("slow") for item in module), -len(module)
-
-    items[:] = [item for module in sorted(modules.values(), key=weight) for item in module]
