@@ -32,16 +32,14 @@ lint: install
 check-migrations: install
 	bash scripts/check_migrations.sh
 
-# Three xdist workers on two cores: a third of the suite's tests wait on worker processes, servers and
-# sandboxed children, and with two workers 10-13 % of the machine sat idle over a run (issue 26.9).
 test: install
 	bash scripts/system_deps.sh
 	$(MAKE) lint
 	$(MAKE) check-migrations
-	$(BIN)/pytest -q -ra -n 3 --dist loadscope
+	$(BIN)/pytest -q -ra -n 2 --dist loadscope
 
 test-fast: install
-	$(BIN)/pytest -q -m "not slow" -n 3 --dist loadscope
+	$(BIN)/pytest -q -m "not slow" -n 2 --dist loadscope
 
 bench: install
 	$(BIN)/python benchmarks/protocol_speed.py
