@@ -2,7 +2,9 @@
 
 It holds no data at all: no split, no label, no input of the track (the sandbox binds
 no data directory into it, and the built-in ``tracks`` packages and bundled data sets
-are hidden from every child but the one that builds a built-in track's own baseline).
+are hidden from every child but those that build a built-in track's own baseline). One
+exception runs no submitted code: a built-in track's own baseline is captured in the child
+that then trains it, which sees the job's data as a trainer does (``bench.execution``).
 It executes the arm's file, builds its model for every configuration and init seed of
 the job, and exports each as a graph (``bench.graph``) on random inputs of the spec's
 shape. Everything that decides a verdict (training, counting, predictions, scores)
@@ -301,12 +303,18 @@ class Capturer:
 
     def measure(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """The idea's ``measure(model, x)`` on trained models: each is built again here (same
-        config and init seed) and given the weights the trusted trainer trained."""
+        config and init seed) and given the weights the trusted trainer trained. ``builds``:
+        the configs, init seeds and tensor names of a capture made in another child."""
         import numpy as np
 
         from bench.child import classify
 
         torch = self.torch
+        if cmd.get("builds") is not None:  # this child captured nothing: what the capture gave
+            builds = cmd["builds"]
+            self.configs = list(builds["configs"])
+            self.init_seeds = [int(s) for s in builds["init_seeds"]]
+            self.targets = dict(enumerate(builds["targets"]))
         measure = getattr(self.module, "measure", None)
         if cmd.get("measure_code") is not None:  # the idea's measurement, on this arm's models
             namespace: dict[str, Any] = {}

@@ -442,8 +442,9 @@ def main() -> None:
         return
     send({"ready": True, "torch": torch.__version__})
     # One child serves one side for its whole life: the first command of a side decides which.
-    # A trainer child never executes submitted code; a capture child never trains; a data child
-    # only makes a custom track's data.
+    # A trainer child never executes submitted code; a capture child never trains, but for the
+    # one that captures a built-in track's own baseline and then trains it (wire.side_after);
+    # a data child only makes a custom track's data.
     handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "capture_load": capturer.load, "capture": capturer.capture, "rebuild": capturer.rebuild,
         "measure": capturer.measure, "load": trainer.load, "more_inits": trainer.more_inits,
@@ -456,11 +457,7 @@ def main() -> None:
             op, command = wire.parse_command_line(line)
             if op == "exit":
                 break
-            wanted = wire.OPS[op][0]
-            if side is None:
-                side = wanted
-            elif wanted is not None and wanted != side:
-                raise BenchError(ErrorCode.INTERNAL, f"a {side} child got the {op!r} command")
+            side = wire.side_after(side, op, command)
             reply = handlers[op](command)
             send({"ok": True, **reply})
         except BenchError as exc:

@@ -130,7 +130,8 @@ class Executor(Protocol):
 
     def measure(self, arm: str, runs: list[MeasureRun], measure_code: str | None) -> list[float]:
         """The idea's ``measure()`` on ``arm``'s final models (``measure_code``: the idea's file,
-        run in the baseline's capture child)."""
+        run on the baseline's models in a child that captured them or, for a built-in track's
+        own baseline, a fresh one)."""
 
     def probe(self, arm: str, command: wire.Probe) -> list[float]:
         """A declared service probe on ``arm``'s final models, in its trusted trainer."""
@@ -161,7 +162,11 @@ def event_numbers(event: dict[str, Any], arm: str) -> tuple[bool, float, int]:
 class SandboxExecutor:
     """Each arm in sandboxed children (``bench.child``): a capture child that runs its file (and
     a fresh one per confirmation look, ``rebuild``), and a trusted trainer that runs the bench's
-    trainer on the checked graphs; a custom track's data in a child of its own."""
+    trainer on the checked graphs; a custom track's data in a child of its own.
+
+    A built-in track's own baseline is the bench's code: one child captures it and then trains
+    it (the ``own_baseline`` side of ``wire.side_after``), one child start fewer per job. Submitted code
+    never runs there: the idea's ``measure()`` of the baseline runs in a fresh child."""
 
     def __init__(self, workdir: Path, memory_mb: int, deadline: float, cancel: threading.Event, timeout_s: float,
                  *, canonical_baseline: bool, tracks_dir: Path, slot: warm.Slot | None = None) -> None:
@@ -182,8 +187,10 @@ class SandboxExecutor:
         self._children = threading.Lock()
         self.rebuilds: dict[str, int] = {}  # fresh rebuild children started, per arm
         self.loads: dict[str, wire.CaptureLoad] = {}  # each arm's file, to load again in a rebuild
-        self.measured_in: set[str] = set()  # capture children the idea's own measure() code ran in
         self.adopted: set[str] = set()  # children (by slot name) adopted from a warm slot
+        self.captured: dict[str, ArmCapture] = {}  # each arm's checked capture (read_capture)
+        self.captured_with: dict[str, wire.Capture] = {}  # the capture command each arm was given
+        self.measures = 0  # fresh children started to measure the own baseline
 
     def make_data(self, custom: CustomTrack, split_seeds: list[int]) -> None:
         custom_mod.ensure_data(custom, split_seeds, root=self.tracks_dir, memory_mb=self.limits.memory_mb,
@@ -191,17 +198,27 @@ class SandboxExecutor:
 
     def start(self) -> None:
         """Start both arms' capture children (or adopt a warm slot's, trainers included), then
-        wait until they imported torch. A trainer not adopted starts in ``start_trainers``.
+        wait until they imported torch. A trainer not adopted starts in ``start_trainers``; the
+        built-in track's own baseline's capture child is its trainer too, started here.
 
         Launches run one at a time (``sandbox.launch`` serialises them); the torch imports overlap.
         """
         slot = self.slot
         if slot is not None and not self.canonical_baseline:
-            slot.drop("capture_baseline")  # it sees the track packages: not for submitted code
+            # it sees the track packages: it never trains what submitted code built
+            slot.drop("baseline")
         for arm in ARMS:
+            if arm == "baseline" and self.canonical_baseline:
+                session = ArmSession(arm, self.workdir / arm, self.limits, self.deadline, self.cancel_event,
+                                     self.timeout_s, launched=(launched := self._adopt(arm)),
+                                     pending=1 if launched else 0, wait_ready=False, hide_tracks=False)
+                self.captures[arm] = self.sessions[arm] = session
+                continue
             launched = self._adopt(f"capture_{arm}")
             self.captures[arm] = self.capture_session(arm, self.workdir / f"capture_{arm}", launched)
         for arm in ARMS:
+            if arm in self.sessions:
+                continue
             launched = self._adopt(arm)
             if launched is not None:
                 self.sessions[arm] = self._trainer(arm, launched)
@@ -231,9 +248,9 @@ class SandboxExecutor:
         )
 
     def capture_session(self, arm: str, workdir: Path, launched: Any = None) -> ArmSession:
-        """A capture child for ``arm`` (started, or ``launched`` adopted). Only the capture child
-        of a built-in track's own baseline needs the track packages on its path; every child that
-        runs submitted code sees them empty, and no capture child sees any data (read_only=[]:
+        """A capture child for ``arm`` (started, or ``launched`` adopted). Only a child that
+        builds a built-in track's own baseline needs the track packages on its path; every child
+        that runs submitted code sees them empty, and no capture child sees any data (read_only=[]:
         not even the job's data directory)."""
         return ArmSession(
             arm, workdir, self.limits, self.deadline, self.cancel_event,
@@ -242,17 +259,21 @@ class SandboxExecutor:
         )
 
     def load(self, arm: str, command: wire.CaptureLoad) -> wire.LoadedReply:
-        self.loads[arm] = command
+        self.loads[arm] = command  # as a fresh child (rebuild, measure) is given it: not to train
+        if arm == "baseline" and self.canonical_baseline:
+            command = command.model_copy(update={"trains": True})
         reply: wire.LoadedReply = self.captures[arm].request(command)
         return reply
 
     def capture(self, arm: str, command: wire.Capture, within: tuple[float, str]) -> wire.CaptureReply:
+        self.captured_with[arm] = command
         reply: wire.CaptureReply = self.captures[arm].request(command, within=within)
         return reply
 
     def read_capture(self, arm: str, configs: list[dict[str, Any]], n_seeds: int, dest: Path,
                      max_elements: int) -> ArmCapture:
-        return import_capture(self.captures[arm], configs, n_seeds, dest, max_elements)
+        self.captured[arm] = import_capture(self.captures[arm], configs, n_seeds, dest, max_elements)
+        return self.captured[arm]
 
     def load_trainer(self, arm: str, command: wire.Load) -> wire.DeviceReply:
         reply: wire.DeviceReply = self.sessions[arm].request(command)
@@ -301,14 +322,15 @@ class SandboxExecutor:
 
     def trusted_capture(self, key: str) -> bool:
         """Capture child ``key`` (an arm, or a confirmation's ``rebuild_<arm>``) ran the bench's
-        own code alone: a built-in track's own baseline, unless the idea's ``measure()`` ran
-        there (red team: its module code wrapped the child's build to sabotage every seed the
-        first capture had not built, and forged helps)."""
-        return key == "baseline" and self.canonical_baseline and key not in self.measured_in
+        own code alone: a built-in track's own baseline's, which never runs the idea's
+        ``measure()`` (red team: that code, run there, wrapped the child's build to sabotage
+        every seed the first capture had not built, and forged helps; ``measure``)."""
+        return key == "baseline" and self.canonical_baseline
 
     def forget_builds(self) -> None:
+        trainers = [id(session) for session in self.sessions.values()]
         for key, session in self.children(captures_only=True):  # every child submitted code ran in
-            if not self.trusted_capture(key):
+            if not self.trusted_capture(key) and id(session) not in trainers:
                 session.close()
 
     def rebuild(self, arm: str, *, hparams: dict[str, Any], build_seeds: list[int], within: tuple[float, str],
@@ -353,14 +375,38 @@ class SandboxExecutor:
         self.sessions[arm].request(wire.MoreInits(init_seeds=init_seeds))
 
     def measure(self, arm: str, runs: list[MeasureRun], measure_code: str | None) -> list[float]:
-        session = self.captures[arm]
-        commands = []
-        for run in runs:
-            names = hand_over_for_measure(session, run.run_id, run.state, run.probe)
-            commands.append({"config": run.config, "seed_index": run.seed_index, **names})
-        if measure_code is not None:
-            self.measured_in.add(arm)  # submitted code runs there now: trusted no more
-        values: list[float] = session.request(wire.Measure(runs=commands, measure_code=measure_code)).values
+        """``measure_code`` (the idea's) on ``arm``'s models, in its capture child; the own
+        baseline's child trains, so it is measured in a fresh child, closed after, that knows
+        no seed of the job."""
+        fresh = arm == "baseline" and self.canonical_baseline
+        builds = None
+        if fresh:
+            self.measures += 1
+            session = self.capture_session(arm, self.workdir / f"measure_{arm}_{self.measures}")
+            with self._children:  # killed with the others if the other arm fails
+                self.captures[f"measure_{arm}"] = session
+            captured, command = self.captured[arm], self.captured_with[arm]
+            # Not the job's build seeds: the own baseline builds with the epoch's shared init
+            # seeds, which the idea's code there could read and write into its error's text
+            # (red team); every tensor of a build is replaced by the trained one anyway.
+            builds = wire.Builds(configs=command.configs, init_seeds=[0] * len(command.init_seeds),
+                                 targets=[[t for _, t in captured_targets(captured, c)]
+                                          for c in range(len(command.configs))])
+        else:
+            session = self.captures[arm]
+        try:
+            if fresh:
+                session.wait_ready()
+                session.request(self.loads[arm])
+            commands = []
+            for run in runs:
+                names = hand_over_for_measure(session, run.run_id, run.state, run.probe)
+                commands.append({"config": run.config, "seed_index": run.seed_index, **names})
+            values: list[float] = session.request(
+                wire.Measure(runs=commands, measure_code=measure_code, builds=builds)).values
+        finally:
+            if fresh:
+                session.close()
         return values
 
     def probe(self, arm: str, command: wire.Probe) -> list[float]:
@@ -373,9 +419,14 @@ class SandboxExecutor:
         return [layer for layer in children[0].layers if all(layer in c.layers for c in children[1:])]
 
     def children(self, captures_only: bool = False) -> list[tuple[str, ArmSession]]:
-        """Every child started so far (a copy: safe while another thread starts one)."""
+        """Every child started so far, each once (a copy: safe while another thread starts one);
+        the own baseline's child is listed as a capture child."""
         with self._children:
-            return [*self.captures.items(), *([] if captures_only else self.sessions.items())]
+            listed = [*self.captures.items(), *([] if captures_only else self.sessions.items())]
+        unique: dict[int, tuple[str, ArmSession]] = {}
+        for key, session in listed:
+            unique.setdefault(id(session), (key, session))
+        return list(unique.values())
 
     def cancel(self) -> None:
         for _, session in self.children():

@@ -983,7 +983,8 @@ class _Job:
         """The idea's ``measure`` on every final model of both arms, in the capture children.
 
         Each arm's capture child builds its final models again and loads the weights the
-        trusted trainer trained; the baseline's child runs the idea's ``measure`` code. The
+        trusted trainer trained; on the baseline's, the idea's ``measure`` code runs (a fresh
+        child for a built-in track's own baseline, whose capture child trains). The
         values are the idea's own numbers: the report marks them ``self_measured``.
         """
         self.tracker.stage = "mechanism"

@@ -31,15 +31,16 @@ ARMS = ("baseline", "idea")
 WARM_COMMAND = wire.Warm().encode()
 # A capture child also pays torch.export's first-use work (imports, tracing machinery).
 WARM_CAPTURE_COMMAND = wire.Warm(export=True).encode()
-# The children of a slot, by working-directory name: each arm's trainer, and each arm's
-# capture child (no data directory; only the baseline's may see the built-in track
-# packages, and bench.protocol adopts it only for a built-in track's own baseline).
+# The children of a slot, by working-directory name: the idea's trainer and capture child (no
+# data directory), and the baseline's child, which sees the built-in track packages: it captures
+# and trains a built-in track's own baseline (``wire_names.OWN_BASELINE``) and is dropped
+# for any other baseline, whose capture child and trainer start with the job.
 CHILDREN: dict[str, dict[str, Any]] = {
-    "baseline": {},
+    "baseline": {"hide_tracks": False},
     "idea": {},
-    "capture_baseline": {"read_only": [], "hide_tracks": False},
     "capture_idea": {"read_only": []},
 }
+EXPORTS = ("baseline", "capture_idea")  # the children that may capture: warmed with an export
 
 
 class JobDir(OwnedDir):
@@ -100,7 +101,7 @@ def _start_slot(limits: sandbox.Limits) -> Slot:
             proc, fd = sandbox.launch(Path(slot.tmp.name) / name, limits, **options)
             slot.launched[name] = (proc, fd)
             assert proc.stdin is not None
-            proc.stdin.write(WARM_CAPTURE_COMMAND if name.startswith("capture_") else WARM_COMMAND)
+            proc.stdin.write(WARM_CAPTURE_COMMAND if name in EXPORTS else WARM_COMMAND)
             proc.stdin.flush()
     except BaseException:
         slot.discard()

@@ -88,6 +88,9 @@ class CaptureLoad(Command):
     param_cap: int
     code: str | None = None
     track_source: str | None = None
+    # A built-in track's own baseline only (no ``code``, no ``track_source``): the child that
+    # captures it is also the arm's trusted trainer (``bench.child``'s ``own_baseline`` side).
+    trains: bool = False
 
 
 class Capture(Command):
@@ -131,13 +134,26 @@ class ValuesReply(Reply):
     values: list[float] = Field(max_length=MAX_ANSWER_ITEMS)
 
 
+class Builds(BaseModel):
+    """What a capture gave a child that did not capture (``Measure.builds``): the configs and
+    init seeds it was asked for, and each config's parameter and buffer names in graph order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    configs: list[JsonObject]
+    init_seeds: list[int]
+    targets: list[list[str]]
+
+
 class Measure(Command):
-    """The idea's own ``measure`` (``measure_code``: on the baseline's models) on trained models."""
+    """The idea's own ``measure`` (``measure_code``: on the baseline's models) on trained models;
+    ``builds`` for a child that captured nothing (the one a built-in track's own baseline is
+    measured in: its capture child trains, and submitted code never runs there)."""
 
     side = "capture"
     op: Literal["measure"] = "measure"
     runs: list[JsonObject]
     measure_code: str | None = None
+    builds: Builds | None = None
 
 
 # -- the trainer side: bench code on captured graphs, never submitted code --------------------------

@@ -23,10 +23,10 @@ STATE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$"
 
 # op: (the side that serves it (None: either), required keys, optional keys)
 OPS: dict[str, tuple[str | None, frozenset[str], frozenset[str]]] = {
-    "capture_load": ("capture", frozenset({"role", "track", "spec", "param_cap"}), frozenset({"code", "track_source"})),
+    "capture_load": ("capture", frozenset({"role", "track", "spec", "param_cap"}), frozenset({"code", "track_source", "trains"})),
     "capture": ("capture", frozenset({"configs", "init_seeds"}), frozenset()),
     "rebuild": ("capture", frozenset({"hparams", "targets", "init_seeds"}), frozenset()),
-    "measure": ("capture", frozenset({"runs"}), frozenset({"measure_code"})),
+    "measure": ("capture", frozenset({"runs"}), frozenset({"measure_code", "builds"})),
     "load": ("trainer", frozenset({"role", "spec", "param_cap", "captured"}), frozenset({"device"})),
     "more_inits": ("trainer", frozenset({"init_seeds"}), frozenset()),
     "check": ("trainer", frozenset({"data_dir", "configs"}), frozenset({"probe", "loss", "mechanism_probe"})),
@@ -36,6 +36,31 @@ OPS: dict[str, tuple[str | None, frozenset[str], frozenset[str]]] = {
     "warm": (None, frozenset(), frozenset({"export"})),
     "exit": (None, frozenset(), frozenset()),
 }
+
+
+# A child whose first command loads a built-in track's own baseline with ``trains`` (the bench's
+# code alone, never a submitted file) captures it and is then the arm's trusted trainer: one child
+# start fewer per job. It serves these ops and no other: never ``measure`` (submitted code) and
+# never a second load.
+OWN_BASELINE = "own_baseline"
+OWN_BASELINE_OPS = frozenset({"capture", "rebuild", "load", "more_inits", "check", "train", "probe"})
+
+
+def side_after(side: str | None, op: str, command: dict[str, Any]) -> str | None:
+    """The side a child serves once it takes ``command`` (its first command of a side decides);
+    a command its side does not serve is the bench's own bug (``internal``)."""
+    wanted = OPS[op][0]
+    if op == "capture_load" and command.get("trains"):
+        if side is not None or command.get("code") is not None or command.get("track_source") is not None:
+            raise BenchError(ErrorCode.INTERNAL, "only a fresh child loading a built-in track's own baseline trains")
+        return OWN_BASELINE
+    if wanted is None:
+        return side
+    if side is None or side == wanted:
+        return wanted
+    if side == OWN_BASELINE and op in OWN_BASELINE_OPS:
+        return side
+    raise BenchError(ErrorCode.INTERNAL, f"a {side} child got the {op!r} command")
 
 
 def parse_command_line(line: str | bytes) -> tuple[str, dict[str, Any]]:

@@ -302,10 +302,22 @@ def test_the_ideas_measure_code_cannot_take_over_the_baselines_rebuild(monkeypat
     """Red team (issue 25): a self-measured idea's ``measure()`` module code runs in the track's
     own baseline's capture child; kept for the confirmation's rebuild, that child built what the
     idea's code made of it (every seed the first capture had not built sabotaged): helps for
-    the baseline's own model. That child is closed like every other that ran submitted code."""
+    the baseline's own model. Now the idea's measure() of the baseline runs in a fresh child of
+    its own, closed after; the baseline's own child (it captures and trains) rebuilds."""
+    from bench import sandbox
+
     monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)
+    started: list[str] = []
+    launch = sandbox.launch
+
+    def counted(workdir: Path, *args: object, **kwargs: object) -> object:
+        started.append(workdir.name)
+        return launch(workdir, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sandbox, "launch", counted)
     hijack = (Path(__file__).parents[1] / "security" / "hostile" / "measure_hijack.py").read_text()
     report = judge(JudgeRequest(track="smoke", idea_code=hijack, n_seeds=N, job_key="job_hijack")).model_dump(mode="json")
     confirmation = report["bench_report"]["confirmation"]
     assert confirmation is not None and confirmation["comparison"]["per_seed_diffs"] == [0.0] * N
     assert report["practical_verdict"] != "helps"
+    assert sorted(started) == ["baseline", "capture_idea", "idea", "measure_baseline_1", "rebuild_idea_1"], started

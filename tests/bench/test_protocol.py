@@ -61,6 +61,8 @@ def test_reruns_give_identical_numbers_with_fresh_or_warm_children() -> None:
     slot = warm.take(sandbox.Limits(memory_mb=request.memory_mb))  # waits for the launch
     warm._slot = slot
     assert slot is not None and slot.alive
+    # three children: the own baseline's one captures and trains it (issue 26.9)
+    assert sorted(slot.launched) == ["baseline", "capture_idea", "idea"]
     adopted = judge(request, keep_warm=True).model_dump(mode="json")
     assert all(proc.poll() is not None for proc, _ in slot.launched.values())  # used, then killed
     assert not Path(slot.tmp.name).exists()
@@ -128,7 +130,7 @@ def test_missing_module_is_invalid_code_naming_it(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(sandbox, "launch", counted)
     error = _fails_with("invalid_code", "import not_a_real_module_xyz\ndef build_model(spec):\n    pass\n")
     assert "not_a_real_module_xyz" in error.message
-    assert sorted(started) == ["capture_baseline", "capture_idea"], started
+    assert sorted(started) == ["baseline", "capture_idea"], started  # the own baseline: one child
 
 
 def test_training_error_names_the_line() -> None:

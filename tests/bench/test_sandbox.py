@@ -285,6 +285,47 @@ def test_a_reports_isolation_is_what_every_child_of_the_job_ran_under() -> None:
     assert executor.isolation() == full[:-1]
 
 
+@pytest.mark.parametrize("canonical", [True, False])
+def test_only_a_built_in_tracks_own_baseline_shares_its_capture_child_with_its_trainer(
+        canonical: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A built-in track's own baseline is captured and trained in one child, which sees the
+    track packages (issue 26.9); a submitted baseline gets a capture child that sees none and
+    a trainer of its own, and never the warm slot's baseline child (it sees the packages)."""
+    import threading
+    from types import SimpleNamespace
+
+    from bench import execution
+
+    made: list[dict[str, object]] = []
+
+    class Session:
+        def __init__(self, arm: str, workdir: Path, *args: object, **kwargs: object) -> None:
+            made.append({"dir": workdir.name, "hide_tracks": kwargs.get("hide_tracks", True),
+                         "read_only": kwargs.get("read_only"), "adopted": kwargs.get("launched") is not None})
+
+        def wait_ready(self) -> None:
+            pass
+
+    monkeypatch.setattr(execution, "ArmSession", Session)
+    dropped: list[str] = []
+    slot = SimpleNamespace(launched={"idea": object(), "capture_idea": object()}, drop=dropped.append)
+    executor = execution.SandboxExecutor(tmp_path, 512, 0.0, threading.Event(), 60.0, canonical_baseline=canonical,
+                                         tracks_dir=tmp_path, slot=slot)  # type: ignore[arg-type]
+    executor.start()
+    executor.start_trainers()
+    hidden = {m["dir"]: m["hide_tracks"] for m in made}
+    if canonical:
+        assert [m["dir"] for m in made] == ["baseline", "capture_idea", "idea"] and dropped == []
+        assert executor.captures["baseline"] is executor.sessions["baseline"]
+        assert hidden == {"baseline": False, "capture_idea": True, "idea": True}
+    else:
+        assert [m["dir"] for m in made] == ["capture_baseline", "capture_idea", "idea", "baseline"]
+        assert dropped == ["baseline"] and executor.captures["baseline"] is not executor.sessions["baseline"]
+        assert set(hidden.values()) == {True}
+    assert all(m["read_only"] == [] for m in made if str(m["dir"]).startswith("capture_"))
+    assert len(executor.children()) == len(made)  # each child once
+
+
 def test_full_isolation_required_refuses_without_bwrap(tmp_path: Path) -> None:
     # full isolation required overrides allow_weak
     sandbox.configure(sandbox.SandboxPolicy(bwrap="0", require_full_isolation=True, allow_weak=True))

@@ -280,6 +280,26 @@ def test_an_own_measure_is_reported_as_self_measured(job_tmp: Path) -> None:
     assert mechanism["idea_values"] == [0.0, 0.0]
 
 
+def test_the_ideas_measure_of_the_baseline_knows_no_seed_of_the_epoch(job_tmp: Path) -> None:
+    """Red team (session 21): the idea's own measure() of a built-in track's baseline ran in
+    the child that built that baseline with the epoch's shared init seeds, and its module code
+    wrote them into its error's text. It runs in a fresh child now, which builds with a fixed
+    seed (every tensor is then replaced by the trained one)."""
+    import re
+
+    from bench import options as engine_options
+    from bench.seeding import run_seeds, screening_pool, sweep_seeds
+
+    with pytest.raises(BenchError) as info:
+        judge(JudgeRequest(track="smoke", idea_code=(HOSTILE / "measure_seed_leak.py").read_text(), n_seeds=2))
+    found = re.search(r"SEEDS ([\d,]+) END", info.value.message)
+    assert found, info.value.message  # its code ran where it looked for the seeds
+    leaked = {int(n) for n in found.group(1).split(",")}
+    secret = engine_options.current().deployment_secret()
+    epoch = {run_seeds(s, secret, track="smoke").init for s in sweep_seeds(16) + screening_pool()}
+    assert not leaked & epoch, leaked & epoch
+
+
 def test_an_own_measure_that_confirms_itself_cannot_raise_the_verdict(job_tmp: Path) -> None:
     """A copy of the baseline that declares no probe and confirms its own claim (its
     measure() says 0.0, under a threshold it chose): the old rule made that ``partial``

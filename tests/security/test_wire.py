@@ -20,6 +20,8 @@ COMMANDS: list[wire.Command] = [
     wire.CaptureLoad(role="idea", track="smoke", spec={"n_features": 8}, param_cap=1000, code="x = 1"),
     wire.Capture(configs=[{}, {"width": 8}], init_seeds=[1, 2]),
     wire.Measure(runs=[{"config": 0}], measure_code=None),
+    wire.Measure(runs=[], builds=wire.Builds(configs=[{}], init_seeds=[3], targets=[["w"]])),
+    wire.CaptureLoad(role="baseline", track="smoke", spec={}, param_cap=10, trains=True),
     wire.Load(role="baseline", spec={}, param_cap=10, captured=wire.CapturedRef(dir="/d", configs=[{}], init_seeds=[1])),
     wire.MoreInits(init_seeds=[4, 5]),
     wire.Check(data_dir="/d", configs=[{}], probe=True, loss="cross_entropy", mechanism_probe={"kind": "x"}),
@@ -69,6 +71,46 @@ def test_the_child_refuses_a_command_off_its_table_before_any_work(line: bytes) 
     with pytest.raises(BenchError) as raised:
         parse_command_line(line)
     assert raised.value.code == ErrorCode.INTERNAL
+
+
+def _sides(*commands: wire.Command) -> str | None:
+    from bench.wire_names import parse_command_line, side_after
+
+    side = None
+    for command in commands:
+        side = side_after(side, *parse_command_line(command.encode()))
+    return side
+
+
+OWN = wire.CaptureLoad(role="baseline", track="smoke", spec={}, param_cap=10, trains=True)
+LOAD = wire.Load(role="baseline", spec={}, param_cap=10, captured=wire.CapturedRef(dir="/d", configs=[], init_seeds=[]))
+
+
+def test_only_a_built_in_tracks_own_baseline_is_captured_and_trained_in_one_child() -> None:
+    """One child captures a built-in track's own baseline and trains it (one start fewer per
+    job); every other child serves one side, and the own baseline's child never runs
+    submitted code: no measure, no second load, no custom track's or submitted baseline."""
+    assert _sides(wire.Warm(export=True), OWN, wire.Capture(configs=[{}], init_seeds=[1]), LOAD,
+                  wire.Check(data_dir="/d", configs=[{}]), wire.Train(runs=[]), wire.Probe(probe={}, runs=[]),
+                  wire.Rebuild(hparams={}, targets=[], init_seeds=[1]), wire.MoreInits(init_seeds=[2])) == "own_baseline"
+    assert _sides(OWN.model_copy(update={"trains": False}), wire.Measure(runs=[])) == "capture"
+    refused = [
+        (OWN, wire.Measure(runs=[], measure_code="def measure(m, x): return 0.0")),
+        (OWN, wire.Measure(runs=[])),
+        (OWN, OWN),
+        (OWN, OWN.model_copy(update={"trains": False, "code": "x = 1"})),
+        (OWN, wire.MakeData(track_source="", items=[])),
+        (OWN.model_copy(update={"code": "def build_model(spec): ..."}),),
+        (OWN.model_copy(update={"track_source": "def build_baseline(spec): ..."}),),
+        (wire.CaptureLoad(role="idea", track="smoke", spec={}, param_cap=1, code="x = 1"), LOAD),
+        (OWN.model_copy(update={"trains": False}), LOAD),
+        (LOAD, OWN),
+        (LOAD, wire.Capture(configs=[], init_seeds=[])),
+    ]
+    for commands in refused:
+        with pytest.raises(BenchError) as raised:
+            _sides(*commands)
+        assert raised.value.code == ErrorCode.INTERNAL, commands
 
 
 def test_every_side_is_one_of_the_three_and_warm_serves_either() -> None:
