@@ -16,7 +16,7 @@ import io
 import json
 import math
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +218,35 @@ def import_capture(
         shapes=tuple(shapes), graph_sha256=tuple(hashes), directory=dest, tensors_sha256=tuple(tensor_hashes),
         seed_sha256=tuple(seed_hashes), families=tuple(families),
     )
+
+
+def pin_first_build(captured: ArmCapture, n_seeds: int) -> ArmCapture:
+    """``captured``, one build per config, as ``n_seeds`` init seeds that all hold that build's
+    tensors (a custom track's validated baseline: ``protocol._Job.pins_baseline``); the trusted
+    trainer still draws each seed's parameter values from its own init seed (``bench.redraw``)."""
+    tensor_hashes, seed_hashes = [], []
+    for config, per_seed in enumerate(captured.seed_sha256):
+        if len(per_seed) != 1:
+            raise BenchError(ErrorCode.INTERNAL, "a pinned build is one build per config")
+        arrays = [np.load(captured.directory / tensor_path(config, 0, j), allow_pickle=False)
+                  for j in range(len(captured.shapes[config]))]
+        copy_first_build(captured, config, list(range(1, n_seeds)))
+        built = hashlib.sha256()
+        for _ in range(n_seeds):
+            for array in arrays:
+                _digest(built, array)
+        tensor_hashes.append(built.hexdigest())
+        seed_hashes.append(per_seed * n_seeds)
+    return replace(captured, tensors_sha256=tuple(tensor_hashes), seed_sha256=tuple(seed_hashes))
+
+
+def copy_first_build(captured: ArmCapture, config: int, numbers: list[int]) -> None:
+    """Init seed number 0's tensors of ``config`` written again as each of ``numbers``' (the
+    parent's own directory: no child writes there)."""
+    for j in range(len(captured.shapes[config])):
+        array = np.load(captured.directory / tensor_path(config, 0, j), allow_pickle=False)
+        for number in numbers:
+            np.save(captured.directory / tensor_path(config, number, j), array, allow_pickle=False)
 
 
 REBUILD_HINT = ("build_model / build_baseline must build the same model from the same spec and seed, however "

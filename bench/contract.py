@@ -106,6 +106,16 @@ HPARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
 HPARAM_TEXT = re.compile(r"[A-Za-z0-9_.+-]{1,32}")
 
 
+def check_baseline_allowed(custom_track: bool) -> None:
+    """A matched baseline (``baseline_code``) only on a built-in track. On a custom track the
+    track's baseline is the build its validation checked (``protocol._Job.pins_baseline``), and a
+    matched baseline built like the track's own at every seed of its check could lend the
+    track's sabotage at other seeds to a copy of it (red team, session 21)."""
+    if custom_track:
+        raise BenchError(ErrorCode.MATCHED_BASELINE_UNSUPPORTED,
+                         "A matched baseline (baseline_code) is not accepted on a custom track.")
+
+
 def check_hparams(hparams: Any, *, max_configs: int) -> dict[str, list[Any]]:
     """Validate an extra-hyperparameter grid: ``{name: [values...]}``; returns it. Names are
     identifiers of at most 32 characters, string values tokens of at most 32 (letters, digits,

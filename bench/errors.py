@@ -19,6 +19,7 @@ class ErrorCode(StrEnum):
     COMPUTE_PARITY = "compute_parity"
     BASELINE_INFERIOR = "baseline_inferior"
     INCONSISTENT_BUILD = "inconsistent_build"
+    MATCHED_BASELINE_UNSUPPORTED = "matched_baseline_unsupported"
     TOO_MANY_PARAMETERS = "too_many_parameters"
     INVALID_HPARAMS = "invalid_hparams"
     HPARAM_NO_EFFECT = "hparam_no_effect"
@@ -113,6 +114,9 @@ DEFAULT_HINTS: dict[ErrorCode, str] = {
     ErrorCode.TRACK_DEPRECATED: "Submit to the track's newest version; GET /v1/tracks lists it.",
     ErrorCode.TRACK_NAME_TAKEN: "Choose another name: built-in track names and names registered by "
     "another author are taken.",
+    ErrorCode.MATCHED_BASELINE_UNSUPPORTED: "Submit without baseline_code: a custom track's baseline is the "
+    "build its validation checked. To judge against another baseline, register a version of the track "
+    "whose build_baseline is that baseline.",
     ErrorCode.CANCELLED: "The job was cancelled; submit it again if that was a mistake.",
     ErrorCode.SANDBOX_UNAVAILABLE: "Not your idea's fault: this worker lacks a layer of the sandbox "
     "that submitted code must run in, so it judges nothing. Submit again later; an operator installs "

@@ -35,9 +35,11 @@ from bench.assemble import Outcome, Stage, build_report
 from bench.captured import (
     MAX_TENSOR_ELEMENTS,
     ArmCapture,
+    copy_first_build,
+    pin_first_build,
 )
 from bench.card import TrackSettings, card_timing
-from bench.contract import check_hparams, check_measurable, check_source
+from bench.contract import check_baseline_allowed, check_hparams, check_measurable, check_source
 from bench.decide import (
     ParityLimits,
     SweepRow,
@@ -326,6 +328,29 @@ class _Job:
         return build_seed(self.secret, self.seeds(seed).init, bench=bench and not request.checking_matched,
                           shared=seed in self.sweep_seed_list or seed >= CONFIRM_SEED_BASE,
                           track=self.seed_track, job_key=self.job_key, seed=seed)
+
+    @property
+    def pins_baseline(self) -> bool:
+        """A custom track's own baseline is its validated build (issue 25, "still open" (b) until
+        session 21): its author's code builds once per config, at the seed validation built
+        with, and that build (its graph and tensors, bit for bit validation's in the epoch
+        validation ran in) is every seed's; the trusted trainer draws each seed's parameter
+        values (``bench.redraw``). A baseline honest at validation's build and sabotaged at any
+        other has no other build to sabotage. Not in a matched baseline's check, where the
+        track's baseline builds with the matched one's seeds."""
+        request = self.request
+        return request.custom_track is not None and request.baseline_code is None and not request.checking_matched
+
+    def builds(self, arm: str, seeds: list[int]) -> list[int]:
+        """The seeds ``arm``'s file builds protocol seeds ``seeds`` with (the pinned baseline:
+        one, sweep seed 0's, whatever the seeds)."""
+        if arm == "baseline" and self.pins_baseline:
+            return [self.build_seed(arm, SWEEP_SEED_BASE)]
+        return [self.build_seed(arm, s) for s in seeds]
+
+    def capture_index(self, arm: str, seed: int) -> int:
+        """Where protocol seed ``seed``'s build lies in ``arm``'s capture child."""
+        return 0 if arm == "baseline" and self.pins_baseline else self.capture_seeds.index(seed)
 
     def prefetch(self, seeds: list[int]) -> None:
         """Make the seeds' data in a background thread (it overlaps child start and training)."""
@@ -941,6 +966,10 @@ class _Job:
             info = self.capture_info[arm]
             hparams = dict(self.best(arm).config).get("hparams", {})
             config = info.config_index(hparams)
+            if arm == "baseline" and self.pins_baseline:  # its one build, nothing run again
+                copy_first_build(info, config, [first + i for i in range(len(seeds))])
+                self.executor.more_inits(arm, inits)
+                return
             self.executor.rebuild(
                 arm, hparams=hparams, build_seeds=[self.build_seed(arm, s) for s in order],
                 within=capture_limit(self.request, len(order)), captured=info, config=config,
@@ -995,7 +1024,7 @@ class _Job:
 
         def measure_arm(arm: str) -> list[float]:
             runs = [MeasureRun(run_id=record.run_id, config=self._config_index(record),
-                               seed_index=self.capture_seeds.index(record.seed), state=self.kept[record.run_id],
+                               seed_index=self.capture_index(arm, record.seed), state=self.kept[record.run_id],
                                probe=read_npy(self.seed_data[record.seed].probe_path.read_bytes()))
                     for record in finals[arm]]
             # the idea's measure() runs in the baseline's capture child too
@@ -1111,6 +1140,7 @@ def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, se
 def _check_request(request: JudgeRequest, track: Track) -> int:
     check_source(request.idea_code, role="idea")
     if request.baseline_code is not None:
+        check_baseline_allowed(request.custom_track is not None)
         check_source(request.baseline_code, role="baseline")
     n_seeds = request.n_seeds or TrackSettings.of(track.card).defaults.n_seeds
     if not MIN_SEEDS <= n_seeds <= MAX_SEEDS:
@@ -1324,7 +1354,10 @@ def _judge(
             idea_hp = request.hparams if request.hparams is not None else loaded["idea"].hparams
             job.grids = {
                 "idea": _grid(check_hparams(idea_hp, max_configs=max_configs)),
-                "baseline": _grid(check_hparams(loaded["baseline"].hparams, max_configs=max_configs)),
+                # a track's own baseline has one config: what its child says is not read (a
+                # custom track's file could write a grid there, red team)
+                "baseline": ([{}] if request.baseline_code is None else
+                             _grid(check_hparams(loaded["baseline"].hparams, max_configs=max_configs))),
             }
             # the runs every job makes, known from here on (bench.plan); edges, matched and
             # confirmation runs are added when the protocol decides to make them
@@ -1344,11 +1377,14 @@ def _judge(
             job.capture_seeds = capture_order(all_seeds, secret, job.job_key)
             init_seeds = [job.seeds(s).init for s in job.capture_seeds]
             job.tracker.emit("capturing both arms' models as graphs")
+            builds = {arm: job.builds(arm, job.capture_seeds) for arm in ARMS}
             job.note_capture(job.both(lambda arm: job.executor.capture(
-                arm, wire.Capture(configs=job.grids[arm], init_seeds=[job.build_seed(arm, s) for s in job.capture_seeds]),
-                capture_limit(request, len(job.grids[arm]) * len(init_seeds)))))
+                arm, wire.Capture(configs=job.grids[arm], init_seeds=builds[arm]),
+                capture_limit(request, len(job.grids[arm]) * len(builds[arm])))))
             job.capture_info = job.both(lambda arm: job.executor.read_capture(
-                arm, job.grids[arm], len(init_seeds), job.workdir / "data" / f"capture_{arm}", job.max_elements(arm)))
+                arm, job.grids[arm], len(builds[arm]), job.workdir / "data" / f"capture_{arm}", job.max_elements(arm)))
+            if job.pins_baseline:
+                job.capture_info["baseline"] = pin_first_build(job.capture_info["baseline"], len(init_seeds))
             job.check_same_build()
             job.check_configs_differ()
             job.check_track_baseline()

@@ -23,8 +23,8 @@ from app.settings import Settings
 from app.tracks import service as tracks_service
 from app.webhooks import service as webhooks
 from bench.card import TrackSettings
-from bench.catalog import planned_runs
-from bench.contract import check_hparams, check_measurable, check_source
+from bench.catalog import is_builtin, planned_runs
+from bench.contract import check_baseline_allowed, check_hparams, check_measurable, check_source
 from bench.errors import DEFAULT_HINTS, ErrorCode
 from bench.family import family_of
 from bench.plan import plan_for_card
@@ -69,6 +69,7 @@ def validate_submission(body: IdeaSubmission, settings: Settings, track: str, ca
     max_configs = TrackSettings.of(card).max_configs
     info = check_source(body.code, role="idea")
     if body.baseline_code is not None:
+        check_baseline_allowed(not is_builtin(track))
         check_source(body.baseline_code, role="baseline")
     literals = info.literals
     hparams = body.hparams if body.hparams is not None else literals.get("HPARAMS")

@@ -74,6 +74,11 @@ def test_lifecycle_validating_active_deprecated(app: Any, client: Any, keys: dic
     accepted = submit(client, token, "tiny_quadratic")
     assert accepted.status_code == 202, accepted.text
     assert accepted.json()["track"] == "tiny_quadratic@1"  # the exact version is stored
+    # a custom track's baseline is its validated build: no matched baseline (red team, session 21)
+    matched = client.post("/v1/ideas", json={"track": "tiny_quadratic", "code": IDEA, "baseline_code": IDEA},
+                          headers=bearer(token))
+    assert matched.status_code == 422 and matched.json()["code"] == "matched_baseline_unsupported", matched.text
+    assert "build_baseline" in matched.json()["hint"]
     estimate = accepted.json()["estimate"]
     assert estimate["runs_total"] == 2 * 2 * 2 + 2 * 8
     # timed from its validation: runs two at a time, each of its 10 seeds' data made once

@@ -212,6 +212,36 @@ def test_an_idea_with_more_configs_gives_the_baseline_a_denser_grid_of_equal_bud
     assert report["bench_report"]["budget"] == {"configs": {"baseline": 6, "idea": 6}, "sweep_seeds": 2}
 
 
+def test_a_tracks_own_baseline_has_one_config_whatever_its_child_says() -> None:
+    """Red team (session 21): a custom track's file wrote a grid of decoy configs into its
+    capture child's answer (its module code walks the stack to the load's reply); the baseline
+    then swept decoys, which no validation had seen and which thinned its lr grid against an
+    idea of several configs. The parent does not read a track's own baseline's HPARAMS."""
+    executor = Scripted(by_lr({"baseline": 0.03, "idea": 0.03}),
+                        {"hparams": {"idea": {"width": [8, 16]}, "baseline": {"decoy": [0, 1, 2, 3]}}})
+    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job"), executor=executor,
+                   track=TRACK).model_dump(mode="json")
+    assert {str(a.cfg.get("hparams", {})) for a in executor.asked(arm="baseline")} == {"{}"}
+    assert report["bench_report"]["budget"] == {"configs": {"baseline": 6, "idea": 6}, "sweep_seeds": 2}
+
+
+def test_a_matched_baseline_is_refused_on_a_custom_track_before_any_child() -> None:
+    """A custom track's baseline is its validated build (``_Job.pins_baseline``); a matched one,
+    built like the track's own at every seed of its check, could lend the track's sabotage at
+    other seeds to a copy of it (red team, session 21). Refused at once, by the API's static
+    checks as well (tests/app)."""
+    from bench.custom_track import CustomTrack
+
+    source = (Path(__file__).parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text()
+    track = CustomTrack.from_source(source)
+    executor = Scripted(by_lr({"baseline": 0.03, "idea": 0.03}))
+    copy = "from torch import nn\n\ndef build_model(spec):\n    return nn.Linear(4, 1)\n"
+    with pytest.raises(BenchError) as refused:
+        judge(scripted_request(seed_secret=SECRET, custom_track=track, baseline_code=copy), executor=executor)
+    assert refused.value.code == ErrorCode.MATCHED_BASELINE_UNSUPPORTED and refused.value.hint
+    assert executor.jobs == []
+
+
 def test_a_self_measured_mechanism_is_measured_on_both_arms_final_models() -> None:
     """The idea's measure() on every screening model of both arms (the baseline's in its capture
     child, by the idea's code); the parent decides the expectation."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,33 +58,61 @@ def test_a_job_whose_data_differs_from_the_validated_data_is_refused(cache: Path
 
 
 # Hostile (found by a red-team pass): an honest tiny track whose baseline counts its builds.
-# Validation builds it once and sees a sound MLP; a job builds one per init seed in one capture
-# child, and every build after the first is zeroed: a dead baseline that any idea beats
-# ('worked'). Refused: every init seed's tensors must be drawn like the first seed's.
+# Validation builds it once and sees a sound MLP; a job built one per init seed in one capture
+# child, and every build after the first was zeroed: a dead baseline that any idea beats
+# ('worked'). Then refused (every init seed's tensors must be drawn like the first seed's); since
+# session 21 a job builds a custom track's own baseline once, at validation's seed, and that
+# build is every seed's (issue 25, "still open" (b): a baseline sabotaged only a little at
+# other seeds passed every check of a single tensor).
 COUNTING_BASELINE = (Path(__file__).resolve().parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text().replace(
     '"name": "tiny_quadratic"', '"name": "counting_baseline"').replace(
     "def build_baseline(spec):\n    return nn.Sequential(nn.Linear(spec[\"n_features\"], 16), nn.ReLU(), nn.Linear(16, 1))",
     "BUILDS = [0]\n\n\ndef build_baseline(spec):\n    BUILDS[0] += 1\n"
     "    model = nn.Sequential(nn.Linear(spec[\"n_features\"], 16), nn.ReLU(), nn.Linear(16, 1))\n"
-    "    if BUILDS[0] > 1:\n        for p in model.parameters():\n            p.data.zero_()\n    return model")
+    "    if BUILDS[0] > 1:\n        for p in model.parameters():\n            p.data.mul_(0.9)\n    return model")
 
 
-def test_a_baseline_that_counts_its_builds_is_refused_in_the_job(cache: Path, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_custom_tracks_baseline_is_its_validated_build_in_every_seed(cache: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its baseline shrinks every build after the first by 10 % (drawn alike: no check of a
+    tensor's values tells), so the old job trained a slightly sabotaged baseline at every seed but
+    one. Now its code builds once in the job, at validation's seed (that build bit for bit
+    validation's), and the confirmation runs none of it again: no baseline rebuild child."""
     import tempfile
 
+    from bench import protocol, sandbox
     from bench.protocol import JudgeRequest, judge
+    from tests.bench.test_confirmation import N, lucky_screening
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     track = CustomTrack.from_source(COUNTING_BASELINE)
     result = validate(track, timeout_s=600)
     assert "BUILDS[0] > 1" in COUNTING_BASELINE and not result["warnings"]  # validation saw the first build
-    track = replace(track, sizes=result["sizes"], checksums=result["checksums"])
+    track = replace(track, sizes=result["sizes"], checksums=result["checksums"],
+                    baseline_graph_sha256=result["baseline_graph_sha256"],
+                    baseline_seed_sha256=result["baseline_seed_sha256"], validated_epoch=result["seed_epoch"])
+    started: list[str] = []
+    launch = sandbox.launch
+
+    def counted(workdir: Path, *args: object, **kwargs: object) -> object:
+        started.append(workdir.name)
+        return launch(workdir, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sandbox, "launch", counted)
+    monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)  # on to the confirmation
+    builds: list[list[int]] = []
+    real_capture = protocol.wire.Capture
+
+    def seen(**kwargs: Any) -> Any:
+        builds.append(list(kwargs["init_seeds"]))
+        return real_capture(**kwargs)
+
+    monkeypatch.setattr(protocol.wire, "Capture", seen)
     idea = "from torch import nn\n\ndef build_model(spec):\n    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))\n"
-    with pytest.raises(BenchError) as info:
-        judge(JudgeRequest(track=track.id, idea_code=idea, custom_track=track, n_seeds=2))
-    assert info.value.code == ErrorCode.NOT_CAPTURABLE and "baseline" in info.value.message
-    assert "every init seed must build the same model with fresh random weights" in info.value.message
+    report = judge(JudgeRequest(track=track.id, idea_code=idea, custom_track=track, n_seeds=N)).model_dump(mode="json")
+    assert len(builds) == 2 and min(len(b) for b in builds) == 1 < max(len(b) for b in builds), builds
+    assert report["bench_report"]["confirmation"] is not None, (report["summary"], report["bench_report"].get("warnings"))  # reached: the copy, not a rebuild
+    assert "rebuild_baseline_1" not in started and "rebuild_idea_1" in started, started
 
 
 def test_a_job_must_capture_the_baseline_graph_validation_captured(cache: Path, tmp_path: Path,
@@ -146,43 +175,36 @@ SEED_LEAKING_BASELINE = (Path(__file__).resolve().parents[1] / "data" / "tracks"
 def test_a_custom_tracks_baseline_never_sees_the_epochs_screening_init_seeds(cache: Path) -> None:
     """Issue 25's residual: a custom track's baseline (its author's code) built the screening
     with the epoch's shared init seeds, which every job of the epoch trains from: its author
-    could learn them, then tell the confirmation's decoys from its new seeds. It now builds them
-    with seeds of its job alone, as any submitted file does (the sweep's stay shared)."""
+    could learn them, then tell the confirmation's decoys from its new seeds. Then it built them
+    with seeds of its job alone; since session 21 it builds once per job, at sweep seed 0 (the
+    seed validation built with), and every seed trains from that build."""
     from bench.protocol import JudgeRequest, judge
     from bench.seeding import public_secret, screening_pool
 
-    n_sweep = CustomTrack.from_source(SEED_LEAKING_BASELINE.replace("BUILDS", "2")).card["defaults"]["sweep_seeds"]
-    track = CustomTrack.from_source(SEED_LEAKING_BASELINE.replace("BUILDS", str(n_sweep + 2)))
+    track = CustomTrack.from_source(SEED_LEAKING_BASELINE.replace("BUILDS", "1"))
     secret = public_secret()
     idea = "from torch import nn\n\ndef build_model(spec):\n    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))\n"
-    leaked = []
+    pool = {run_seeds(s, secret, track=track.id).init for s in screening_pool()}
     for job_key in ("job_a", "job_b"):
         with pytest.raises(BenchError) as info:
             judge(JudgeRequest(track=track.id, idea_code=idea, custom_track=track, n_seeds=2, seed_secret=secret,
                                job_key=job_key))
         assert "built with" in info.value.message, info.value.message
-        leaked.append({int(s) for s in info.value.message.split("built with ", 1)[1].split()[:n_sweep + 2]})
-    sweep = {run_seeds(s, secret, track=track.id).init for s in sweep_seeds(n_sweep)}
-    pool = {run_seeds(s, secret, track=track.id).init for s in screening_pool()}
-    for seen in leaked:
-        assert len(seen) == n_sweep + 2 and sweep <= seen  # the sweep's seeds are shared (the models' key)
-        assert not (seen - sweep) & pool  # no screening init seed of the epoch
-    assert not (leaked[0] - sweep) & (leaked[1] - sweep)  # and another job, other seeds
+        seen = {int(s) for s in info.value.message.split("built with ", 1)[1].split()[:1]}
+        assert seen == {run_seeds(sweep_seeds(1)[0], secret, track=track.id).init} and not seen & pool
 
 
-# Hostile (red team, issue 25): tiny_quadratic whose baseline builds a sound MLP for validation (one
-# seed) and, in a job (its capture builds many seeds), a dead one: every first-layer bias -100, the
-# output bias 2.0 (constants the redraw keeps, equal in every seed, so every decoy rebuilds bit for
-# bit). With ten epochs and three lrs its best lr is interior: an exact copy of the validated
-# baseline got helps, confirmed 8/8.
+# Hostile (red team, issue 25): tiny_quadratic whose baseline builds a sound MLP for validation and,
+# in a job, a dead one: every first-layer bias -100, the output bias 2.0 (constants the redraw
+# keeps, equal in every seed, so every decoy rebuilt bit for bit). With ten epochs and three lrs its
+# best lr is interior: an exact copy of the validated baseline got helps, confirmed 8/8. It told a
+# job by the number of seeds its capture built; a job builds one now (``_Job.pins_baseline``), as
+# validation does, so it tells a job by its working directory (validation's is ``*-validate-*``).
 TWO_FACED_BASELINE = (Path(__file__).resolve().parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text().replace(
     '"name": "tiny_quadratic"', '"name": "two_faced_baseline"').replace(
     '"epochs": 4, "batch_size": 64, "lr_grid": [0.01, 0.03]', '"epochs": 10, "batch_size": 64, "lr_grid": [0.01, 0.03, 0.1]').replace(
     "def build_baseline(spec):\n    return nn.Sequential(nn.Linear(spec[\"n_features\"], 16), nn.ReLU(), nn.Linear(16, 1))",
-    "def _in_a_job():\n    import inspect\n    for info in inspect.stack():\n"
-    "        seeds = getattr(info.frame.f_locals.get('self'), 'init_seeds', None)\n"
-    "        if isinstance(seeds, list):\n            return len(seeds) > 1  # validation builds one seed\n"
-    "    return False\n\n\ndef build_baseline(spec):\n"
+    "def _in_a_job():\n    import os\n    return '-validate-' not in os.getcwd()\n\n\ndef build_baseline(spec):\n"
     "    model = nn.Sequential(nn.Linear(spec[\"n_features\"], 16), nn.ReLU(), nn.Linear(16, 1))\n"
     "    if _in_a_job():\n        import torch\n        with torch.no_grad():\n"
     "            model[0].bias.fill_(-100.0)\n            model[2].bias.fill_(2.0)\n    return model")
