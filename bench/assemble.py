@@ -273,6 +273,11 @@ def build_report(outcome: Outcome) -> Report:
     if custom_track is not None:  # the track's own caveats travel with every verdict on it
         warnings += [f"custom track validation: {w}" for w in custom_track.get("validation_warnings") or []]
         custom_track["reference_fits"] = outcome.references
+        if custom_track.get("build_checked") is False:
+            warnings.append(
+                "unchecked build: the track's baseline was validated in another seed epoch, so this job's build "
+                "of it could not be checked against validation's bit for bit (only its graph); the report counts "
+                "in no totals or discoveries until the track is validated again in this epoch.")
     if weak_baseline and custom_track is not None and outcome.references is not None:
         custom_track["weak_baseline"] = True  # counted in no totals or discoveries (app.reports.service)
         warnings.append(

@@ -276,6 +276,8 @@ class _Job:
         self.secret = secret
         self.job_key = request.job_key or secrets.token_hex(8)
         self.model_key = ""  # the captured models' key (seeding.model_key): the confirmation's seeds
+        # a custom track's baseline build was validation's, bit for bit (check_track_baseline)
+        self.build_checked = False
         # the track in the seeds' labels: a custom track's name@version, a built-in track's name
         self.seed_track = request.custom_track.id if request.custom_track is not None else track.name
         self.task_seed = task_seed(track.name, secret)
@@ -451,6 +453,7 @@ class _Job:
         if (same and custom.baseline_seed_sha256 is not None and custom.validated_epoch == self.secret.epoch
                 and self.request.baseline_code is None and SWEEP_SEED_BASE in self.capture_seeds):
             same = info.seed_sha256[0][self.capture_seeds.index(SWEEP_SEED_BASE)] == custom.baseline_seed_sha256
+            self.build_checked = same
         if same:
             return
         raise BenchError(
@@ -1057,7 +1060,8 @@ class _Job:
         return Outcome(
             card=self.card, matched_baseline=self.request.baseline_code is not None,
             matched_check=self.request.canonical,
-            custom_track=custom.report_block() if custom is not None else None,
+            custom_track=({**custom.report_block(), "build_checked": self.build_checked}
+                          if custom is not None else None),
             submission={"name": self.request.name, "hypothesis": self.request.hypothesis},
             mechanism=self.mechanism, measured=measured,
             screening=self.stage(finals), confirmation=None if confirmation is None else self.stage(confirmation),

@@ -130,6 +130,8 @@ class CustomTrack(_Model):
     hash: str | None = None
     validation_warnings: list[str] | None = None  # what the track's validation warned about
     weak_baseline: bool | None = None  # its baseline did not beat the reference fits (validation or this job)
+    # the job's baseline build was validation's, bit for bit (validation's seed epoch): only then it counts
+    build_checked: bool | None = None
     reference_fits: dict[str, Any] | None = None  # this job's check: seeds, not_beaten, margin
 
 

@@ -132,6 +132,15 @@ def counts(body: dict[str, Any]) -> bool:
             and bench.get("own_track") is not True and not _weak_track(body))
 
 
+def build_checked(body: dict[str, Any]) -> bool:
+    """Whether a custom track's report says its job's baseline build was validation's, bit for
+    bit (``custom_track.build_checked``: the job ran in validation's seed epoch). Deny by
+    default: a report without it (from before session 21, or judged after a seed rotation)
+    counts nowhere, vouched or not."""
+    track = (body.get("bench_report") or {}).get("custom_track")
+    return isinstance(track, dict) and track.get("build_checked") is True
+
+
 def recount_track(session: Session, track: str, vouched: bool) -> int:
     """Set ``counted`` of every report on custom track version ``track`` for its vouch now
     (``vouched``), moving each report that changes into or out of its day's verdict counts;
@@ -140,7 +149,7 @@ def recount_track(session: Session, track: str, vouched: bool) -> int:
     stmt = (select(Report).where(Report.track == track, Report.custom_track.is_(True)).order_by(Report.id)
             .execution_options(yield_per=500))
     for report in session.scalars(stmt):
-        now = vouched and counts(report.body)
+        now = vouched and counts(report.body) and build_checked(report.body)
         if now == report.counted:
             continue
         report.counted = now
@@ -167,7 +176,8 @@ def build_report_row(
 ) -> Report:
     """The ``reports`` row for ``job``'s report JSON (with its ``attempts`` block, when given,
     in ``bench_report``); raises ``InvalidReport``. On a custom track it counts only when
-    ``track_vouched`` (read with ``track_vouched()``; deny by default)."""
+    ``track_vouched`` (read with ``track_vouched()``) and its build was checked (``build_checked``);
+    deny by default."""
     body = json_safe(body)
     if attempts is not None and isinstance(body.get("bench_report"), dict):
         body["bench_report"]["attempts"] = attempts
@@ -197,7 +207,7 @@ def build_report_row(
         family=job.family,
         baseline=baseline_label(job.baseline_code),
         p_helps=p_helps if p_helps is not None and 0.0 <= p_helps <= 1.0 else None,
-        counted=counts(body) and (is_builtin(job.track) or track_vouched),
+        counted=counts(body) and (is_builtin(job.track) or track_vouched and build_checked(body)),
         created_at=now,
         body=body,
         **stream_of(body),

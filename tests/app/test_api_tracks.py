@@ -114,7 +114,7 @@ def test_listing_and_report_filters_tell_builtin_from_custom(app: Any, client: A
     register(client, keys["agent"])
     activate(app, "tiny_quadratic@1")
     custom_body = report_body(track="tiny_quadratic")
-    custom_body["bench_report"]["custom_track"] = {"name": "tiny_quadratic", "version": 1}
+    custom_body["bench_report"]["custom_track"] = {"name": "tiny_quadratic", "version": 1, "build_checked": True}
     with app.state.sessionmaker() as session:
         submitter = key_id(keys["agent"])
         insert_report(session, submitter, track="smoke")

@@ -112,6 +112,7 @@ def test_a_verdict_on_a_track_its_own_key_registered_counts_nowhere(env: tuple[A
         for who in (author, other):
             job = insert_job(session, who, track="mine@1", created_at=T0)
             body = report_body("worked", "helps", track="mine@1", p_helps=0.001)
+            body["bench_report"]["custom_track"] = {"name": "mine", "version": 1, "build_checked": True}
             mark_own_track(session, job, body)
             rows[who] = build_report_row(job, body, T0, track_vouched=True)
         builtin = insert_job(session, author, created_at=T0)
@@ -120,14 +121,22 @@ def test_a_verdict_on_a_track_its_own_key_registered_counts_nowhere(env: tuple[A
         # a track whose baseline did not beat the bench's reference fits at validation: no one's
         # verdict on it counts (two keys could otherwise share a weak track)
         weak = report_body("worked", "helps", track="mine@1", p_helps=0.001)
-        weak["bench_report"]["custom_track"] = {"name": "mine", "version": 1, "weak_baseline": True}
+        weak["bench_report"]["custom_track"] = {"name": "mine", "version": 1, "weak_baseline": True,
+                                                "build_checked": True}
         job = insert_job(session, other, track="mine@1", created_at=T0)
         weak_counted = build_report_row(job, weak, T0, track_vouched=True).counted
         weak["bench_report"]["custom_track"] = "not a block"  # nothing stored breaks the counting
         odd_counted = build_report_row(job, weak, T0, track_vouched=True).counted
+        # a job whose baseline build was not checked against validation's (another seed epoch,
+        # or a report from before session 21): deny by default
+        unchecked = report_body("worked", "helps", track="mine@1", p_helps=0.001)
+        unchecked["bench_report"]["custom_track"] = {"name": "mine", "version": 1, "build_checked": False}
+        unchecked_counted = build_report_row(job, unchecked, T0, track_vouched=True).counted
+        del unchecked["bench_report"]["custom_track"]["build_checked"]
+        unchecked_counted |= build_report_row(job, unchecked, T0, track_vouched=True).counted
         unvouched = build_report_row(job, weak, T0).counted  # deny by default: no vouch, no count
         session.rollback()
-    assert weak_counted is False and odd_counted is True and unvouched is False
+    assert weak_counted is False and odd_counted is False and unvouched is False and unchecked_counted is False
     assert rows[author].body["bench_report"]["own_track"] is True and rows[author].counted is False
     assert "own_track" not in rows[other].body["bench_report"] and rows[other].counted is True
     assert "own_track" not in body["bench_report"]
@@ -158,9 +167,11 @@ def test_a_custom_tracks_verdicts_count_only_once_an_operator_vouches_for_it(
                                        created_at=T0))
         session.flush()
         ids = {}
-        for label, who, custom in (("other", other, {"name": "signal", "version": 1}),
-                                   ("own", author, {"name": "signal", "version": 1}),
-                                   ("weak", other, {"name": "signal", "version": 1, "weak_baseline": True})):
+        for label, who, custom in (("other", other, {"name": "signal", "version": 1, "build_checked": True}),
+                                   ("own", author, {"name": "signal", "version": 1, "build_checked": True}),
+                                   ("weak", other, {"name": "signal", "version": 1, "weak_baseline": True,
+                                                    "build_checked": True}),
+                                   ("unchecked", other, {"name": "signal", "version": 1})):
             body = report_body("worked", "helps", track="signal@1", p_helps=0.001)
             body["bench_report"]["custom_track"] = custom
             job = insert_job(session, who, status="succeeded", track="signal@1", created_at=T0)
@@ -181,9 +192,9 @@ def test_a_custom_tracks_verdicts_count_only_once_an_operator_vouches_for_it(
         return counted, summary, q, card
 
     counted, summary, q, card = state()
-    assert counted == {"other": False, "own": False, "weak": False} and q is None
+    assert counted == {"other": False, "own": False, "weak": False, "unchecked": False} and q is None
     assert not any(row["counts"] for row in summary["rows"])
-    assert card["vouched"] is False and card["vouched_by"] is None and card["n_reports"] == 3
+    assert card["vouched"] is False and card["vouched_by"] is None and card["n_reports"] == 4
     assert card["links"]["vouch"] == "/v1/tracks/signal@1/vouch"
 
     refused = client.put("/v1/tracks/signal@1/vouch", headers=bearer(tokens["agent2"]))
@@ -199,9 +210,9 @@ def test_a_custom_tracks_verdicts_count_only_once_an_operator_vouches_for_it(
         assert vouched.status_code == 200 and vouched.json()["vouched"] is True
         assert vouched.json()["vouched_by"] == key_id(tokens["operator"])
     counted, summary, q, card = state()
-    assert counted == {"other": True, "own": False, "weak": False} and q == pytest.approx(0.001)
+    assert counted == {"other": True, "own": False, "weak": False, "unchecked": False} and q == pytest.approx(0.001)
     assert [row["counts"] for row in summary["rows"] if row["counts"]] == [{"worked/helps": 1}]
-    assert card["vouched"] is True and card["n_reports"] == 3
+    assert card["vouched"] is True and card["n_reports"] == 4
     with app.state.sessionmaker() as session:
         assert track_vouched(session, "signal@1") and not track_vouched(session, "pending@1")
         assert track_vouched(session, "smoke")
@@ -209,7 +220,7 @@ def test_a_custom_tracks_verdicts_count_only_once_an_operator_vouches_for_it(
     withdrawn = client.delete("/v1/tracks/signal@1/vouch", headers=bearer(tokens["operator"]))
     assert withdrawn.status_code == 200 and withdrawn.json()["vouched"] is False
     counted, summary, q, card = state()
-    assert counted == {"other": False, "own": False, "weak": False} and q is None
+    assert counted == {"other": False, "own": False, "weak": False, "unchecked": False} and q is None
     assert not any(row["counts"] for row in summary["rows"])
 
 

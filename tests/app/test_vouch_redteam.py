@@ -75,7 +75,7 @@ def test_a_vouch_or_withdrawal_racing_a_report_being_stored_leaves_the_count_tru
 
     monkeypatch.setattr(runner, "build_report_row", operator_acts_then_build)
     body = report_body("worked", "helps", track="rig@1", p_helps=0.001)
-    body["bench_report"]["custom_track"] = {"name": "rig", "version": 1}
+    body["bench_report"]["custom_track"] = {"name": "rig", "version": 1, "build_checked": True}
     context = WorkerContext(settings=app.state.settings, engine=app.state.engine, sessions=app.state.sessionmaker,
                             worker_id="host:1", queue=app.state.queue)
     assert runner._store_report(context, claim, job, body).value == "succeeded"

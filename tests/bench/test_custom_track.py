@@ -116,6 +116,7 @@ def test_judge_on_a_custom_track_marks_the_report_and_hides_the_labels() -> None
         "author": "tester", "hash": track.sha256, "validation_warnings": [warned], "weak_baseline": False,
         # the job's own check: the honest baseline beat the bench's reference fits on every test seed
         "reference_fits": {"seeds": 4, "not_beaten": 0, "margin": 0.02},
+        "build_checked": False,  # no validation's build to check against: it counts nowhere
     }  # what validation warned about reaches every report on the track (red team round 2)
     assert f"custom track validation: {warned}" in bench["warnings"]
     assert bench["track_justification"].startswith("A fixture")

@@ -112,6 +112,7 @@ def test_a_custom_tracks_baseline_is_its_validated_build_in_every_seed(cache: Pa
     report = judge(JudgeRequest(track=track.id, idea_code=idea, custom_track=track, n_seeds=N)).model_dump(mode="json")
     assert len(builds) == 2 and min(len(b) for b in builds) == 1 < max(len(b) for b in builds), builds
     assert report["bench_report"]["confirmation"] is not None, (report["summary"], report["bench_report"].get("warnings"))  # reached: the copy, not a rebuild
+    assert report["bench_report"]["custom_track"]["build_checked"] is True  # validation's build: it may count
     assert "rebuild_baseline_1" not in started and "rebuild_idea_1" in started, started
 
 
@@ -226,6 +227,8 @@ def test_a_baseline_sound_for_validation_and_dead_in_jobs_gives_no_win(cache: Pa
     assert br["comparison"]["idea_wins"] == 8  # the attack works: the copy beats the dead baseline on every seed
     assert (report["practical_verdict"], report["practical_detail"]) == ("inconclusive", "weak_baseline"), report
     assert br["custom_track"]["weak_baseline"] is True
+    # never validated: its build was checked against nothing, so the report counts nowhere either
+    assert br["custom_track"]["build_checked"] is False and any("unchecked build" in w for w in br["warnings"])
     fits = br["custom_track"]["reference_fits"]
     assert fits["not_beaten"] == fits["seeds"] >= 8
 
