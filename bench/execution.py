@@ -90,9 +90,10 @@ class Executor(Protocol):
     def start(self) -> None:
         """Make every arm ready to load its file."""
 
-    def start_trainers(self) -> None:
+    def start_trainers(self, measured: bool = False) -> None:
         """Start each arm's trainer (once both files loaded: a file that fails to load, the
-        usual end of a broken or hostile idea, costs no trainer)."""
+        usual end of a broken or hostile idea, costs no trainer); ``measured``: the idea's own
+        ``measure()`` will run on the baseline's models (a child for it may start now)."""
 
     def load(self, arm: str, command: wire.CaptureLoad) -> wire.LoadedReply:
         """Load ``arm``'s file (its HPARAMS, mechanism and whether it has ``measure``)."""
@@ -209,9 +210,10 @@ class SandboxExecutor:
             slot.drop("baseline")
         for arm in ARMS:
             if arm == "baseline" and self.canonical_baseline:
+                launched = self._adopt(arm)
                 session = ArmSession(arm, self.workdir / arm, self.limits, self.deadline, self.cancel_event,
-                                     self.timeout_s, launched=(launched := self._adopt(arm)),
-                                     pending=1 if launched else 0, wait_ready=False, hide_tracks=False)
+                                     self.timeout_s, launched=launched, pending=1 if launched else 0,
+                                     wait_ready=False, hide_tracks=False)
                 self.captures[arm] = self.sessions[arm] = session
                 continue
             launched = self._adopt(f"capture_{arm}")
@@ -225,15 +227,33 @@ class SandboxExecutor:
         for session in self.captures.values():
             session.wait_ready()
 
-    def start_trainers(self) -> None:
+    def start_trainers(self, measured: bool = False) -> None:
         """Each arm's trainer, unless adopted: started now, its torch import overlapping the
         capture; its first request waits for it. Started after both files loaded, so a file
-        that fails to load (a broken or hostile idea's usual end) costs no trainer."""
+        that fails to load (a broken or hostile idea's usual end) costs no trainer. With
+        ``measured`` and a built-in track's own baseline, the fresh child the idea's
+        ``measure()`` of that baseline will run in starts now too, its start hidden by the
+        training (the warm path paid it at the end: tabular's example, 0.8 s)."""
         for arm in ARMS:
             if arm not in self.sessions:
                 session = self._trainer(arm, None)
                 with self._children:  # killed with the others if an arm fails
                     self.sessions[arm] = session
+        if measured and self.canonical_baseline:
+            self._measure_child("baseline")
+
+    def _measure_child(self, arm: str) -> ArmSession:
+        """The fresh child the idea's ``measure()`` of ``arm``'s models runs in (started once)."""
+        key = f"measure_{arm}"
+        with self._children:
+            session = self.captures.get(key)
+        if session is None or session.proc.poll() is not None:
+            self.measures += 1
+            name = f"{key}_{self.measures}"  # the first may be a warm slot's (warm.CHILDREN)
+            session = self.capture_session(arm, self.workdir / name, self._adopt(name) if arm == "baseline" else None)
+            with self._children:  # killed with the others if the other arm fails
+                self.captures[key] = session
+        return session
 
     def _adopt(self, name: str) -> Any:
         launched = self.slot.launched.get(name) if self.slot else None
@@ -322,9 +342,9 @@ class SandboxExecutor:
 
     def trusted_capture(self, key: str) -> bool:
         """Capture child ``key`` (an arm, or a confirmation's ``rebuild_<arm>``) ran the bench's
-        own code alone: a built-in track's own baseline's, which never runs the idea's
-        ``measure()`` (red team: that code, run there, wrapped the child's build to sabotage
-        every seed the first capture had not built, and forged helps; ``measure``)."""
+        own code alone: a built-in track's own baseline's. The idea's ``measure()`` never runs
+        there (``measure`` starts a fresh child): a red team's, run there, wrapped the child's
+        build to sabotage every seed the first capture had not built, and forged helps."""
         return key == "baseline" and self.canonical_baseline
 
     def forget_builds(self) -> None:
@@ -381,10 +401,7 @@ class SandboxExecutor:
         fresh = arm == "baseline" and self.canonical_baseline
         builds = None
         if fresh:
-            self.measures += 1
-            session = self.capture_session(arm, self.workdir / f"measure_{arm}_{self.measures}")
-            with self._children:  # killed with the others if the other arm fails
-                self.captures[f"measure_{arm}"] = session
+            session = self._measure_child(arm)
             captured, command = self.captured[arm], self.captured_with[arm]
             # Not the job's build seeds: the own baseline builds with the epoch's shared init
             # seeds, which the idea's code there could read and write into its error's text

@@ -1030,7 +1030,7 @@ class _Job:
                                seed_index=self.capture_index(arm, record.seed), state=self.kept[record.run_id],
                                probe=read_npy(self.seed_data[record.seed].probe_path.read_bytes()))
                     for record in finals[arm]]
-            # the idea's measure() runs in the baseline's capture child too
+            # the idea's measure() runs on the baseline's models too
             values = self.executor.measure(arm, runs, self.request.idea_code if arm == "baseline" else None)
             if len(values) != len(runs) or not all(math.isfinite(v) for v in values):
                 raise BenchError(ErrorCode.MECHANISM_ERROR, f"measure() gave no usable values for the {arm}.")
@@ -1353,7 +1353,11 @@ def _judge(
             job.prefetch(all_seeds)
             job.executor.start()
             loaded: dict[str, wire.LoadedReply] = job.both(lambda arm: job.executor.load(arm, job.load_command(arm)))
-            job.executor.start_trainers()
+            declared = request.mechanism if request.mechanism is not None else loaded["idea"].mechanism
+            if declared is not None:
+                job.mechanism = check_measurable(declared, loaded["idea"].has_measure)
+            job.executor.start_trainers(measured=job.mechanism is not None and "probe" not in job.mechanism
+                                        and not request.check_only)
             max_configs = job.settings.max_configs
             idea_hp = request.hparams if request.hparams is not None else loaded["idea"].hparams
             job.grids = {
@@ -1372,9 +1376,6 @@ def _judge(
             job.tracker.expect("matched", planned.matched_max)
             if request.confirm:
                 job.tracker.expect("confirmation", planned.confirmation_max)
-            declared = request.mechanism if request.mechanism is not None else loaded["idea"].mechanism
-            if declared is not None:
-                job.mechanism = check_measurable(declared, loaded["idea"].has_measure)
             # The sweep's and the screening's seeds, built in a secret order (a file that counts
             # its builds learns nothing of which seed it builds); the confirmation's inits are
             # captured when a win needs them, for the chosen configs, under the models' key.

@@ -32,13 +32,18 @@ WARM_COMMAND = wire.Warm().encode()
 # A capture child also pays torch.export's first-use work (imports, tracing machinery).
 WARM_CAPTURE_COMMAND = wire.Warm(export=True).encode()
 # The children of a slot, by working-directory name: the idea's trainer and capture child (no
-# data directory), and the baseline's child, which sees the built-in track packages: it captures
+# data directory); the baseline's child, which sees the built-in track packages: it captures
 # and trains a built-in track's own baseline (``wire_names.OWN_BASELINE``) and is dropped
-# for any other baseline, whose capture child and trainer start with the job.
+# for any other baseline, whose capture child and trainer start with the job; and the fresh
+# child (no data, the track packages) the idea's own ``measure()`` of that baseline runs in
+# (bench.execution's ``_measure_child``), killed unused by a job that measures nothing itself.
+# Kept warm whatever the next idea is: started cold, it cost a self-measured idea 0.6 s of a
+# 1.5 s warm tabular job (benchmarks/protocol_speed.py), so the warm path keeps four children.
 CHILDREN: dict[str, dict[str, Any]] = {
     "baseline": {"hide_tracks": False},
     "idea": {},
     "capture_idea": {"read_only": []},
+    "measure_baseline_1": {"read_only": [], "hide_tracks": False},
 }
 EXPORTS = ("baseline", "capture_idea")  # the children that may capture: warmed with an export
 

@@ -112,7 +112,7 @@ class ScriptedExecutor:
     def start(self) -> None:
         self._note("start")
 
-    def start_trainers(self) -> None:
+    def start_trainers(self, measured: bool = False) -> None:
         self._note("start_trainers")
 
     def load(self, arm: str, command: wire.CaptureLoad) -> wire.LoadedReply:

@@ -61,8 +61,8 @@ def test_reruns_give_identical_numbers_with_fresh_or_warm_children() -> None:
     slot = warm.take(sandbox.Limits(memory_mb=request.memory_mb))  # waits for the launch
     warm._slot = slot
     assert slot is not None and slot.alive
-    # three children: the own baseline's one captures and trains it (issue 26.9)
-    assert sorted(slot.launched) == ["baseline", "capture_idea", "idea"]
+    # the own baseline's child captures and trains it (issue 26.9); the fourth is for a measure()
+    assert sorted(slot.launched) == ["baseline", "capture_idea", "idea", "measure_baseline_1"]
     adopted = judge(request, keep_warm=True).model_dump(mode="json")
     assert all(proc.poll() is not None for proc, _ in slot.launched.values())  # used, then killed
     assert not Path(slot.tmp.name).exists()
@@ -113,6 +113,51 @@ def test_bad_ideas_get_their_error_code(code: str) -> None:
     error = _fails_with(code, BAD_IDEAS[code])
     if code == "hparam_no_effect":  # the key that changed nothing is named (issue 27.8)
         assert "'unused'" in error.message and "no effect" in error.message, error.message
+
+
+SELF_MEASURED = """
+from torch import nn
+
+MECHANISM = {"quantity": "mean output", "prediction": "finite", "expect": {"kind": "greater_than", "value": -1e9}}
+
+
+def build_model(spec):
+    return nn.Sequential(nn.Linear(spec["input_shape"][0], 32), nn.ReLU(), nn.Linear(32, spec["output_shape"][0]))
+
+
+def measure(model, x):
+    return float(model(x).mean())
+"""
+
+
+def test_a_warm_slot_holds_the_child_an_ideas_own_measure_of_the_baseline_runs_in(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The idea's measure() of a built-in track's own baseline runs in a fresh child (its capture
+    child trains); the warm slot starts that child too, so a warm job starts none
+    (benchmarks/protocol_speed.py: tabular's example paid 0.6 s for it cold)."""
+    import threading
+
+    from bench import sandbox, warm
+
+    request = JudgeRequest(track="smoke", idea_code=SELF_MEASURED, n_seeds=2, job_key="warm_measure")
+    limits = sandbox.Limits(memory_mb=request.memory_mb)
+    judge(request, keep_warm=True)
+    slot = warm.take(limits)
+    assert slot is not None and sorted(slot.launched) == ["baseline", "capture_idea", "idea", "measure_baseline_1"]
+    warm._slot = slot
+    started: list[str] = []
+    launch = sandbox.launch
+
+    def counted(workdir: Path, *args: object, **kwargs: object) -> object:
+        if threading.current_thread().name != "ideabench-warm":  # not the next job's slot
+            started.append(workdir.name)
+        return launch(workdir, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sandbox, "launch", counted)
+    report = judge(request, keep_warm=True).model_dump(mode="json")
+    assert report["bench_report"]["mechanism_signature"]["self_measured"] is True
+    assert started == [] and all(proc.poll() is not None for proc, _ in slot.launched.values())
+    warm.discard()
 
 
 def test_missing_module_is_invalid_code_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
