@@ -49,6 +49,25 @@ def use_cache(cache_dir: Path) -> None:
     host = engine_options.current()
     engine_options.configure(dataclasses.replace(host, engine=dataclasses.replace(host.engine, cache_dir=cache_dir)))
 
+def count_launches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The working-directory names of the sandboxed children this test's jobs launch from now on
+    (not those a warm slot starts in its own thread for a next job)."""
+    import threading
+
+    from bench import sandbox
+
+    started: list[str] = []
+    launch = sandbox.launch
+
+    def counted(workdir: Path, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name != "ideabench-warm":
+            started.append(workdir.name)
+        return launch(workdir, *args, **kwargs)
+
+    monkeypatch.setattr(sandbox, "launch", counted)
+    return started
+
+
 POSTGRES_ADMIN_URL = os.environ.get(
     "IDEABENCH_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )

@@ -36,6 +36,7 @@ from bench.stats import (
     paired_sign_flip_p,
 )
 from bench.verdicts import decide
+from tests.conftest import count_launches
 
 MLP = """
 from torch import nn
@@ -304,17 +305,9 @@ def test_the_ideas_measure_code_cannot_take_over_the_baselines_rebuild(monkeypat
     idea's code made of it (every seed the first capture had not built sabotaged): helps for
     the baseline's own model. Now the idea's measure() of the baseline runs in a fresh child of
     its own, closed after; the baseline's own child (it captures and trains) rebuilds."""
-    from bench import sandbox
 
     monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)
-    started: list[str] = []
-    launch = sandbox.launch
-
-    def counted(workdir: Path, *args: object, **kwargs: object) -> object:
-        started.append(workdir.name)
-        return launch(workdir, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(sandbox, "launch", counted)
+    started = count_launches(monkeypatch)
     hijack = (Path(__file__).parents[1] / "security" / "hostile" / "measure_hijack.py").read_text()
     report = judge(JudgeRequest(track="smoke", idea_code=hijack, n_seeds=N, job_key="job_hijack")).model_dump(mode="json")
     confirmation = report["bench_report"]["confirmation"]

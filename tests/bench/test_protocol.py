@@ -13,6 +13,7 @@ from bench.catalog import get_card
 from bench.errors import BenchError
 from bench.protocol import JudgeRequest, judge
 from bench.report import Report
+from tests.conftest import count_launches
 
 SMOKE = get_card("smoke")
 GOOD_HEADER = "import torch\nfrom torch import nn\n"
@@ -135,8 +136,6 @@ def test_a_warm_slot_holds_the_child_an_ideas_own_measure_of_the_baseline_runs_i
     """The idea's measure() of a built-in track's own baseline runs in a fresh child (its capture
     child trains); the warm slot starts that child too, so a warm job starts none
     (benchmarks/protocol_speed.py: tabular's example paid 0.6 s for it cold)."""
-    import threading
-
     from bench import sandbox, warm
 
     request = JudgeRequest(track="smoke", idea_code=SELF_MEASURED, n_seeds=2, job_key="warm_measure")
@@ -145,15 +144,7 @@ def test_a_warm_slot_holds_the_child_an_ideas_own_measure_of_the_baseline_runs_i
     slot = warm.take(limits)
     assert slot is not None and sorted(slot.launched) == ["baseline", "capture_idea", "idea", "measure_baseline_1"]
     warm._slot = slot
-    started: list[str] = []
-    launch = sandbox.launch
-
-    def counted(workdir: Path, *args: object, **kwargs: object) -> object:
-        if threading.current_thread().name != "ideabench-warm":  # not the next job's slot
-            started.append(workdir.name)
-        return launch(workdir, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(sandbox, "launch", counted)
+    started = count_launches(monkeypatch)
     report = judge(request, keep_warm=True).model_dump(mode="json")
     assert report["bench_report"]["mechanism_signature"]["self_measured"] is True
     assert started == [] and all(proc.poll() is not None for proc, _ in slot.launched.values())
@@ -163,16 +154,7 @@ def test_a_warm_slot_holds_the_child_an_ideas_own_measure_of_the_baseline_runs_i
 def test_missing_module_is_invalid_code_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """...and a file that fails to load costs no trainer: the trainers start once both files
     loaded (issue 26.9: most broken and hostile ideas end here)."""
-    from bench import sandbox
-
-    started: list[str] = []
-    launch = sandbox.launch
-
-    def counted(workdir: Path, *args: object, **kwargs: object) -> object:
-        started.append(workdir.name)
-        return launch(workdir, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(sandbox, "launch", counted)
+    started = count_launches(monkeypatch)
     error = _fails_with("invalid_code", "import not_a_real_module_xyz\ndef build_model(spec):\n    pass\n")
     assert "not_a_real_module_xyz" in error.message
     assert sorted(started) == ["baseline", "capture_idea"], started  # the own baseline: one child

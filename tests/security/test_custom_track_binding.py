@@ -15,7 +15,7 @@ from bench import options as engine_options
 from bench.custom_track import CustomTrack, cache_dir, ensure_data, validate
 from bench.errors import BenchError, ErrorCode
 from bench.seeding import final_seeds, run_seeds, sweep_seeds
-from tests.conftest import use_cache
+from tests.conftest import count_launches, use_cache
 
 HOSTILE = Path(__file__).parent / "hostile"
 
@@ -80,7 +80,7 @@ def test_a_custom_tracks_baseline_is_its_validated_build_in_every_seed(cache: Pa
     validation's), and the confirmation runs none of it again: no baseline rebuild child."""
     import tempfile
 
-    from bench import protocol, sandbox
+    from bench import protocol
     from bench.protocol import JudgeRequest, judge
     from tests.bench.test_confirmation import N, lucky_screening
 
@@ -91,14 +91,7 @@ def test_a_custom_tracks_baseline_is_its_validated_build_in_every_seed(cache: Pa
     track = replace(track, sizes=result["sizes"], checksums=result["checksums"],
                     baseline_graph_sha256=result["baseline_graph_sha256"],
                     baseline_seed_sha256=result["baseline_seed_sha256"], validated_epoch=result["seed_epoch"])
-    started: list[str] = []
-    launch = sandbox.launch
-
-    def counted(workdir: Path, *args: object, **kwargs: object) -> object:
-        started.append(workdir.name)
-        return launch(workdir, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(sandbox, "launch", counted)
+    started = count_launches(monkeypatch)
     monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)  # on to the confirmation
     builds: list[list[int]] = []
     real_capture = protocol.wire.Capture
