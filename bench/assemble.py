@@ -275,9 +275,10 @@ def build_report(outcome: Outcome) -> Report:
         custom_track["reference_fits"] = outcome.references
         if custom_track.get("build_checked") is False:
             warnings.append(
-                "unchecked build: the track's baseline was validated in another seed epoch, so this job's build "
-                "of it could not be checked against validation's bit for bit (only its graph); the report counts "
-                "in no totals or discoveries until the track is validated again in this epoch.")
+                "unchecked build: the track was validated in another seed epoch, so neither this job's data nor "
+                "(unless the track keeps validation's build) its baseline's build could be checked against "
+                "validation's; the report counts in no totals or discoveries until the track is validated again "
+                "in this epoch.")
     if weak_baseline and custom_track is not None and outcome.references is not None:
         custom_track["weak_baseline"] = True  # counted in no totals or discoveries (app.reports.service)
         warnings.append(

@@ -18,7 +18,7 @@ import math
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,6 +32,24 @@ from bench.runner import ArmSession, load_npy, npy_header, open_output, write_ne
 
 MAX_GRAPH_BYTES = 8 << 20
 MAX_TENSOR_ELEMENTS = 50_000_000  # all of one arm's tensors of one init seed
+MAX_BUILD_BYTES = 64 << 20  # a stored build (``pack_build``): far above what a track's param_cap admits
+
+
+class CaptureFiles(Protocol):
+    """Where a capture's files lie (a capture child's ``ArmSession``, or a stored build unpacked
+    by the parent), and whose they are, for the errors."""
+
+    @property
+    def workdir(self) -> Path: ...
+
+    @property
+    def role(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class _Unpacked:
+    workdir: Path
+    role: str
 
 
 @dataclass(frozen=True)
@@ -57,7 +75,7 @@ class ArmCapture:
                 "n_tensors": [len(s) for s in self.shapes]}
 
 
-def _read(session: ArmSession, relative: str, limit: int) -> bytes:
+def _read(session: CaptureFiles, relative: str, limit: int) -> bytes:
     with open_output(session.workdir, relative, session.role) as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
@@ -65,7 +83,7 @@ def _read(session: ArmSession, relative: str, limit: int) -> bytes:
     return data
 
 
-def _header(session: ArmSession, relative: str) -> tuple[tuple[int, ...], str]:
+def _header(session: CaptureFiles, relative: str) -> tuple[tuple[int, ...], str]:
     """A captured tensor's shape and dtype name, from its file's header (``npy_header``)."""
     with open_output(session.workdir, relative, session.role) as fh:
         shape, dtype = npy_header(fh, session.role, "captured tensor", ErrorCode.NOT_CAPTURABLE)
@@ -74,7 +92,7 @@ def _header(session: ArmSession, relative: str) -> tuple[tuple[int, ...], str]:
     return shape, dtype.name
 
 
-def _count_first(session: ArmSession, config: int, seed: int, n_tensors: int, max_elements: int) -> None:
+def _count_first(session: CaptureFiles, config: int, seed: int, n_tensors: int, max_elements: int) -> None:
     """Refuse one init seed's tensors from their headers, before any is read, when together they
     hold more than ``max_elements`` (a parent that read first wrote 4.7 GB before parity refused
     a model of one 32M-element tensor per seed)."""
@@ -84,7 +102,7 @@ def _count_first(session: ArmSession, config: int, seed: int, n_tensors: int, ma
                              "Shrink the model: parameters, buffers and constants count together.")
 
 
-def _checked_array(session: ArmSession, relative: str) -> np.ndarray:
+def _checked_array(session: CaptureFiles, relative: str) -> np.ndarray:
     with open_output(session.workdir, relative, session.role) as fh:
         array = load_npy(fh, session.role, "captured tensor", ErrorCode.NOT_CAPTURABLE)
     if array.dtype.name not in DTYPES:
@@ -148,7 +166,7 @@ def _digest(digest: Any, array: np.ndarray) -> None:
 
 
 def import_capture(
-    session: ArmSession, configs: list[dict[str, Any]], n_seeds: int, dest: Path,
+    session: CaptureFiles, configs: list[dict[str, Any]], n_seeds: int, dest: Path,
     max_elements: int = MAX_TENSOR_ELEMENTS,
 ) -> ArmCapture:
     """Check and copy the capture ``session`` (a capture child) wrote for ``configs`` x ``n_seeds``;
@@ -218,6 +236,91 @@ def import_capture(
         shapes=tuple(shapes), graph_sha256=tuple(hashes), directory=dest, tensors_sha256=tuple(tensor_hashes),
         seed_sha256=tuple(seed_hashes), families=tuple(families),
     )
+
+
+BUILD_FILES = ("capture.py", "graph.py", "captured.py", "oplist.py", "child.py")  # what makes and checks a build
+
+
+def build_version() -> str:
+    """sha256 over the code that captures and checks a build (``BUILD_FILES``) and torch's
+    version: a stored build made by other code is not used (``bench.protocol.stored_build``),
+    so a later fix to the capture reaches every track."""
+    import torch
+
+    here = Path(__file__).parent
+    digest = hashlib.sha256(torch.__version__.encode())
+    for name in BUILD_FILES:
+        digest.update(name.encode() + b"\0" + (here / name).read_bytes())
+    return digest.hexdigest()
+
+
+def pack_build(captured: ArmCapture) -> bytes:
+    """A one-build capture (a custom track's validated baseline: one config, one init seed) as
+    the bytes its track keeps (``CustomTrack.baseline_build``): the graphs and tensors exactly as
+    the parent wrote them after its checks, in a zip without compression. Over
+    ``MAX_BUILD_BYTES`` it is the track's fault (``invalid_track``): a red team padded a baseline
+    with 10M float64 zeros to fill a database row per version."""
+    if len(captured.configs) != 1 or len(captured.seed_sha256[0]) != 1:
+        raise BenchError(ErrorCode.INTERNAL, "a stored build is one config built once")
+    names = _build_names(len(captured.shapes[0]))
+    size = sum((captured.directory / name).stat().st_size for name in names)
+    if size > MAX_BUILD_BYTES:
+        raise BenchError(ErrorCode.INVALID_TRACK,
+                         f"The baseline's model takes {size / 2**20:.0f} MiB; the limit is {MAX_BUILD_BYTES >> 20} MiB.",
+                         "Build a smaller baseline: no large buffers or constants, float32 tensors.")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name in names:
+            archive.writestr(name, (captured.directory / name).read_bytes())
+    return buffer.getvalue()
+
+
+def capture_warnings(who: str, reply: wire.CaptureReply) -> list[str]:
+    """The report's (or a validation's) warnings for what a file did besides building its
+    model (issue 27.8), in the bench's words: the child only picks codes
+    (``wire.CaptureReply``) and, for ``forward_state``, up to 3 plain names."""
+    warnings = []
+    if "forward_state" in reply.notes:
+        names = f" ({', '.join(reply.changed)})" if reply.changed else ""
+        warnings.append(
+            f"The {who}'s forward changed Python-side state{names} while it was captured: the captured "
+            f"graph keeps what that state was then and never changes it, so the model trained is the graph, "
+            f"not your Python code. Keep state in tensors (register_buffer) or out of forward.")
+    if "build_processes" in reply.notes:
+        warnings.append(
+            f"The {who}'s build_model started a process or a thread: nothing it computes reaches the "
+            f"captured model, and it only costs the capture's time. Build the model in build_model alone.")
+    return warnings
+
+
+def _build_names(n_tensors: int) -> list[str]:
+    return [graph_path(0, "train"), graph_path(0, "eval"), *(tensor_path(0, 0, j) for j in range(n_tensors))]
+
+
+def import_stored(build: bytes, role: str, staging: Path, dest: Path) -> ArmCapture:
+    """``pack_build``'s capture, unpacked under ``staging`` by the parent and checked again as a
+    child's capture is (``import_capture``: the allowlist, the dtypes, the counts) into ``dest``.
+    The archive's names are the ones ``pack_build`` writes, nothing else: a name of another
+    shape, a link or an entry over ``MAX_BUILD_BYTES`` refuses it (``internal``: the bench wrote
+    it, and the database keeps it)."""
+    broken = BenchError(ErrorCode.INTERNAL, f"the {role}'s stored build is damaged",
+                        "Register the track's file again as a new version; tell the operator.")
+    if len(build) > MAX_BUILD_BYTES:
+        raise broken
+    try:
+        with zipfile.ZipFile(io.BytesIO(build)) as archive:
+            entries = archive.infolist()
+            names = [entry.filename for entry in entries]
+            if (len(names) < 2 or names != _build_names(len(names) - 2)
+                    or sum(entry.file_size for entry in entries) > MAX_BUILD_BYTES):
+                raise broken
+            for name in names:  # the parent's own directory: no child writes there
+                target = staging / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(archive.read(name))
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
+        raise broken from exc
+    return import_capture(_Unpacked(staging, role), [{}], 1, dest)
 
 
 def pin_first_build(captured: ArmCapture, n_seeds: int) -> ArmCapture:

@@ -92,6 +92,15 @@ class TrackSettings(_Frozen):
     def lower_is_better(self) -> bool:
         return self.metric.lower_is_better
 
+    @property
+    def max_build_elements(self) -> int:
+        """What one init seed of a model built by code the bench did not write (an idea, a
+        matched baseline, a custom track's baseline) may hold in tensor elements, counted from
+        the capture's file headers before any is read: four times ``param_cap`` plus
+        ``buffer_cap``, far above what parity admits (parity decides later, on the trainers'
+        counts), far below what fills a disk or a database row."""
+        return 4 * self.param_cap + (self.buffer_cap or 0)
+
 
 def card_timing(card: Mapping[str, Any]) -> tuple[float, float] | None:
     """A track card's measured ``timing`` as (seconds before training, seconds per run), when it

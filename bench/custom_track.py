@@ -71,6 +71,12 @@ class CustomTrack:
     # a job of that epoch must build exactly the same there (``_Job.check_track_baseline``)
     baseline_seed_sha256: str | None = None
     validated_epoch: int | None = None
+    baseline_build_version: str | None = None  # bench.captured.build_version() of the code that made it
+    # validation's checked capture of that build (``bench.captured.pack_build``), kept with the
+    # track: a job trains it as the baseline of every seed and never runs the file's
+    # build_baseline to build one (``_Job.stored_build``); None for a local file or a track
+    # validated before it was kept
+    baseline_build: bytes | None = field(default=None, repr=False)
 
     @classmethod
     def from_source(
@@ -388,10 +394,12 @@ def validate(
     bytes twice for one seed, different data for another seed (else a warning);
     the baseline builds within ``param_cap``, has the output shape and trains once
     to finite predictions; a default protocol would take at most ``max_protocol_s``.
-    Raises ``BenchError`` (``invalid_track`` and the sandbox's codes).
+    Raises ``BenchError`` (``invalid_track`` and the sandbox's codes). ``baseline_build`` in
+    the answer is bytes, not JSON: the baseline's checked build, which the track keeps
+    (``CustomTrack.baseline_build``).
     """
     from bench import data as data_mod
-    from bench.captured import import_capture
+    from bench.captured import build_version, capture_warnings, import_capture, pack_build
 
     started = time.monotonic()
     deadline = started + timeout_s
@@ -449,10 +457,15 @@ def validate(
         try:
             capture.request(wire.CaptureLoad(role="baseline", track=track.name, spec=card["spec"],
                                              param_cap=card["param_cap"], track_source=track.source))
-            capture.request(wire.Capture(configs=[{}], init_seeds=[seeds.init]))
-            captured = import_capture(capture, [{}], 1, work / "data" / "capture_baseline")
+            noted = capture.request(wire.Capture(configs=[{}], init_seeds=[seeds.init]))
+            # the author's code: bounded as an idea's is (a red team padded one with 10M float64 zeros)
+            captured = import_capture(capture, [{}], 1, work / "data" / "capture_baseline",
+                                      TrackSettings.of(card).max_build_elements)
         finally:
             capture.close()
+        build = pack_build(captured)
+        # what the file did besides building (kept in every report: jobs build nothing of it)
+        warnings += capture_warnings("track's baseline", noted)
         session = ArmSession("baseline", work / "baseline", limits, deadline, cancel, timeout_s)
         try:
             session.request(wire.Load(
@@ -507,6 +520,9 @@ def validate(
         "baseline_n_params": int(checked["n_params"][0]),
         "baseline_graph_sha256": captured.graph_sha256[0],
         "baseline_seed_sha256": captured.seed_sha256[0][0],  # what it built at sweep seed 0, this epoch
+        # that build, checked (bytes, not JSON: the caller keeps it apart, workers.tracks)
+        "baseline_build": build,
+        "baseline_build_version": build_version(),
         "reference_fits": {"constant": trivial, "ridge": ridge, "baseline": value, "margin": REFERENCE_MARGIN,
                            "beats": beats},
         "baseline_smoke": {

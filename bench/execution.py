@@ -37,6 +37,7 @@ from bench.captured import (
     hand_over_for_measure,
     import_capture,
     import_rebuilt,
+    import_stored,
     read_kept,
 )
 from bench.custom_track import CustomTrack
@@ -167,10 +168,16 @@ class SandboxExecutor:
 
     A built-in track's own baseline is the bench's code: one child captures it and then trains
     it (the ``own_baseline`` side of ``wire.side_after``), one child start fewer per job. Submitted code
-    never runs there: the idea's ``measure()`` of the baseline runs in a fresh child."""
+    never runs there: the idea's ``measure()`` of the baseline runs in a fresh child.
+
+    A custom track's own baseline is the build its validation captured and checked
+    (``baseline_build``, ``bench.captured.import_stored``): no child loads or builds it, so its
+    ``load`` declares nothing and its ``capture`` notes nothing, and the idea's ``measure()`` of it
+    runs in a fresh child, as for a built-in track's."""
 
     def __init__(self, workdir: Path, memory_mb: int, deadline: float, cancel: threading.Event, timeout_s: float,
-                 *, canonical_baseline: bool, tracks_dir: Path, slot: warm.Slot | None = None) -> None:
+                 *, canonical_baseline: bool, tracks_dir: Path, slot: warm.Slot | None = None,
+                 baseline_build: bytes | None = None) -> None:
         self.workdir = workdir
         self.tracks_dir = tracks_dir
         self.limits = Limits(memory_mb=memory_mb)
@@ -179,6 +186,8 @@ class SandboxExecutor:
         self.timeout_s = timeout_s
         # the baseline is a built-in track's own code (trusted), not a submitted file
         self.canonical_baseline = canonical_baseline
+        # a custom track's validated baseline build (``CustomTrack.baseline_build``): no child builds it
+        self.baseline_build = baseline_build
         self.slot = slot
         self.sessions: dict[str, ArmSession] = {}  # the trusted trainers, one per arm
         # the capture children: per arm, and a confirmation's rebuild_<arm>
@@ -206,9 +215,13 @@ class SandboxExecutor:
         """
         slot = self.slot
         if slot is not None and not self.canonical_baseline:
-            # it sees the track packages: it never trains what submitted code built
+            # they see the track packages: they never train what submitted code built, nor
+            # run submitted code
             slot.drop("baseline")
+            slot.drop("measure_baseline_1")
         for arm in ARMS:
+            if arm == "baseline" and self.baseline_build is not None:
+                continue  # a stored build: nothing to load or capture
             if arm == "baseline" and self.canonical_baseline:
                 launched = self._adopt(arm)
                 session = ArmSession(arm, self.workdir / arm, self.limits, self.deadline, self.cancel_event,
@@ -239,8 +252,14 @@ class SandboxExecutor:
                 session = self._trainer(arm, None)
                 with self._children:  # killed with the others if an arm fails
                     self.sessions[arm] = session
-        if measured and self.canonical_baseline:
+        if measured and self.measured_fresh("baseline"):
             self._measure_child("baseline")
+
+    def measured_fresh(self, arm: str) -> bool:
+        """The idea's ``measure()`` of ``arm``'s models runs in a fresh child, not in a child that
+        captured them: the own baseline's trains (a built-in track's), or none captured them (a
+        custom track's stored build)."""
+        return arm == "baseline" and (self.canonical_baseline or self.baseline_build is not None)
 
     def _measure_child(self, arm: str) -> ArmSession:
         """The fresh child the idea's ``measure()`` of ``arm``'s models runs in (started once)."""
@@ -250,7 +269,8 @@ class SandboxExecutor:
         if session is None or session.proc.poll() is not None:
             self.measures += 1
             name = f"{key}_{self.measures}"  # the first may be a warm slot's (warm.CHILDREN)
-            session = self.capture_session(arm, self.workdir / name, self._adopt(name) if arm == "baseline" else None)
+            # the slot's sees the track packages: only a built-in track's own baseline's is adopted
+            session = self.capture_session(arm, self.workdir / name, self._adopt(name) if self.canonical_baseline else None)
             with self._children:  # killed with the others if the other arm fails
                 self.captures[key] = session
         return session
@@ -280,6 +300,8 @@ class SandboxExecutor:
 
     def load(self, arm: str, command: wire.CaptureLoad) -> wire.LoadedReply:
         self.loads[arm] = command  # as a fresh child (rebuild, measure) is given it: not to train
+        if arm == "baseline" and self.baseline_build is not None:
+            return wire.LoadedReply(hparams=None, mechanism=None, has_measure=False)  # a track's baseline declares none
         if arm == "baseline" and self.canonical_baseline:
             command = command.model_copy(update={"trains": True})
         reply: wire.LoadedReply = self.captures[arm].request(command)
@@ -287,12 +309,21 @@ class SandboxExecutor:
 
     def capture(self, arm: str, command: wire.Capture, within: tuple[float, str]) -> wire.CaptureReply:
         self.captured_with[arm] = command
+        if arm == "baseline" and self.baseline_build is not None:
+            return wire.CaptureReply()
         reply: wire.CaptureReply = self.captures[arm].request(command, within=within)
         return reply
 
     def read_capture(self, arm: str, configs: list[dict[str, Any]], n_seeds: int, dest: Path,
                      max_elements: int) -> ArmCapture:
-        self.captured[arm] = import_capture(self.captures[arm], configs, n_seeds, dest, max_elements)
+        if arm == "baseline" and self.baseline_build is not None:
+            if configs != [{}] or n_seeds != 1:
+                raise BenchError(ErrorCode.INTERNAL, "a stored baseline build is one config built once")
+            staging = self.workdir / "stored_baseline"
+            staging.mkdir()
+            self.captured[arm] = import_stored(self.baseline_build, arm, staging, dest)
+        else:
+            self.captured[arm] = import_capture(self.captures[arm], configs, n_seeds, dest, max_elements)
         return self.captured[arm]
 
     def load_trainer(self, arm: str, command: wire.Load) -> wire.DeviceReply:
@@ -396,9 +427,9 @@ class SandboxExecutor:
 
     def measure(self, arm: str, runs: list[MeasureRun], measure_code: str | None) -> list[float]:
         """``measure_code`` (the idea's) on ``arm``'s models, in its capture child; the own
-        baseline's child trains, so it is measured in a fresh child, closed after, that knows
-        no seed of the job."""
-        fresh = arm == "baseline" and self.canonical_baseline
+        baseline's child trains and a stored build has none, so those are measured in a fresh
+        child, closed after, that knows no seed of the job (``measured_fresh``)."""
+        fresh = self.measured_fresh(arm)
         builds = None
         if fresh:
             session = self._measure_child(arm)

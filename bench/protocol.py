@@ -35,6 +35,8 @@ from bench.assemble import Outcome, Stage, build_report
 from bench.captured import (
     MAX_TENSOR_ELEMENTS,
     ArmCapture,
+    build_version,
+    capture_warnings,
     copy_first_build,
     pin_first_build,
 )
@@ -333,15 +335,8 @@ class _Job:
 
     @property
     def pins_baseline(self) -> bool:
-        """A custom track's own baseline is its validated build (issue 25, "still open" (b) until
-        session 21): its author's code builds once per config, at the seed validation built
-        with, and that build (its graph and tensors, bit for bit validation's in the epoch
-        validation ran in) is every seed's; the trusted trainer draws each seed's parameter
-        values (``bench.redraw``). A baseline honest at validation's build and sabotaged at any
-        other has no other build to sabotage. Not in a matched baseline's check, where the
-        track's baseline builds with the matched one's seeds."""
-        request = self.request
-        return request.custom_track is not None and request.baseline_code is None and not request.checking_matched
+        """``pins_baseline`` of this job's request."""
+        return pins_baseline(self.request)
 
     def builds(self, arm: str, seeds: list[int]) -> list[int]:
         """The seeds ``arm``'s file builds protocol seeds ``seeds`` with (the pinned baseline:
@@ -419,23 +414,12 @@ class _Job:
                     )
 
     def note_capture(self, replies: dict[str, wire.CaptureReply]) -> None:
-        """The report's warnings for what a file did besides building its model (issue 27.8),
-        in the bench's words: the child only picks codes (``wire.CaptureReply``) and, for
-        ``forward_state``, up to 3 plain names."""
+        """The report's warnings for what a file did besides building its model
+        (``bench.captured.capture_warnings``; a stored build's are its validation's)."""
         for arm in ARMS:
-            reply = replies[arm]
             who = "idea" if arm == "idea" else (
                 "matched baseline" if self.request.baseline_code is not None else "track's baseline")
-            if "forward_state" in reply.notes:
-                names = f" ({', '.join(reply.changed)})" if reply.changed else ""
-                self.warnings.append(
-                    f"The {who}'s forward changed Python-side state{names} while it was captured: the captured "
-                    f"graph keeps what that state was then and never changes it, so the model trained is the graph, "
-                    f"not your Python code. Keep state in tensors (register_buffer) or out of forward.")
-            if "build_processes" in reply.notes:
-                self.warnings.append(
-                    f"The {who}'s build_model started a process or a thread: nothing it computes reaches the "
-                    f"captured model, and it only costs the capture's time. Build the model in build_model alone.")
+            self.warnings += capture_warnings(who, replies[arm])
 
     def check_track_baseline(self) -> None:
         """A custom track's baseline must build in a job the graph its validation captured
@@ -444,15 +428,21 @@ class _Job:
         one model when validated and another when judging (by time, randomness, the number of
         seeds its capture is asked for, anything it reads) ends ``inconsistent_build``. A red
         team's baseline built a sound model for validation and a dead one in jobs (constants
-        the redraw keeps, the same in every seed: the graph and every decoy matched)."""
+        the redraw keeps, the same in every seed: the graph and every decoy matched).
+
+        A stored build (``stored_build``) is validation's by construction (the compare catches
+        only a damaged row). ``build_checked`` still needs validation's seed epoch: the job's
+        data is checked against validation's checksums there alone (a red team of the stored
+        build: a ``make_splits`` that changes its data after a rotation would count)."""
         custom = self.request.custom_track
         if custom is None:
             return
         info = self.capture_info["baseline"]
         same = custom.baseline_graph_sha256 in (None, info.graph_sha256[0])
         if (same and custom.baseline_seed_sha256 is not None and custom.validated_epoch == self.secret.epoch
-                and self.request.baseline_code is None and SWEEP_SEED_BASE in self.capture_seeds):
-            same = info.seed_sha256[0][self.capture_seeds.index(SWEEP_SEED_BASE)] == custom.baseline_seed_sha256
+                and self.pins_baseline
+                and SWEEP_SEED_BASE in self.capture_seeds):
+            same = info.seed_sha256[0][self.capture_index("baseline", SWEEP_SEED_BASE)] == custom.baseline_seed_sha256
             self.build_checked = same
         if same:
             return
@@ -481,14 +471,12 @@ class _Job:
             )
 
     def max_elements(self, arm: str) -> int:
-        """What one init seed of ``arm``'s submitted model may hold, counted by the parent from
-        the capture's file headers before it reads any: four times the track's ``param_cap``
-        plus its ``buffer_cap``, far above what parity admits (parity decides later, on the
-        trainers' counts), far below what fills a disk. The canonical baseline is the bench's
-        own and is not bounded here."""
-        if arm == "baseline" and self.request.baseline_code is None:
+        """What one init seed of ``arm``'s model may hold (``TrackSettings.max_build_elements``).
+        A built-in track's own baseline is the bench's code and is not bounded here; a custom
+        track's is its author's (a red team padded one with 10M float64 zeros)."""
+        if arm == "baseline" and self.request.baseline_code is None and self.request.custom_track is None:
             return MAX_TENSOR_ELEMENTS
-        return 4 * self.settings.param_cap + (self.settings.buffer_cap or 0)
+        return self.settings.max_build_elements
 
     def parity_limits(self, checked: dict[str, dict[str, Any]]) -> tuple[int, float, int]:
         """(the baseline's parameters, the parity ratio, the buffer cap in words) ``check_parity``
@@ -1160,13 +1148,39 @@ ExecutorFactory = Callable[[JudgeRequest, Path, float, threading.Event], Executo
 """Makes one job's executor from its request, its directory, its deadline and its cancel event."""
 
 
+def pins_baseline(request: JudgeRequest) -> bool:
+    """A custom track's own baseline is its validated build (issue 25, "still open" (b) until
+    session 21): its author's code builds once per config, at the seed validation built
+    with, and that build (its graph and tensors, bit for bit validation's in the epoch
+    validation ran in) is every seed's; the trusted trainer draws each seed's parameter
+    values (``bench.redraw``). A baseline honest at validation's build and sabotaged at any
+    other has no other build to sabotage. Not in a matched baseline's check, where the
+    track's baseline builds with the matched one's seeds."""
+    return request.custom_track is not None and request.baseline_code is None and not request.checking_matched
+
+
+def stored_build(request: JudgeRequest) -> bytes | None:
+    """The pinned baseline's build as its validation captured and checked it, kept with the
+    track (session 22): the job builds nothing of the baseline, so the author's build_baseline
+    never runs in a job (its module code still runs where the idea's ``measure()`` of the
+    baseline's models does, in a child of its own). None for a local track file, a track
+    validated before builds were kept, or one kept by another capture code
+    (``bench.captured.build_version``: a fix to the capture reaches no stale build); its
+    author's code then builds it in the job, at validation's seed."""
+    custom = request.custom_track
+    if custom is None or not pins_baseline(request) or custom.baseline_build_version != build_version():
+        return None
+    return custom.baseline_build
+
+
 def sandbox_executor(options: EngineOptions, slot: warm.Slot | None = None) -> ExecutorFactory:
     """The production executor: sandboxed children (``slot``'s warm ones, when given)."""
     def make(request: JudgeRequest, workdir: Path, deadline: float, cancel: threading.Event) -> Executor:
         # a built-in track's own baseline is the bench's code: its capture child is trusted
         canonical = request.baseline_code is None and request.custom_track is None
         return SandboxExecutor(workdir, request.memory_mb, deadline, cancel, request.timeout_s, slot=slot,
-                               canonical_baseline=canonical, tracks_dir=options.tracks_dir)
+                               canonical_baseline=canonical, tracks_dir=options.tracks_dir,
+                               baseline_build=stored_build(request))
     return make
 
 

@@ -70,9 +70,9 @@ def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
     if not tracks_service.is_builtin(job.track):
         with ctx.sessions() as session:
             row = session.get(CustomTrackRow, job.track)
-        if row is None:
-            raise BenchError(ErrorCode.UNKNOWN_TRACK, f"Track {job.track} is not registered here.")
-        custom = custom_track_of(row)
+            if row is None:
+                raise BenchError(ErrorCode.UNKNOWN_TRACK, f"Track {job.track} is not registered here.")
+            custom = custom_track_of(row)  # in the session: its stored build loads on access
     options = ctx.host_options()
     return JudgeRequest(
         track=job.track,

@@ -31,7 +31,8 @@ def custom_track_of(row: CustomTrackRow) -> CustomTrack:
                        validation_warnings=[str(w) for w in validation.get("warnings") or []],
                        baseline_graph_sha256=validation.get("baseline_graph_sha256"),
                        baseline_seed_sha256=validation.get("baseline_seed_sha256"),
-                       validated_epoch=validation.get("seed_epoch"),
+                       validated_epoch=validation.get("seed_epoch"), baseline_build=row.baseline_build,
+                       baseline_build_version=validation.get("baseline_build_version"),
                        baseline_beats_references=(validation.get("reference_fits") or {}).get("beats"))
 
 
@@ -59,8 +60,10 @@ def execute_validation(ctx: WorkerContext, track_id: str) -> str:
     except Exception as exc:
         log.exception("validating track %s crashed", track_id)
         error = BenchError(ErrorCode.INTERNAL, f"Validation failed unexpectedly ({type(exc).__name__}).").to_dict()
+    build = result.pop("baseline_build", None) if result is not None else None  # bytes: a column of its own
     with ctx.sessions() as session:
-        stored = tracks_service.record_validation(session, track_id, result=result, error=error, now=utcnow())
+        stored = tracks_service.record_validation(session, track_id, result=result, error=error, now=utcnow(),
+                                                  build=build)
         session.commit()
     outcome = "rejected" if error else "active"
     log.info("track %s %s%s", track_id, outcome if stored else "already validated",

@@ -12,7 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Boolean, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Boolean, Index, Integer, LargeBinary, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, UTCDateTime, utcnow
@@ -59,3 +59,6 @@ class CustomTrackRow(Base):
     # only then do verdicts on it enter totals, q-values and discoveries.
     vouched_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     vouched_by: Mapped[str | None] = mapped_column(String(200))
+    # the baseline's build validation captured and checked (bench.captured.pack_build; up to a few
+    # MB): what every job trains as the baseline. Deferred: read only when a job or check needs it.
+    baseline_build: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)

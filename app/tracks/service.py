@@ -306,12 +306,13 @@ def stale_validations(session: Session, unsent_before: datetime, sent_before: da
 
 def record_validation(
     session: Session, track_id: str, *, result: dict[str, Any] | None = None,
-    error: dict[str, str] | None = None, now: datetime | None = None,
+    error: dict[str, str] | None = None, now: datetime | None = None, build: bytes | None = None,
 ) -> bool:
-    """Store a validation's outcome once (compare-and-set on ``validating``)."""
+    """Store a validation's outcome once (compare-and-set on ``validating``); ``build``: the
+    baseline's checked build (``bench.custom_track.validate``'s ``baseline_build``)."""
     values: dict[str, Any] = {"validated_at": now or utcnow()}
     if error is None:
-        values.update(status=TrackStatus.ACTIVE.value, validation=result)
+        values.update(status=TrackStatus.ACTIVE.value, validation=result, baseline_build=build)
     else:
         values.update(status=TrackStatus.REJECTED.value, validation=result, error_code=error["code"],
                       error_message=error["message"], error_hint=error["hint"])

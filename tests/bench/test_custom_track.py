@@ -92,6 +92,12 @@ def test_validate_measures_the_track_and_caches_its_data() -> None:
                              "    socket.create_connection(('127.0.0.1', 5432), timeout=2)\n    rng = np.random"),
          "sandbox_violation", "network"),
         (lambda s: s.replace("nn.Linear(16, 1))", "nn.Linear(16, 2))"), "bad_output_shape", ""),
+        # red team of the stored build (session 22): an unused buffer of float64 zeros, far past
+        # param_cap, made a track keep a huge build (a database row per version)
+        (lambda s: s.replace("def build_baseline(spec):\n    return nn.Sequential(",
+                             "def build_baseline(spec):\n    import torch\n    model = nn.Sequential(") +
+         "    model.register_buffer('pad', torch.zeros(100_000, dtype=torch.float64))\n    return model\n",
+         "not_capturable", "limit"),
     ],
 )
 def test_validate_rejects_bad_tracks_with_codes(edit: Any, code: str, words: str) -> None:

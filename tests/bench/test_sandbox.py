@@ -285,12 +285,14 @@ def test_a_reports_isolation_is_what_every_child_of_the_job_ran_under() -> None:
     assert executor.isolation() == full[:-1]
 
 
-@pytest.mark.parametrize("canonical", [True, False])
+@pytest.mark.parametrize("baseline", ["canonical", "submitted", "stored"])
 def test_only_a_built_in_tracks_own_baseline_shares_its_capture_child_with_its_trainer(
-        canonical: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        baseline: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A built-in track's own baseline is captured and trained in one child, which sees the
     track packages (issue 26.9); a submitted baseline gets a capture child that sees none and
-    a trainer of its own, and never the warm slot's baseline child (it sees the packages)."""
+    a trainer of its own, and never the warm slot's baseline or measure child (they see the
+    packages); a custom track's stored build (session 22) gets no capture child at all, and the
+    idea's measure() of it a fresh child that sees no packages."""
     import threading
     from types import SimpleNamespace
 
@@ -302,27 +304,37 @@ def test_only_a_built_in_tracks_own_baseline_shares_its_capture_child_with_its_t
         def __init__(self, arm: str, workdir: Path, *args: object, **kwargs: object) -> None:
             made.append({"dir": workdir.name, "hide_tracks": kwargs.get("hide_tracks", True),
                          "read_only": kwargs.get("read_only"), "adopted": kwargs.get("launched") is not None})
+            self.proc = SimpleNamespace(poll=lambda: None)
 
         def wait_ready(self) -> None:
             pass
 
     monkeypatch.setattr(execution, "ArmSession", Session)
     dropped: list[str] = []
-    slot = SimpleNamespace(launched={"idea": object(), "capture_idea": object()}, drop=dropped.append)
-    executor = execution.SandboxExecutor(tmp_path, 512, 0.0, threading.Event(), 60.0, canonical_baseline=canonical,
-                                         tracks_dir=tmp_path, slot=slot)  # type: ignore[arg-type]
+    slot = SimpleNamespace(launched={"idea": object(), "capture_idea": object(), "measure_baseline_1": object()},
+                           drop=dropped.append)
+    executor = execution.SandboxExecutor(tmp_path, 512, 0.0, threading.Event(), 60.0,
+                                         canonical_baseline=baseline == "canonical", tracks_dir=tmp_path, slot=slot,
+                                         baseline_build=b"stored" if baseline == "stored" else None)  # type: ignore[arg-type]
     executor.start()
-    executor.start_trainers()
+    executor.start_trainers(measured=True)
     hidden = {m["dir"]: m["hide_tracks"] for m in made}
-    if canonical:
-        assert [m["dir"] for m in made] == ["baseline", "capture_idea", "idea"] and dropped == []
+    adopted = {m["dir"]: m["adopted"] for m in made}
+    if baseline == "canonical":
+        assert [m["dir"] for m in made] == ["baseline", "capture_idea", "idea", "measure_baseline_1"] and dropped == []
         assert executor.captures["baseline"] is executor.sessions["baseline"]
-        assert hidden == {"baseline": False, "capture_idea": True, "idea": True}
-    else:
+        assert hidden == {"baseline": False, "capture_idea": True, "idea": True, "measure_baseline_1": False}
+        assert adopted["measure_baseline_1"]
+    elif baseline == "submitted":
         assert [m["dir"] for m in made] == ["capture_baseline", "capture_idea", "idea", "baseline"]
-        assert dropped == ["baseline"] and executor.captures["baseline"] is not executor.sessions["baseline"]
+        assert dropped == ["baseline", "measure_baseline_1"]
+        assert executor.captures["baseline"] is not executor.sessions["baseline"]
         assert set(hidden.values()) == {True}
-    assert all(m["read_only"] == [] for m in made if str(m["dir"]).startswith("capture_"))
+    else:
+        assert [m["dir"] for m in made] == ["capture_idea", "idea", "baseline", "measure_baseline_1"]
+        assert dropped == ["baseline", "measure_baseline_1"] and not adopted["measure_baseline_1"]
+        assert set(hidden.values()) == {True}
+    assert all(m["read_only"] == [] for m in made if str(m["dir"]).startswith(("capture_", "measure_")))
     assert len(executor.children()) == len(made)  # each child once
 
 

@@ -226,11 +226,15 @@ def test_a_baseline_sound_for_validation_and_dead_in_jobs_gives_no_win(cache: Pa
     assert fits["not_beaten"] == fits["seeds"] >= 8
 
 
-def _validated(track: CustomTrack, secret: object) -> CustomTrack:
+def _validated(track: CustomTrack, secret: object, *, stored: bool = False) -> CustomTrack:
+    """``track`` as validation left it (``stored``: with the build it keeps, as a registered
+    track has since session 22; without, as a track validated before)."""
     result = validate(track, timeout_s=600, secret=secret)  # type: ignore[arg-type]
     return replace(track, sizes=result["sizes"], checksums=result["checksums"],
                    baseline_graph_sha256=result["baseline_graph_sha256"],
-                   baseline_seed_sha256=result["baseline_seed_sha256"], validated_epoch=result["seed_epoch"])
+                   baseline_seed_sha256=result["baseline_seed_sha256"], validated_epoch=result["seed_epoch"],
+                   baseline_build=result["baseline_build"] if stored else None,
+                   baseline_build_version=result["baseline_build_version"] if stored else None)
 
 
 def test_a_job_must_build_the_tensors_validation_built_at_its_seed(cache: Path) -> None:
@@ -251,3 +255,63 @@ def test_a_job_must_build_the_tensors_validation_built_at_its_seed(cache: Path) 
         (Path(__file__).resolve().parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text()), secret)
     report = judge(JudgeRequest(track=honest.id, idea_code=copy, custom_track=honest, n_seeds=2, seed_secret=secret))
     assert report.bench_report.custom_track is not None and report.bench_report.comparison.n_pairs == 2
+
+
+def test_a_stored_build_is_every_jobs_baseline_and_no_job_builds_one(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 22: validation keeps the baseline's checked build with the track, and a job trains
+    that build; no child of the job loads or builds the track's baseline. The two-faced baseline
+    above (sound when validated, dead in a job) then shows its job face nowhere: the job trains the
+    sound build (it beats the bench's reference fits on every seed; the dead one beat them on
+    none), the exact copy gets no helps, and no ``inconsistent_build`` is needed. After a seed
+    rotation the build is still validation's, but the job's data is checked against nothing
+    (red team of the stored build: a ``make_splits`` that turns after a rotation), so that
+    report does not count (``build_checked`` false). A build kept by other capture code is not
+    used: the track's code builds at validation's seed, as before."""
+    import io
+    import zipfile
+
+    import numpy as np
+
+    from bench import protocol
+    from bench.captured import import_stored
+    from bench.protocol import JudgeRequest, judge
+    from bench.seeding import SeedSecret, public_secret
+
+    secret = public_secret()
+    copy = "from torch import nn\n\ndef build_model(spec):\n    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))\n"
+    two_faced = _validated(CustomTrack.from_source(TWO_FACED_BASELINE), secret, stored=True)
+    assert two_faced.baseline_build and "baseline_build=" not in repr(two_faced)
+    rotated = SeedSecret(key=bytes(32), epoch=secret.epoch + 1)
+    for epoch_secret in (secret, rotated):
+        started = count_launches(monkeypatch)
+        report = judge(JudgeRequest(track=two_faced.id, idea_code=copy, custom_track=two_faced, n_seeds=4,
+                                    seed_secret=epoch_secret, job_key=f"stored_{epoch_secret.epoch}")).model_dump(mode="json")
+        br = report["bench_report"]
+        assert not any(name.startswith("capture_baseline") for name in started), started  # no child built it
+        assert br["custom_track"]["build_checked"] is (epoch_secret is secret), br["warnings"]
+        assert br["custom_track"]["reference_fits"]["not_beaten"] == 0  # the sound build, not the dead one
+        assert report["practical_verdict"] != "helps", report["summary"]
+    assert any("unchecked build" in w for w in br["warnings"])
+    stale = replace(two_faced, baseline_build_version="0" * 64)
+    assert protocol.stored_build(JudgeRequest(track=stale.id, idea_code=copy, custom_track=stale)) is None
+    assert protocol.stored_build(JudgeRequest(track=stale.id, idea_code=copy, custom_track=two_faced)) is not None
+    # the parent checks a stored build again, as a child's capture: the names it wrote and nothing else
+    def rezip(build: bytes, rename: dict[str, str]) -> bytes:
+        out = io.BytesIO()
+        with zipfile.ZipFile(io.BytesIO(build)) as src, zipfile.ZipFile(out, "w") as dst:
+            for name in src.namelist():
+                dst.writestr(rename.get(name, name), src.read(name))
+        return out.getvalue()
+
+    build = two_faced.baseline_build
+    assert build is not None
+    names = zipfile.ZipFile(io.BytesIO(build)).namelist()
+    for damaged in (build[: len(build) // 2], rezip(build, {names[-1]: "../x.npy"}),
+                    rezip(build, {names[0]: names[0] + "x"}), build + b"\0" * (64 << 20)):
+        with pytest.raises(BenchError) as info:
+            import_stored(damaged, "baseline", cache / f"staging{len(damaged)}", cache / f"dest{len(damaged)}")
+        assert info.value.code == ErrorCode.INTERNAL and "stored build" in info.value.message
+    again = import_stored(build, "baseline", cache / "staging", cache / "dest")
+    assert again.seed_sha256[0][0] == two_faced.baseline_seed_sha256
+    assert again.graph_sha256[0] == two_faced.baseline_graph_sha256
+    assert np.load(cache / "dest" / names[-1]).dtype == np.float32

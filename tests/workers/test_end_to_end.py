@@ -293,6 +293,13 @@ def test_custom_track_registered_validated_and_judged(stack: Any) -> None:
     assert job["track"] == track_id
     report = client.get(f"/v1/jobs/{job_id}/report", headers=bearer(operator)).json()["report"]
     assert report["bench_report"]["custom_track"]["hash"] == track["sha256"]
+    # the job trained the build validation kept (no child built the baseline): validation's, bit for bit
+    assert report["bench_report"]["custom_track"]["build_checked"] is True
+    assert "baseline_build" not in track["validation"]  # bytes: kept in a column of its own, never shown
+    from app.tracks.models import CustomTrackRow
+
+    with app.state.sessionmaker() as session:
+        assert session.get(CustomTrackRow, track_id).baseline_build[:2] == b"PK"  # bench.captured.pack_build's zip
     assert report["bench_report"]["track_justification"] == track["justification"]
     listed = client.get("/v1/reports", params={"track_kind": "custom"}, headers=bearer(token)).json()
     assert [r["job_id"] for r in listed["items"]] == [job_id]
