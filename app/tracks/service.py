@@ -25,6 +25,7 @@ from app.keys.deps import Caller
 from app.keys.models import ApiKey
 from app.reports.models import Report, VerdictCount
 from app.reports.service import recount_track
+from app.seeds.models import SeedEpoch
 from app.settings import Settings
 from app.tracks.models import CustomTrackRow, TrackStatus
 from app.tracks.schemas import JobLimits, TrackCard
@@ -55,13 +56,17 @@ def register(session: Session, source: str, author: str, file_name: str | None, 
     ``author`` owns the name from its first version on; only it (or an operator,
     ``may_take_over``) adds versions. A new version is refused (429) while the author
     already has ``max_validating`` versions in validation (None: no limit); an
-    identical re-upload is not.
+    identical re-upload is not: it answers the version it matches, unless that version was
+    validated in a seed epoch the deployment has since replaced (``validated_before``): its
+    verdicts count nowhere now (``custom_track.build_checked``), so the same file is staged
+    as a new version, validated in the current epoch (and vouched for again).
     """
     card = parse_track_source(source)
     name = card["name"]
     if is_builtin(name):
         raise BenchError(ErrorCode.TRACK_NAME_TAKEN, f"{name!r} is a built-in track's name.")
     sha = source_sha256(source)
+    newest_epoch = session.scalar(select(func.max(SeedEpoch.epoch)))
     for attempt in range(2):
         versions = _versions(session, name)
         if versions and versions[0].author != author and not may_take_over:
@@ -70,7 +75,8 @@ def register(session: Session, source: str, author: str, file_name: str | None, 
                 f"Track {name!r} belongs to {versions[0].author}; only its author adds versions.",
             )
         for row in versions:
-            if row.sha256 == sha and row.status != TrackStatus.REJECTED.value:
+            if (row.sha256 == sha and row.status != TrackStatus.REJECTED.value
+                    and not validated_before(row, newest_epoch)):
                 return Registered(row, created=False)
         if max_validating is not None:
             _check_validations(session, author, max_validating)
@@ -89,6 +95,15 @@ def register(session: Session, source: str, author: str, file_name: str | None, 
             continue
         return Registered(row, created=True)
     raise AssertionError("unreachable")
+
+
+def validated_before(row: CustomTrackRow, epoch: int | None) -> bool:
+    """``row`` is active and was validated in a seed epoch older than ``epoch`` (the newest a
+    worker of the deployment judged under), or in none it recorded."""
+    if row.status != TrackStatus.ACTIVE.value or epoch is None:
+        return False
+    validated = (row.validation or {}).get("seed_epoch")
+    return not isinstance(validated, int) or isinstance(validated, bool) or validated < epoch
 
 
 def _check_validations(session: Session, author: str, limit: int) -> None:

@@ -248,3 +248,31 @@ def test_a_track_that_cannot_run_is_listed_so_and_refused_at_once(client: Any, k
     monkeypatch.setenv("IDEABENCH_CIFAR10_DIR", str(tmp_path))  # set, but empty
     cifar = client.get("/v1/tracks/cifar10", headers=bearer(keys["viewer"])).json()
     assert cifar["available"] is False and "lacks data_batch_1" in cifar["unavailable_reason"]
+
+
+def test_after_a_seed_rotation_the_same_file_is_validated_again_as_a_new_version(app: Any, client: Any,
+                                                                                 keys: dict[str, str]) -> None:
+    """A version validated in an epoch the deployment has since replaced counts nowhere
+    (``custom_track.build_checked``): an identical re-upload then stages the same file as a new
+    version, validated in the current epoch, instead of answering the stale one (session 22).
+    In the epoch it was validated in, an identical re-upload still answers the version it matches."""
+    from app.db import utcnow
+    from app.seeds.models import SeedEpoch
+
+    token = keys["agent"]
+    with app.state.sessionmaker() as session:
+        session.add(SeedEpoch(epoch=1, scheme="s", commitment="c" * 64, created_at=utcnow()))
+        session.commit()
+    assert register(client, token).status_code == 202
+    with app.state.sessionmaker() as session:
+        assert tracks_service.record_validation(session, "tiny_quadratic@1", result={**VALIDATION, "seed_epoch": 1})
+        session.commit()
+    same = register(client, token)
+    assert (same.status_code, same.json()["id"]) == (200, "tiny_quadratic@1")
+    with app.state.sessionmaker() as session:  # a worker judged under a new epoch: 1 is replaced
+        session.add(SeedEpoch(epoch=2, scheme="s", commitment="d" * 64, created_at=utcnow()))
+        session.commit()
+    again = register(client, token)
+    assert (again.status_code, again.json()["id"], again.json()["status"]) == (202, "tiny_quadratic@2", "validating")
+    assert register(client, token).json()["id"] == "tiny_quadratic@2"  # in validation: answered, not staged again
+    assert register(client, keys["agent2"]).json()["code"] == "track_name_taken"  # still its author's alone
