@@ -297,7 +297,8 @@ def _build_names(n_tensors: int) -> list[str]:
     return [graph_path(0, "train"), graph_path(0, "eval"), *(tensor_path(0, 0, j) for j in range(n_tensors))]
 
 
-def import_stored(build: bytes, role: str, staging: Path, dest: Path) -> ArmCapture:
+def import_stored(build: bytes, role: str, staging: Path, dest: Path,
+                  max_elements: int = MAX_TENSOR_ELEMENTS) -> ArmCapture:
     """``pack_build``'s capture, unpacked under ``staging`` by the parent and checked again as a
     child's capture is (``import_capture``: the allowlist, the dtypes, the counts) into ``dest``.
     The archive's names are the ones ``pack_build`` writes, nothing else: a name of another
@@ -320,7 +321,7 @@ def import_stored(build: bytes, role: str, staging: Path, dest: Path) -> ArmCapt
                 target.write_bytes(archive.read(name))
     except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
         raise broken from exc
-    return import_capture(_Unpacked(staging, role), [{}], 1, dest)
+    return import_capture(_Unpacked(staging, role), [{}], 1, dest, max_elements)
 
 
 def pin_first_build(captured: ArmCapture, n_seeds: int) -> ArmCapture:

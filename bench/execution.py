@@ -321,7 +321,7 @@ class SandboxExecutor:
                 raise BenchError(ErrorCode.INTERNAL, "a stored baseline build is one config built once")
             staging = self.workdir / "stored_baseline"
             staging.mkdir()
-            self.captured[arm] = import_stored(self.baseline_build, arm, staging, dest)
+            self.captured[arm] = import_stored(self.baseline_build, arm, staging, dest, max_elements)
         else:
             self.captured[arm] = import_capture(self.captures[arm], configs, n_seeds, dest, max_elements)
         return self.captured[arm]
