@@ -149,7 +149,9 @@ def cmd_track(args: argparse.Namespace, settings: Settings) -> int:
         print(f"validating {track_id} in the sandbox ...", file=sys.stderr)
         ctx = WorkerContext.create(settings)
         try:
-            execute_validation(ctx, track_id)
+            if execute_validation(ctx, track_id) == "refused":
+                print("not validated here: this host's seed secret is not the deployment's current epoch; "
+                      "a worker will validate it", file=sys.stderr)
         finally:
             ctx.close()
     with _session(settings) as session:

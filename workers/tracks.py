@@ -37,7 +37,16 @@ def custom_track_of(row: CustomTrackRow) -> CustomTrack:
 
 
 def execute_validation(ctx: WorkerContext, track_id: str) -> str:
-    """Validate ``track_id`` if it still waits for it; returns active / rejected / skipped."""
+    """Validate ``track_id`` if it still waits for it; returns active / rejected / skipped /
+    refused. A worker whose seed secret is not the deployment's current epoch validates nothing
+    (as it judges nothing): a validation under a replaced epoch is stale from birth (red team,
+    session 22). The track stays ``validating`` and the reconciler sends it again."""
+    from workers.runner import prove_secret
+
+    problem = prove_secret(ctx)
+    if problem is not None:
+        log.warning("not validating track %s: %s", track_id, problem)
+        return "refused"
     with ctx.sessions() as session:
         row = session.get(CustomTrackRow, track_id)
         if row is None or row.status != TrackStatus.VALIDATING.value:

@@ -97,11 +97,16 @@ def adopt_graph_family(session: Session, job: Job, body: dict[str, Any]) -> None
 def mark_own_track(session: Session, job: Job, body: dict[str, Any]) -> None:
     """A verdict on a custom track the job's own key registered is the key's own word: it
     chose the data, the split and the baseline. The report says so (``bench_report.own_track``)
-    and enters no totals, q-values or discoveries (``counted`` false; issue 25.8)."""
+    and enters no totals, q-values or discoveries (``counted`` false; issue 25.8). Any version's
+    author counts: an operator's upload of a version (``may_take_over``, or the same file
+    validated again after a rotation) does not make the track another's."""
     if is_builtin(job.track) or not isinstance(body.get("bench_report"), dict):
         return
     track = session.get(CustomTrackRow, job.track)
-    if track is not None and track.author == job.submitter_id:
+    if track is None:
+        return
+    authors = set(session.scalars(select(CustomTrackRow.author).where(CustomTrackRow.name == track.name)))
+    if job.submitter_id in authors:
         body["bench_report"]["own_track"] = True
 
 

@@ -74,16 +74,20 @@ def register(session: Session, source: str, author: str, file_name: str | None, 
                 ErrorCode.TRACK_NAME_TAKEN,
                 f"Track {name!r} belongs to {versions[0].author}; only its author adds versions.",
             )
+        again = None  # the identical version this upload validates again, after a rotation
         for row in versions:
-            if (row.sha256 == sha and row.status != TrackStatus.REJECTED.value
-                    and not validated_before(row, newest_epoch)):
-                return Registered(row, created=False)
+            if row.sha256 == sha and row.status != TrackStatus.REJECTED.value:
+                if not validated_before(row, newest_epoch):
+                    return Registered(row, created=False)
+                again = row
         if max_validating is not None:
             _check_validations(session, author, max_validating)
         version = (versions[-1].version + 1) if versions else 1
         row = CustomTrackRow(
             id=f"{name}@{version}", name=name, version=version, sha256=sha, source=source,
-            file_name=file_name, card=card, domain=card["domain"], author=author,
+            # validated again, it stays its author's, whoever uploaded it (an operator's upload
+            # made it the operator's, and the author's own verdicts on it counted: red team)
+            file_name=file_name, card=card, domain=card["domain"], author=again.author if again else author,
             status=TrackStatus.VALIDATING.value, deprecated=False, created_at=utcnow(),
         )
         try:
@@ -102,7 +106,7 @@ def validated_before(row: CustomTrackRow, epoch: int | None) -> bool:
     worker of the deployment judged under), or in none it recorded."""
     if row.status != TrackStatus.ACTIVE.value or epoch is None:
         return False
-    validated = (row.validation or {}).get("seed_epoch")
+    validated = row.validation.get("seed_epoch") if isinstance(row.validation, dict) else None
     return not isinstance(validated, int) or isinstance(validated, bool) or validated < epoch
 
 

@@ -272,7 +272,9 @@ def test_after_a_seed_rotation_the_same_file_is_validated_again_as_a_new_version
     with app.state.sessionmaker() as session:  # a worker judged under a new epoch: 1 is replaced
         session.add(SeedEpoch(epoch=2, scheme="s", commitment="d" * 64, created_at=utcnow()))
         session.commit()
-    again = register(client, token)
+    again = register(client, keys["operator"])  # an operator re-registers the deployment's tracks
     assert (again.status_code, again.json()["id"], again.json()["status"]) == (202, "tiny_quadratic@2", "validating")
+    with app.state.sessionmaker() as session:  # validated again, still its author's (red team, session 22)
+        assert tracks_service.get(session, "tiny_quadratic@2").author == key_id(token)
     assert register(client, token).json()["id"] == "tiny_quadratic@2"  # in validation: answered, not staged again
     assert register(client, keys["agent2"]).json()["code"] == "track_name_taken"  # still its author's alone

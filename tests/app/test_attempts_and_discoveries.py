@@ -115,6 +115,14 @@ def test_a_verdict_on_a_track_its_own_key_registered_counts_nowhere(env: tuple[A
             body["bench_report"]["custom_track"] = {"name": "mine", "version": 1, "build_checked": True}
             mark_own_track(session, job, body)
             rows[who] = build_report_row(job, body, T0, track_vouched=True)
+        # version 2 uploaded by an operator (a takeover, or the same file validated again after a
+        # rotation): still the author's track (red team, session 22)
+        session.add(CustomTrackRow(id="mine@2", name="mine", version=2, sha256="1" * 64, source="", card={},
+                                   domain="test", author="cli:operator", created_at=T0))
+        session.flush()
+        second = report_body("worked", "helps", track="mine@2", p_helps=0.001)
+        mark_own_track(session, insert_job(session, author, track="mine@2", created_at=T0), second)
+        assert second["bench_report"]["own_track"] is True
         builtin = insert_job(session, author, created_at=T0)
         body = report_body("worked", "helps")
         mark_own_track(session, builtin, body)

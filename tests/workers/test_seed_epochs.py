@@ -5,6 +5,8 @@ judges nothing and leaves the job queued for one that may."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -99,3 +101,25 @@ def test_proving_rides_through_a_terminated_backend(pg_settings: Any, monkeypatc
             assert session.get(SeedEpoch, pg_settings.host_options().deployment_secret().epoch) is not None
     finally:
         engine.dispose()
+
+
+def test_a_worker_with_another_secret_validates_no_track(ctx: WorkerContext, monkeypatch: Any) -> None:
+    """A validation under a replaced (or another) epoch would be stale from birth: its verdicts
+    never count, and an identical upload would stage yet another version (red team, session 22).
+    The track stays ``validating`` for a worker that may validate it."""
+    from app.tracks import service as tracks_service
+    from bench import custom_track
+    from workers import tracks
+
+    source = (Path(__file__).resolve().parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text()
+    with ctx.sessions() as session:
+        track_id = tracks_service.register(session, source, "author", "tiny.py").row.id
+        session.add(SeedEpoch(epoch=ctx.settings.host_options().deployment_secret().epoch, scheme="hmac-sha256/v1",
+                              commitment="0" * 64, created_at=datetime.now(UTC)))
+        session.commit()
+    validated: list[Any] = []
+    monkeypatch.setattr(custom_track, "validate", lambda *a, **k: validated.append(a))
+    assert tracks.execute_validation(ctx, track_id) == "refused"
+    assert validated == []
+    with ctx.sessions() as session:
+        assert tracks_service.get(session, track_id).status == "validating"
