@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from sqlalchemy import func, select
+
 from app.db import utcnow
 from app.tracks import service as tracks_service
 from app.tracks.models import CustomTrackRow, TrackStatus
@@ -18,6 +20,11 @@ log = logging.getLogger("ideabench.worker")
 # A default protocol may use at most this share of a job's time limit (ideas can be slower).
 PROTOCOL_SHARE = 0.5
 VALIDATION_TIMEOUT_S = 900.0
+# What one author's tracks keep of baseline builds together (bench.captured.pack_build, up to
+# 64 MiB each): past it a new version keeps none, and its jobs build the baseline with the
+# track's code at validation's seed (session 21's path). A key that registers a version per
+# one-byte edit fills no database (red team, session 22).
+MAX_BUILD_BYTES_PER_AUTHOR = 512 << 20
 
 
 def custom_track_of(row: CustomTrackRow) -> CustomTrack:
@@ -71,6 +78,12 @@ def execute_validation(ctx: WorkerContext, track_id: str) -> str:
         error = BenchError(ErrorCode.INTERNAL, f"Validation failed unexpectedly ({type(exc).__name__}).").to_dict()
     build = result.pop("baseline_build", None) if result is not None else None  # bytes: a column of its own
     with ctx.sessions() as session:
+        if build is not None and result is not None:
+            kept = session.scalar(select(func.coalesce(func.sum(func.length(CustomTrackRow.baseline_build)), 0))
+                                  .where(CustomTrackRow.author == track.author)) or 0
+            result["baseline_build_kept"] = kept + len(build) <= MAX_BUILD_BYTES_PER_AUTHOR
+            if not result["baseline_build_kept"]:
+                build = None
         stored = tracks_service.record_validation(session, track_id, result=result, error=error, now=utcnow(),
                                                   build=build)
         session.commit()

@@ -278,6 +278,35 @@ def test_reconciler_resends_lost_track_validations(ctx: WorkerContext) -> None:
         assert session.get(CustomTrackRow, "tiny_quadratic@3").sent_at is not None
 
 
+def test_an_authors_tracks_keep_builds_up_to_a_cap(ctx: WorkerContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Red team (session 22): every validated version kept its baseline's build (up to 64 MiB),
+    and nothing bounded a key's versions. An author's tracks keep builds up to
+    ``MAX_BUILD_BYTES_PER_AUTHOR`` together; past it a version keeps none (its jobs build the
+    baseline with the track's code, as before builds were kept) and its validation says so."""
+    from pathlib import Path
+
+    from app.tracks import service as tracks_service
+    from app.tracks.models import CustomTrackRow
+    from bench import custom_track
+    from workers import tracks
+
+    monkeypatch.setattr(tracks, "MAX_BUILD_BYTES_PER_AUTHOR", 10)
+    monkeypatch.setattr(custom_track, "validate", lambda *a, **k: {"seed_epoch": 1, "baseline_build": b"PK" * 3})
+    source = (Path(__file__).resolve().parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text()
+    ids = []
+    for author, edit in (("key_a", ""), ("key_a", " v2"), ("key_b", " v3")):
+        with ctx.sessions() as session:
+            name = "tiny_quadratic" if author == "key_a" else "other_track"
+            ids.append(tracks_service.register(session, source.replace("(B, 4)", f"(B, 4){edit}").replace(
+                '"tiny_quadratic"', f'"{name}"'), author, None).row.id)
+            session.commit()
+        assert tracks.execute_validation(ctx, ids[-1]) == "active"
+    with ctx.sessions() as session:
+        rows = [session.get(CustomTrackRow, i) for i in ids]
+        assert [r.baseline_build for r in rows] == [b"PK" * 3, None, b"PK" * 3]  # the cap is per author
+        assert [r.validation["baseline_build_kept"] for r in rows] == [True, False, True]
+
+
 def test_a_jobs_log_lines_carry_its_submissions_request_id(ctx: WorkerContext, monkeypatch: pytest.MonkeyPatch) -> None:
     import logging
 
