@@ -11,6 +11,7 @@ data directory, which the trainer children read.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -241,10 +242,11 @@ def import_capture(
 BUILD_FILES = ("capture.py", "graph.py", "captured.py", "oplist.py", "child.py")  # what makes and checks a build
 
 
+@functools.cache
 def build_version() -> str:
     """sha256 over the code that captures and checks a build (``BUILD_FILES``) and torch's
     version: a stored build made by other code is not used (``bench.protocol.stored_build``),
-    so a later fix to the capture reaches every track."""
+    so a later fix to the capture reaches every track. Read once per process (every job asks)."""
     import torch
 
     here = Path(__file__).parent

@@ -220,7 +220,7 @@ class SandboxExecutor:
             slot.drop("baseline")
             slot.drop("measure_baseline_1")
         for arm in ARMS:
-            if arm == "baseline" and self.baseline_build is not None:
+            if self._stored(arm):
                 continue  # a stored build: nothing to load or capture
             if arm == "baseline" and self.canonical_baseline:
                 launched = self._adopt(arm)
@@ -255,11 +255,15 @@ class SandboxExecutor:
         if measured and self.measured_fresh("baseline"):
             self._measure_child("baseline")
 
+    def _stored(self, arm: str) -> bool:
+        """``arm`` is a custom track's baseline whose validated build the track keeps: no child builds it."""
+        return arm == "baseline" and self.baseline_build is not None
+
     def measured_fresh(self, arm: str) -> bool:
         """The idea's ``measure()`` of ``arm``'s models runs in a fresh child, not in a child that
         captured them: the own baseline's trains (a built-in track's), or none captured them (a
         custom track's stored build)."""
-        return arm == "baseline" and (self.canonical_baseline or self.baseline_build is not None)
+        return (arm == "baseline" and self.canonical_baseline) or self._stored(arm)
 
     def _measure_child(self, arm: str) -> ArmSession:
         """The fresh child the idea's ``measure()`` of ``arm``'s models runs in (started once)."""
@@ -300,7 +304,7 @@ class SandboxExecutor:
 
     def load(self, arm: str, command: wire.CaptureLoad) -> wire.LoadedReply:
         self.loads[arm] = command  # as a fresh child (rebuild, measure) is given it: not to train
-        if arm == "baseline" and self.baseline_build is not None:
+        if self._stored(arm):
             return wire.LoadedReply(hparams=None, mechanism=None, has_measure=False)  # a track's baseline declares none
         if arm == "baseline" and self.canonical_baseline:
             command = command.model_copy(update={"trains": True})
@@ -309,14 +313,15 @@ class SandboxExecutor:
 
     def capture(self, arm: str, command: wire.Capture, within: tuple[float, str]) -> wire.CaptureReply:
         self.captured_with[arm] = command
-        if arm == "baseline" and self.baseline_build is not None:
+        if self._stored(arm):
             return wire.CaptureReply()
         reply: wire.CaptureReply = self.captures[arm].request(command, within=within)
         return reply
 
     def read_capture(self, arm: str, configs: list[dict[str, Any]], n_seeds: int, dest: Path,
                      max_elements: int) -> ArmCapture:
-        if arm == "baseline" and self.baseline_build is not None:
+        if self._stored(arm):
+            assert self.baseline_build is not None
             if configs != [{}] or n_seeds != 1:
                 raise BenchError(ErrorCode.INTERNAL, "a stored baseline build is one config built once")
             staging = self.workdir / "stored_baseline"
