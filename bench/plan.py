@@ -56,11 +56,14 @@ class RunPlan:
         return self.planned + self.edges_max + self.matched_max + self.confirmation_max
 
 
-def plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int = 1, baseline_configs: int = 1) -> RunPlan:
+def plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int = 1, baseline_configs: int = 1,
+         *, baseline_swept: bool = True) -> RunPlan:
     """The run plan of a job whose lr grid has ``n_lrs`` values, with ``sweep_seeds`` sweep
-    seeds, ``n_seeds`` screening seeds and the arms' grid sizes."""
-    factors = {"idea": (1, max(1, idea_configs)),
-               "baseline": (budget_factor(idea_configs, baseline_configs), max(1, baseline_configs))}
+    seeds, ``n_seeds`` screening seeds and the arms' grid sizes; ``baseline_swept`` False: a
+    matched baseline whose config its check chose sweeps nothing (``protocol._Job.swept``)."""
+    factors = {"idea": (1, max(1, idea_configs))}
+    if baseline_swept:
+        factors["baseline"] = (budget_factor(idea_configs, baseline_configs), max(1, baseline_configs))
     # a grid of one value is not densified (bench.decide.densify); an edge step always is
     sweep = sum(n_lrs * (factor if n_lrs > 1 else 1) * configs * sweep_seeds for factor, configs in factors.values())
     edges = sum(2 * factor * configs * sweep_seeds for factor, configs in factors.values())
@@ -69,8 +72,8 @@ def plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int = 1, base
 
 
 def plan_for_card(card: dict[str, Any], idea_configs: int = 1, n_seeds: int | None = None,
-                  baseline_configs: int = 1) -> RunPlan:
+                  baseline_configs: int = 1, *, baseline_swept: bool = True) -> RunPlan:
     """``plan`` with a track card's defaults (``n_seeds``: an operator's override)."""
     defaults = TrackSettings.of(card).defaults
     return plan(len(defaults.lr_grid), defaults.sweep_seeds, n_seeds or defaults.n_seeds, idea_configs,
-                baseline_configs)
+                baseline_configs, baseline_swept=baseline_swept)

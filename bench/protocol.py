@@ -746,16 +746,24 @@ class _Job:
             return 1
         return plan_mod.budget_factor(len(self.grids["idea"]), len(self.grids[arm]))
 
+    def swept(self, arm: str) -> bool:
+        """Whether ``arm`` trains a sweep in this job: every arm but a matched baseline whose final
+        config its check chose (``pinned``), whose sweep would decide nothing. Its grid is still
+        counted (``lr_grids``: the edge rule and ``lr_matched`` read it, as before), and the
+        report shows the sweep its check ran (``outcome``)."""
+        return not (arm == "baseline" and (self.request.canonical or {}).get("chosen") is not None)
+
     def sweep(self, lrs: list[float], part: str) -> None:
         """Train every config of both arms on the sweep seeds, scored on validation.
 
         ``lrs`` are the idea's learning rates for ``part`` of the sweep (``grid``, or one
-        edge step ``below``/``above``); each arm sweeps ``densify`` of them.
+        edge step ``below``/``above``); each arm sweeps ``densify`` of them (``swept``: not a
+        pinned matched baseline).
         """
         records = [
             RunRecord(arm, cfg, seed, "val")
             for seed in self.sweep_seed_list
-            for arm in ARMS
+            for arm in ARMS if self.swept(arm)
             for cfg in self.configs(arm, densify(lrs, self.budget_factor(arm), part))
         ]
         self.lr_grids = {arm: sorted({*self.lr_grids.get(arm, []), *densify(lrs, self.budget_factor(arm), part)})
@@ -802,7 +810,7 @@ class _Job:
         if not parts:
             return
         self.tracker.add_total(sum(
-            len(self.configs(a, densify(v, self.budget_factor(a), p))) for a in ARMS for p, v in parts
+            len(self.configs(a, densify(v, self.budget_factor(a), p))) for a in ARMS if self.swept(a) for p, v in parts
         ) * len(self.sweep_seed_list))
         for part, values in parts:
             self.sweep(values, part)
@@ -1040,7 +1048,8 @@ class _Job:
                 measured: dict[str, list[float]] | None, device: str, wall_s: float,
                 references: dict[str, Any] | None = None) -> Outcome:
         """Everything the report is made of, fixed now (``bench.assemble.build_report``)."""
-        tables = {arm: [row.report() for row in self.sweep_table(arm)] for arm in ARMS}
+        tables = {arm: [row.report() for row in self.sweep_table(arm)] if self.swept(arm)
+                  else list((self.request.canonical or {}).get("sweep") or []) for arm in ARMS}
         digest = hashlib.sha256()
         for seed in sorted(self.seed_data):
             digest.update(self.seed_data[seed].checksum.encode())
@@ -1304,6 +1313,8 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
                    "hparams": {k: v for k, v in chosen.items() if k not in ("lr", "epochs", "batch_size", "weight_decay")}},
         # what the matched baseline built in its check: its job must build exactly the same
         "built": {k: report.capture["idea"][k] for k in ("graph_sha256", "tensors_sha256")},
+        # the sweep that chose it, shown as the job's baseline sweep (the job sweeps it no more)
+        "sweep": [row.model_dump(mode="json", exclude_none=True) for row in report.idea.sweep or []],
     }
     if not found["non_inferior"]:
         raise BenchError(
@@ -1384,7 +1395,8 @@ def _judge(
             # the runs every job makes, known from here on (bench.plan); edges, matched and
             # confirmation runs are added when the protocol decides to make them
             planned = plan_mod.plan(len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
-                                    len(job.grids["idea"]), len(job.grids["baseline"]))
+                                    len(job.grids["idea"]), len(job.grids["baseline"]),
+                                    baseline_swept=job.swept("baseline"))
             job.tracker.add_total(planned.planned)
             job.tracker.expect("edges", planned.edges_max)
             job.tracker.expect("matched", planned.matched_max)

@@ -350,7 +350,8 @@ def check(
         "created_at": None,  # stamped by the writer, in the order it writes
         "enqueued_at": None,  # not sent: a worker's dispatcher sends it (workers/reconciler.py)
     }
-    pending.runs = planned_runs(checked.card, grid_size(checked.hparams), body.n_seeds)
+    pending.runs = planned_runs(checked.card, grid_size(checked.hparams), body.n_seeds,
+                                matched=body.baseline_code is not None)
     pending.confirmation_runs = service.confirmation_runs(checked.card, body.n_seeds)
     pending.card = checked.card
     return pending

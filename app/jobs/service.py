@@ -98,7 +98,8 @@ def replay(session: Session, job: Job, digest: str, estimator: Estimator) -> Sub
             f"This Idempotency-Key already made job {job.id} from a different request body.",
         )
     card = tracks_service.card_of_job_track(session, job.track)
-    runs = job.runs_total or planned_runs(card, grid_size(job.hparams), job.n_seeds)
+    runs = job.runs_total or planned_runs(card, grid_size(job.hparams), job.n_seeds,
+                                          matched=job.baseline_code is not None)
     return submitted(session, job, True, runs, confirmation_runs(card, job.n_seeds), card, estimator)
 
 

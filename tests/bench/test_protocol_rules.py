@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bench.catalog import planned_runs
 from bench.errors import BenchError, ErrorCode
 from bench.options import EngineOptions
 from bench.protocol import Progress, judge
@@ -173,6 +174,48 @@ def test_a_matched_baseline_is_judged_against_the_tracks_first(worse_by: float) 
     done = [e.done for e in events]
     assert done == sorted(done) and events[0].stage.startswith("baseline_check:")
     assert events[-1].done == events[-1].total == len(executor.asked())
+
+
+def test_a_matched_baseline_is_not_swept_again_at_the_config_its_check_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25: a matched baseline's final config is the one its check chose (``_Job.pinned``),
+    so its sweep in the job decided nothing and is not run: with two idea configs (the baseline's
+    grid densified to equal budgets) that is 12 runs fewer. What decides is unchanged (the same
+    verdicts, tests, final runs and grids as with the sweep); the report's baseline sweep is the
+    one its check ran, so the tuning budgets compared are the idea's and that check's; the run
+    count is what ran."""
+    from bench import protocol
+
+    script = by_lr({"baseline": 0.03, "idea": 0.03}, {"baseline": 0.5, "idea": 0.3})
+
+    def judged() -> tuple[dict[str, Any], Scripted, list[Progress]]:
+        executor, events = Scripted(script), []
+        report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", baseline_code=MATCHED,
+                                        hparams={"width": [8, 16]}),
+                       events.append, executor=executor, track=TRACK).model_dump(mode="json")
+        Report.model_validate(report)
+        return report, executor, events
+
+    report, executor, events = judged()
+    monkeypatch.setattr(protocol._Job, "swept", lambda self, arm: True)  # the job before: both arms swept
+    before, executor_before, _ = judged()
+    assert not executor.asked(checking=False, arm="baseline", split="val")
+    assert len(executor_before.asked(checking=False, arm="baseline", split="val")) == 12  # 6 lrs x 2 seeds
+    assert len(executor.asked()) == len(executor_before.asked()) - 12
+    assert events[-1].done == events[-1].total == len(executor.asked()) == max(e.total for e in events)
+    # the API's count at submission (no edge, no lr switch here; the confirmation comes on top)
+    assert planned_runs(TRACK.card, 2, N, matched=True) == len(executor.asked()) - len(executor.asked(phase="confirmation"))
+    br, old = report["bench_report"], before["bench_report"]
+    assert (report["system_verdict"], report["practical_verdict"]) == (before["system_verdict"],
+                                                                       before["practical_verdict"]) == ("worked", "helps")
+    for key in ("comparison", "screening", "confirmation", "lr_grid", "matched_baseline_check"):
+        assert br[key] == old[key], key
+    assert br["baseline"]["best_cfg"] == old["baseline"]["best_cfg"]
+    assert br["baseline"]["full"] == old["baseline"]["full"] and br["idea"] == old["idea"]
+    check = br["matched_baseline_check"]
+    assert br["baseline"]["sweep"] == check["sweep"] and len(check["sweep"]) == 3  # the check's grid, one config
+    assert {row["cfg"]["lr"] for row in check["sweep"]} == {0.01, 0.03, 0.1}
+    assert br["budget"]["configs"] == {"idea": 6, "baseline": 3}
+    assert any("tuning budget: the idea swept 6 configs, the baseline 3" in w for w in br["warnings"])
 
 
 def test_parity_is_a_rule_on_the_trainers_counts() -> None:
