@@ -105,16 +105,17 @@ def list_cards() -> list[dict[str, Any]]:
 
 
 def planned_runs(card: dict[str, Any], idea_configs: int = 1, n_seeds: int | None = None, *,
-                 matched: bool = False) -> int:
+                 matched_configs: int | None = None) -> int:
     """Training runs of both arms that a job on ``card`` plans before any confirmation: the
     sweep (lr grid x the idea's configs x sweep seeds, the baseline swept as densely: equal
-    budgets) plus the final seeds (``n_seeds``, else the track's). ``matched``: a matched
-    baseline's job, whose check (the matched baseline, one config, against the track's: a sweep
-    and a screening) comes first and whose baseline then sweeps nothing (``protocol._Job.swept``).
-    The API's estimate and a custom track's validation both count with it (``bench.plan``)."""
+    budgets) plus the final seeds (``n_seeds``, else the track's). ``matched_configs``: a matched
+    baseline's job (its HPARAMS grid size), whose check (the matched baseline as the idea, against
+    the track's: a sweep and a screening) comes first and whose baseline then sweeps nothing
+    (``protocol._Job.swept``). The API's estimate and a custom track's validation both count with
+    it (``bench.plan``)."""
     from bench.plan import plan_for_card
 
-    if not matched:
+    if matched_configs is None:
         return plan_for_card(card, idea_configs, n_seeds).planned
-    return plan_for_card(card, 1, n_seeds).planned + plan_for_card(
+    return plan_for_card(card, matched_configs, n_seeds).planned + plan_for_card(
         card, idea_configs, n_seeds, baseline_swept=False).planned

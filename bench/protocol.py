@@ -463,11 +463,15 @@ class _Job:
         if found is None:
             return
         built = self.capture_info["baseline"]
-        if list(built.graph_sha256) != found["graph_sha256"] or list(built.tensors_sha256) != found["tensors_sha256"]:
+        # Its configs too, by name and in order: the job trains the config its check chose by name
+        # (``pinned``), and a file that swapped its HPARAMS labels by role built the same models
+        # by index in both and named the weak one as the check's choice in the job (red team).
+        if (list(built.graph_sha256) != found["graph_sha256"] or list(built.tensors_sha256) != found["tensors_sha256"]
+                or list(built.configs) != found["configs"]):
             raise BenchError(
                 ErrorCode.INCONSISTENT_BUILD,
-                "The matched baseline built other models in this job than in its check against the track's "
-                "canonical baseline (the same configs and init seeds).",
+                "The matched baseline built other models, or declared other configs, in this job than in its "
+                "check against the track's canonical baseline (the same configs and init seeds).",
             )
 
     def max_elements(self, arm: str) -> int:
@@ -748,10 +752,15 @@ class _Job:
 
     def swept(self, arm: str) -> bool:
         """Whether ``arm`` trains a sweep in this job: every arm but a matched baseline whose final
-        config its check chose (``pinned``), whose sweep would decide nothing. Its grid is still
-        counted (``lr_grids``: the edge rule and ``lr_matched`` read it, as before), and the
-        report shows the sweep its check ran (``outcome``)."""
+        config its check chose (``pinned``), whose sweep would decide nothing. Its grid is the one
+        its check swept (``lr_grids``, which the edge rule, ``lr_matched`` and the report read:
+        a grid no run of it trained would judge its lr's edge against lrs it never ran, red
+        team), and the report shows that sweep (``outcome``)."""
         return not (arm == "baseline" and (self.request.canonical or {}).get("chosen") is not None)
+
+    def checked_grid(self) -> list[float]:
+        """The learning rates a pinned matched baseline's check swept (edges included)."""
+        return sorted({float(row["cfg"]["lr"]) for row in (self.request.canonical or {}).get("sweep") or []})
 
     def sweep(self, lrs: list[float], part: str) -> None:
         """Train every config of both arms on the sweep seeds, scored on validation.
@@ -767,7 +776,7 @@ class _Job:
             for cfg in self.configs(arm, densify(lrs, self.budget_factor(arm), part))
         ]
         self.lr_grids = {arm: sorted({*self.lr_grids.get(arm, []), *densify(lrs, self.budget_factor(arm), part)})
-                         for arm in ARMS}
+                         if self.swept(arm) else self.checked_grid() for arm in ARMS}
         self.train(records)
 
     def sweep_table(self, arm: str) -> list[SweepRow]:
@@ -1085,6 +1094,8 @@ class _Job:
             info = self.capture_info[arm]
             chosen = self._config_index(RunRecord(arm, dict(self.best(arm).config), 0, "test", "screening"))
             blocks[arm] = {**info.report_block(), "family": info.families[chosen]}
+        if self.request.checking_matched:  # the matched baseline's configs, in index order (check_same_build)
+            blocks["idea"]["configs"] = list(self.capture_info["idea"].configs)
         return blocks
 
     capture_seeds: list[int]  # every protocol seed a model is built with, in capture order
@@ -1115,8 +1126,14 @@ def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, se
     base, ratio, cap = job.parity_limits(checked)
     flops = {arm: [float(f) for f in checked[arm]["flops"]] for arm in ARMS}
     base_flops, compute_ratio = job.compute_limit(flops, base)
-    planned = plan_mod.plan(len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
-                            len(job.grids["idea"]), len(job.grids["baseline"]))
+    sizes = (len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds)
+    matched = job.request.baseline_code is not None
+    planned = plan_mod.plan(*sizes, len(job.grids["idea"]), len(job.grids["baseline"]), baseline_swept=not matched)
+    runs = {"planned": planned.planned, "at_most": planned.at_most}
+    if matched:  # its check against the track's baseline comes first (check_matched_baseline), unconfirmed
+        first = plan_mod.plan(*sizes, len(job.grids["baseline"]), 1)
+        runs = {"planned": runs["planned"] + first.planned,
+                "at_most": runs["at_most"] + first.at_most - first.confirmation_max}
     return {
         "passed": True,
         "track": f"{job.track.name}@{job.track.version}",
@@ -1132,7 +1149,7 @@ def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, se
         "graph_sha256": list(job.capture_info["idea"].graph_sha256),
         "execution": {"path": job.path, "why": job.path_reason or None},
         "mechanism": job.mechanism,
-        "runs": {"planned": planned.planned, "at_most": planned.at_most},
+        "runs": runs,
         "seconds": round(seconds, 2),
         "warnings": list(job.warnings),
     }
@@ -1312,7 +1329,7 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
         "chosen": {"lr": float(chosen["lr"]),
                    "hparams": {k: v for k, v in chosen.items() if k not in ("lr", "epochs", "batch_size", "weight_decay")}},
         # what the matched baseline built in its check: its job must build exactly the same
-        "built": {k: report.capture["idea"][k] for k in ("graph_sha256", "tensors_sha256")},
+        "built": {k: report.capture["idea"][k] for k in ("graph_sha256", "tensors_sha256", "configs")},
         # the sweep that chose it, shown as the job's baseline sweep (the job sweeps it no more)
         "sweep": [row.model_dump(mode="json", exclude_none=True) for row in report.idea.sweep or []],
     }

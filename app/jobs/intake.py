@@ -351,7 +351,7 @@ def check(
         "enqueued_at": None,  # not sent: a worker's dispatcher sends it (workers/reconciler.py)
     }
     pending.runs = planned_runs(checked.card, grid_size(checked.hparams), body.n_seeds,
-                                matched=body.baseline_code is not None)
+                                matched_configs=checked.matched_configs)
     pending.confirmation_runs = service.confirmation_runs(checked.card, body.n_seeds)
     pending.card = checked.card
     return pending

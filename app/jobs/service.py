@@ -56,6 +56,7 @@ class Checked:
     card: dict[str, Any]
     hparams: Any
     family: str
+    matched_configs: int | None = None  # a matched baseline's HPARAMS grid size (its check's configs)
 
 
 def validate_submission(body: IdeaSubmission, settings: Settings, track: str, card: dict[str, Any]) -> Checked:
@@ -68,9 +69,10 @@ def validate_submission(body: IdeaSubmission, settings: Settings, track: str, ca
             raise ApiError(422, ApiCode.INVALID_CALLBACK_URL, str(exc)) from None
     max_configs = TrackSettings.of(card).max_configs
     info = check_source(body.code, role="idea")
+    matched_configs = None
     if body.baseline_code is not None:
         check_baseline_allowed(not is_builtin(track))
-        check_source(body.baseline_code, role="baseline")
+        matched_configs = grid_size(check_source(body.baseline_code, role="baseline").literals.get("HPARAMS"))
     literals = info.literals
     hparams = body.hparams if body.hparams is not None else literals.get("HPARAMS")
     if hparams is not None:
@@ -79,7 +81,8 @@ def validate_submission(body: IdeaSubmission, settings: Settings, track: str, ca
     if mechanism is not None:
         check_measurable(mechanism, "measure" in info.defines)
     # Last: the family normalizes the parsed tree in place (one parse for both).
-    return Checked(track=track, card=card, hparams=hparams, family=family_of(body.code, info.tree))
+    return Checked(track=track, card=card, hparams=hparams, family=family_of(body.code, info.tree),
+                   matched_configs=matched_configs)
 
 
 def confirmation_runs(card: dict[str, Any], n_seeds: int | None) -> int:
@@ -98,8 +101,9 @@ def replay(session: Session, job: Job, digest: str, estimator: Estimator) -> Sub
             f"This Idempotency-Key already made job {job.id} from a different request body.",
         )
     card = tracks_service.card_of_job_track(session, job.track)
-    runs = job.runs_total or planned_runs(card, grid_size(job.hparams), job.n_seeds,
-                                          matched=job.baseline_code is not None)
+    runs = job.runs_total or planned_runs(card, grid_size(job.hparams), job.n_seeds, matched_configs=(
+        None if job.baseline_code is None else grid_size(check_source(job.baseline_code, role="baseline")
+                                                         .literals.get("HPARAMS"))))
     return submitted(session, job, True, runs, confirmation_runs(card, job.n_seeds), card, estimator)
 
 

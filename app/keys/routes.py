@@ -66,10 +66,15 @@ def my_key(session: SessionDep, caller: CallerDep, settings: SettingsDep) -> Key
 def set_key_limits(key_id: str, body: KeyLimitsUpdate, session: SessionDep, _caller: OperatorDep,
                    request: Request, settings: SettingsDep) -> KeyView:
     """Set one key's caps on jobs in flight and jobs per UTC day (null: back to the service's
-    setting; 0: no cap). Takes effect at once in this API process, within key_cache_s elsewhere."""
+    setting; 0: no cap). Takes effect at once in this API process, within key_cache_s elsewhere.
+    A revoked key (DELETE) is gone for this route as for any use: 404, though the list still
+    shows it with its ``revoked_at``."""
     key = repository.get_key(session, key_id)
     if key is None:
         raise ApiError(404, ApiCode.KEY_NOT_FOUND, f"No key with id {key_id!r}.")
+    if key.revoked_at is not None:
+        raise ApiError(404, ApiCode.KEY_NOT_FOUND, f"Key {key_id!r} was revoked at {key.revoked_at.isoformat()}; "
+                       "a revoked key has no limits to set.", hint="Create a key (POST /v1/keys) for a new holder.")
     for field in body.model_fields_set:
         setattr(key, field, getattr(body, field))
     session.commit()

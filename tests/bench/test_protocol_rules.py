@@ -6,20 +6,28 @@ tests/security) check that the sandbox executor delivers what these assume."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import hashlib
+import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from bench.captured import ArmCapture
 from bench.catalog import planned_runs
 from bench.errors import BenchError, ErrorCode
+from bench.execution import Trained
 from bench.options import EngineOptions
 from bench.protocol import Progress, judge
 from bench.report import Report
 from bench.seeding import SeedSecret, confirmation_seeds
 from bench.stats import confirmation_p, paired_sign_flip_p
-from tests.bench.scripted import TRACK, Asked, Scripted, by_lr, scripted_request
+from tests.bench.scripted import TRACK, Asked, Scripted, ScriptedExecutor, by_lr, scripted_request
 
 SECRET = SeedSecret(key=b"scripted-protocol-rules-secret-0", epoch=1)
 N = 7
@@ -203,7 +211,8 @@ def test_a_matched_baseline_is_not_swept_again_at_the_config_its_check_chose(mon
     assert len(executor.asked()) == len(executor_before.asked()) - 12
     assert events[-1].done == events[-1].total == len(executor.asked()) == max(e.total for e in events)
     # the API's count at submission (no edge, no lr switch here; the confirmation comes on top)
-    assert planned_runs(TRACK.card, 2, N, matched=True) == len(executor.asked()) - len(executor.asked(phase="confirmation"))
+    assert planned_runs(TRACK.card, 2, N, matched_configs=1) == (
+        len(executor.asked()) - len(executor.asked(phase="confirmation")))
     br, old = report["bench_report"], before["bench_report"]
     assert (report["system_verdict"], report["practical_verdict"]) == (before["system_verdict"],
                                                                        before["practical_verdict"]) == ("worked", "helps")
@@ -215,6 +224,7 @@ def test_a_matched_baseline_is_not_swept_again_at_the_config_its_check_chose(mon
     assert br["baseline"]["sweep"] == check["sweep"] and len(check["sweep"]) == 3  # the check's grid, one config
     assert {row["cfg"]["lr"] for row in check["sweep"]} == {0.01, 0.03, 0.1}
     assert br["budget"]["configs"] == {"idea": 6, "baseline": 3}
+    assert br["baseline"]["union_lr_grid"] == [0.01, 0.03, 0.1]  # what its check swept, not the unrun dense grid
     assert any("tuning budget: the idea swept 6 configs, the baseline 3" in w for w in br["warnings"])
 
 
@@ -351,3 +361,101 @@ def test_a_worker_without_a_tracks_data_ends_the_job_track_unavailable(
     assert caught.value.code is ErrorCode.TRACK_UNAVAILABLE, caught.value.message
     assert "data_batch_1" in caught.value.message and "Not your idea's fault" in (caught.value.hint or "")
     assert not executor.asked()
+
+
+SWAPPER = "def build_model(spec, **hp):\n    raise AssertionError\n# a matched baseline that reads its role\n"
+
+
+@dataclass
+class LabelSwap(ScriptedExecutor):
+    """A matched baseline that reads its role (``__name__``) and swaps its HPARAMS labels: in its
+    check (as the idea) ``v`` is ["x", "y"] and x builds the sound model, in its job ["y", "x"]
+    and y does. Both build [sound, weak] by index, so the graphs and tensors match; the check
+    chooses "x", which names the weak model in the job. ``swap`` False: an honest file."""
+
+    swap: bool = True
+
+    def _declared(self) -> tuple[dict[str, list[str]], dict[str, str]]:
+        if self.checking or not self.swap:
+            return {"v": ["x", "y"]}, {"x": "sound", "y": "weak"}
+        return {"v": ["y", "x"]}, {"y": "sound", "x": "weak"}
+
+    def _model(self, arm: str, hp: dict[str, Any]) -> str:
+        if self.files.get(arm) == SWAPPER:
+            return self._declared()[1][hp["v"]]
+        return "sound"  # the idea (a copy of the track's baseline) and the track's baseline
+
+    def load(self, arm: str, command: Any) -> Any:
+        reply = super().load(arm, command)
+        return reply.model_copy(update={"hparams": self._declared()[0]}) if command.code == SWAPPER else reply
+
+    def read_capture(self, arm: str, configs_asked: list[dict[str, Any]], n_seeds: int, dest: Path,
+                     max_elements: int) -> ArmCapture:
+        dest.mkdir(parents=True, exist_ok=True)
+        models = [self._model(arm, hp) for hp in configs_asked]
+        sha = lambda *parts: hashlib.sha256(repr(parts).encode()).hexdigest()  # noqa: E731
+        seeds = self.builds[arm]
+        return ArmCapture(arm=arm, configs=tuple(json.dumps(hp, sort_keys=True) for hp in configs_asked),
+                          shapes=tuple((((2,), "float32"),) for _ in models), directory=dest,
+                          graph_sha256=tuple(sha(m) for m in models), tensors_sha256=tuple(sha(m, seeds) for m in models),
+                          seed_sha256=tuple(tuple(sha(m, s) for s in seeds) for m in models),
+                          families=tuple(sha(m)[:16] for m in models))
+
+    def train(self, arm: str, runs: list[dict[str, Any]], path: str, on_run: Any) -> None:
+        for run in runs:
+            x = np.load(Path(run["data_dir"]) / f"x_{run['eval']}.npy")
+            offset = {"sound": 0.5, "weak": 1.0}[self._model(arm, run["cfg"].get("hparams", {}))]
+            offset += 0.2 * abs(math.log(run["cfg"]["lr"] / 0.03))
+            with self.lock:
+                self.trained.append(Asked(arm, run["cfg"], run["eval"], self.phase, 0, self.checking))
+            pred = (x[:, :1] / 2 + offset).astype(np.float32)
+            on_run(Trained(run_id=run["run_id"], predictions=pred, diverged=False, seconds=0.01, n_params=321, path=path,
+                           read_rows=functools.partial(np.asarray, pred[run["rows"]]),
+                           read_state=lambda shapes: [np.zeros(s, dtype=d) for s, d in shapes]))
+
+
+@pytest.mark.parametrize("swap", [True, False])
+def test_a_matched_baseline_that_renames_its_configs_by_role_is_refused(swap: bool) -> None:
+    """Red team of the sweep skip (helper, session 23), a hole since the pin: the job trained the
+    config its check chose by name, and only the builds were compared by index, so a matched
+    baseline that swapped its HPARAMS labels by role passed its check with the sound model and
+    trained the weak one under the same name; a copy of the track's baseline got worked / helps.
+    Its configs must now be its check's, by name and in order (``check_same_build``)."""
+
+    @dataclass
+    class Swapping(Scripted):
+        def __call__(self, request: Any, workdir: Path, deadline: float, cancel: Any) -> LabelSwap:
+            executor = LabelSwap(self.script, checking=request.checking_matched, swap=swap)
+            self.jobs.append(executor)
+            return executor
+
+    request = dataclasses.replace(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", baseline_code=SWAPPER),
+                                  idea_code=MATCHED)
+    if not swap:
+        report = judge(request, executor=Swapping(lambda run: 0.0), track=TRACK).model_dump(mode="json")
+        assert report["practical_verdict"] != "helps"  # an exact copy against the sound model
+        return
+    with pytest.raises(BenchError) as caught:
+        judge(request, executor=Swapping(lambda run: 0.0), track=TRACK)
+    assert caught.value.code == ErrorCode.INCONSISTENT_BUILD and "declared other configs" in caught.value.message
+
+
+def test_a_matched_baseline_chosen_at_its_checks_grid_edge_gives_no_helps() -> None:
+    """Red team of the sweep skip (helper, session 23): the edge rule and ``lr_matched`` read the
+    job's grid for the matched baseline, which no run of it trained. Its check chose 0.005, the
+    edge of the grid that check extended (its optimum may lie lower: an under-tuned baseline),
+    but 0.005 was on no job grid, so a clear win was helps. The check's grid is its grid now: the
+    idea's grid is extended below as the baseline's was, and the win is ``lr_confounded``."""
+
+    def script(run: Asked) -> float:
+        best = 0.005 if (run.arm == "idea") == run.checking else 0.03  # the matched baseline's best lr: 0.005
+        at_best = 0.3 if run.arm == "idea" and not run.checking else 0.5  # the idea, in the job, is better
+        return at_best + 0.2 * abs(math.log(run.cfg["lr"] / best))
+
+    report, executor, _ = run(script, baseline_code=MATCHED)
+    br = report["bench_report"]
+    assert br["matched_baseline_check"]["chosen"]["lr"] == 0.005 and br["baseline"]["best_cfg"]["lr"] == 0.005
+    assert br["baseline"]["union_lr_grid"][0] == 0.005
+    assert 0.005 in {a.cfg["lr"] for a in executor.asked(checking=False, arm="idea", split="val")}  # extended as the baseline's
+    assert br["comparison"]["delta_mean"] < 0 and br["comparison"]["p_value"] == 2 / 2 ** N  # a win on every seed
+    assert (report["practical_verdict"], report["practical_detail"]) == ("inconclusive", "lr_confounded")
