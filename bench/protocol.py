@@ -755,8 +755,10 @@ class _Job:
         config its check chose (``pinned``), whose sweep would decide nothing. Its grid is the one
         its check swept (``lr_grids``, which the edge rule, ``lr_matched`` and the report read:
         a grid no run of it trained would judge its lr's edge against lrs it never ran, red
-        team), and the report shows that sweep (``outcome``)."""
-        return not (arm == "baseline" and (self.request.canonical or {}).get("chosen") is not None)
+        team), and the report shows that sweep (``outcome``). Without that sweep at hand it sweeps
+        as before."""
+        found = self.request.canonical or {}
+        return not (arm == "baseline" and found.get("chosen") is not None and bool(found.get("sweep")))
 
     def checked_grid(self) -> list[float]:
         """The learning rates a pinned matched baseline's check swept (edges included)."""
