@@ -115,7 +115,4 @@ def planned_runs(card: dict[str, Any], idea_configs: int = 1, n_seeds: int | Non
     it (``bench.plan``)."""
     from bench.plan import plan_for_card
 
-    if matched_configs is None:
-        return plan_for_card(card, idea_configs, n_seeds).planned
-    return plan_for_card(card, matched_configs, n_seeds).planned + plan_for_card(
-        card, idea_configs, n_seeds, baseline_swept=False).planned
+    return plan_for_card(card, idea_configs, n_seeds, matched_configs=matched_configs).planned

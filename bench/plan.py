@@ -71,9 +71,23 @@ def plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int = 1, base
                    confirmation_max=3 * CONFIRMATION_LOOKS * n_seeds)
 
 
+def matched_plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int, matched_configs: int) -> RunPlan:
+    """A matched baseline's whole job: its check first (the matched baseline's ``matched_configs``
+    as the idea, against the track's baseline, never confirmed: ``protocol.check_matched_baseline``),
+    then the job, whose baseline sweeps nothing (``protocol._Job.swept``)."""
+    check = plan(n_lrs, sweep_seeds, n_seeds, matched_configs, 1)
+    job = plan(n_lrs, sweep_seeds, n_seeds, idea_configs, matched_configs, baseline_swept=False)
+    return RunPlan(sweep=check.sweep + job.sweep, edges_max=check.edges_max + job.edges_max,
+                   screening=check.screening + job.screening, matched_max=check.matched_max + job.matched_max,
+                   confirmation_max=job.confirmation_max)
+
+
 def plan_for_card(card: dict[str, Any], idea_configs: int = 1, n_seeds: int | None = None,
-                  baseline_configs: int = 1, *, baseline_swept: bool = True) -> RunPlan:
-    """``plan`` with a track card's defaults (``n_seeds``: an operator's override)."""
+                  baseline_configs: int = 1, *, matched_configs: int | None = None) -> RunPlan:
+    """``plan`` with a track card's defaults (``n_seeds``: an operator's override);
+    ``matched_configs``: a matched baseline's job (``matched_plan``)."""
     defaults = TrackSettings.of(card).defaults
-    return plan(len(defaults.lr_grid), defaults.sweep_seeds, n_seeds or defaults.n_seeds, idea_configs,
-                baseline_configs, baseline_swept=baseline_swept)
+    sizes = (len(defaults.lr_grid), defaults.sweep_seeds, n_seeds or defaults.n_seeds)
+    if matched_configs is not None:
+        return matched_plan(*sizes, idea_configs, matched_configs)
+    return plan(*sizes, idea_configs, baseline_configs)

@@ -1128,14 +1128,10 @@ def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, se
     base, ratio, cap = job.parity_limits(checked)
     flops = {arm: [float(f) for f in checked[arm]["flops"]] for arm in ARMS}
     base_flops, compute_ratio = job.compute_limit(flops, base)
-    sizes = (len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds)
-    matched = job.request.baseline_code is not None
-    planned = plan_mod.plan(*sizes, len(job.grids["idea"]), len(job.grids["baseline"]), baseline_swept=not matched)
-    runs = {"planned": planned.planned, "at_most": planned.at_most}
-    if matched:  # its check against the track's baseline comes first (check_matched_baseline), unconfirmed
-        first = plan_mod.plan(*sizes, len(job.grids["baseline"]), 1)
-        runs = {"planned": runs["planned"] + first.planned,
-                "at_most": runs["at_most"] + first.at_most - first.confirmation_max}
+    sizes = (len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
+             len(job.grids["idea"]), len(job.grids["baseline"]))
+    # a matched baseline's job: its check against the track's baseline comes first
+    planned = plan_mod.plan(*sizes) if job.request.baseline_code is None else plan_mod.matched_plan(*sizes)
     return {
         "passed": True,
         "track": f"{job.track.name}@{job.track.version}",
@@ -1151,7 +1147,7 @@ def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, se
         "graph_sha256": list(job.capture_info["idea"].graph_sha256),
         "execution": {"path": job.path, "why": job.path_reason or None},
         "mechanism": job.mechanism,
-        "runs": runs,
+        "runs": {"planned": planned.planned, "at_most": planned.at_most},
         "seconds": round(seconds, 2),
         "warnings": list(job.warnings),
     }

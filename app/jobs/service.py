@@ -69,10 +69,9 @@ def validate_submission(body: IdeaSubmission, settings: Settings, track: str, ca
             raise ApiError(422, ApiCode.INVALID_CALLBACK_URL, str(exc)) from None
     max_configs = TrackSettings.of(card).max_configs
     info = check_source(body.code, role="idea")
-    matched_configs = None
     if body.baseline_code is not None:
         check_baseline_allowed(not is_builtin(track))
-        matched_configs = grid_size(check_source(body.baseline_code, role="baseline").literals.get("HPARAMS"))
+    matched = matched_configs(body.baseline_code)  # and the baseline's static checks
     literals = info.literals
     hparams = body.hparams if body.hparams is not None else literals.get("HPARAMS")
     if hparams is not None:
@@ -82,7 +81,15 @@ def validate_submission(body: IdeaSubmission, settings: Settings, track: str, ca
         check_measurable(mechanism, "measure" in info.defines)
     # Last: the family normalizes the parsed tree in place (one parse for both).
     return Checked(track=track, card=card, hparams=hparams, family=family_of(body.code, info.tree),
-                   matched_configs=matched_configs)
+                   matched_configs=matched)
+
+
+def matched_configs(baseline_code: str | None) -> int | None:
+    """A matched baseline's HPARAMS grid size (the configs its check sweeps); None without one.
+    Also the baseline's static checks (``check_source``), raising ``BenchError``."""
+    if baseline_code is None:
+        return None
+    return grid_size(check_source(baseline_code, role="baseline").literals.get("HPARAMS"))
 
 
 def confirmation_runs(card: dict[str, Any], n_seeds: int | None) -> int:
@@ -101,9 +108,8 @@ def replay(session: Session, job: Job, digest: str, estimator: Estimator) -> Sub
             f"This Idempotency-Key already made job {job.id} from a different request body.",
         )
     card = tracks_service.card_of_job_track(session, job.track)
-    runs = job.runs_total or planned_runs(card, grid_size(job.hparams), job.n_seeds, matched_configs=(
-        None if job.baseline_code is None else grid_size(check_source(job.baseline_code, role="baseline")
-                                                         .literals.get("HPARAMS"))))
+    runs = job.runs_total or planned_runs(card, grid_size(job.hparams), job.n_seeds,
+                                          matched_configs=matched_configs(job.baseline_code))
     return submitted(session, job, True, runs, confirmation_runs(card, job.n_seeds), card, estimator)
 
 
