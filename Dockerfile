@@ -41,7 +41,10 @@ COPY deploy/entrypoint.sh /usr/local/bin/ideabench-entrypoint
 # caches). It exists in the image, owned by uid 10001, so that a fresh named volume mounted there
 # takes that owner (Docker copies a path's ownership into a new volume only when the image has the
 # path); else the volume's root is root's and the first job's O_CREAT of seed_secret.json fails.
+# The project's bytecode is written here: uid 10001 cannot write it beside the sources, so each
+# process (every sandboxed child included) would compile the modules it imports at every start.
 RUN pip install -e '.[all]' \
+ && python -m compileall -q app bench tracks workers cli ideabench_client \
  && groupadd --gid 10001 ideabench \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin ideabench \
  && mkdir -p /srv/ideabench/var /srv/ideabench-data \
