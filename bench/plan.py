@@ -5,8 +5,9 @@ custom track's validation all count with it, so what they say is what the engine
 A job trains, per arm:
 
 - **sweep**: every learning rate of the grid x the arm's configs x the sweep seeds; the
-  baseline sweeps ``budget_factor`` times as many learning rates when the idea has more
-  configs, so both arms' tuning budgets are equal (PROTOCOL.md 1);
+  baseline sweeps at least ``budget_factor`` times as many learning rates (``dense_size``: the
+  grid's own among them) when the idea has more configs, so its tuning budget is at least the
+  idea's (PROTOCOL.md 1);
 - **edges**: one more learning rate below and/or above the grid, once, when an arm's best
   lies at an edge (at most two per arm, densified like the grid);
 - **screening**: the arms' best configs on ``n_seeds`` seeds, plus the baseline at the
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.card import TrackSettings
+from bench.decide import dense_size
 from bench.stats import CONFIRMATION_LOOKS
 
 
@@ -57,15 +59,18 @@ class RunPlan:
 
 
 def plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int = 1, baseline_configs: int = 1,
-         *, baseline_swept: bool = True) -> RunPlan:
+         *, baseline_swept: bool = True, idea_factor: int = 1) -> RunPlan:
     """The run plan of a job whose lr grid has ``n_lrs`` values, with ``sweep_seeds`` sweep
     seeds, ``n_seeds`` screening seeds and the arms' grid sizes; ``baseline_swept`` False: a
-    matched baseline whose config its check chose sweeps nothing (``protocol._Job.swept``)."""
-    factors = {"idea": (1, max(1, idea_configs))}
+    matched baseline whose config its check chose sweeps nothing (``protocol._Job.swept``);
+    ``idea_factor``: a matched baseline's check, its "idea" sweeping as many lrs more as the
+    idea it is checked for needs (``protocol._Job.budget_factor``)."""
+    factors = {"idea": (idea_factor, max(1, idea_configs))}
     if baseline_swept:
-        factors["baseline"] = (budget_factor(idea_configs, baseline_configs), max(1, baseline_configs))
+        factors["baseline"] = (budget_factor(idea_factor * max(1, idea_configs), baseline_configs),
+                               max(1, baseline_configs))
     # a grid of one value is not densified (bench.decide.densify); an edge step always is
-    sweep = sum(n_lrs * (factor if n_lrs > 1 else 1) * configs * sweep_seeds for factor, configs in factors.values())
+    sweep = sum(dense_size(n_lrs, factor) * configs * sweep_seeds for factor, configs in factors.values())
     edges = sum(2 * factor * configs * sweep_seeds for factor, configs in factors.values())
     return RunPlan(sweep=sweep, edges_max=edges, screening=2 * n_seeds, matched_max=n_seeds,
                    confirmation_max=3 * CONFIRMATION_LOOKS * n_seeds)
@@ -74,8 +79,10 @@ def plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int = 1, base
 def matched_plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int, matched_configs: int) -> RunPlan:
     """A matched baseline's whole job: its check first (the matched baseline's ``matched_configs``
     as the idea, against the track's baseline, never confirmed: ``protocol.check_matched_baseline``),
-    then the job, whose baseline sweeps nothing (``protocol._Job.swept``)."""
-    check = plan(n_lrs, sweep_seeds, n_seeds, matched_configs, 1)
+    then the job, whose baseline sweeps nothing (``protocol._Job.swept``). The check sweeps on a
+    grid dense enough for ``idea_configs``: both tuning budgets equal (PROTOCOL.md 1)."""
+    check = plan(n_lrs, sweep_seeds, n_seeds, matched_configs, 1,
+                 idea_factor=budget_factor(idea_configs, matched_configs))
     job = plan(n_lrs, sweep_seeds, n_seeds, idea_configs, matched_configs, baseline_swept=False)
     return RunPlan(sweep=check.sweep + job.sweep, edges_max=check.edges_max + job.edges_max,
                    screening=check.screening + job.screening, matched_max=check.matched_max + job.matched_max,

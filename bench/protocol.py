@@ -135,6 +135,9 @@ class JudgeRequest:
     # True for that check itself: the track's baseline builds with the seeds the matched one
     # (the check's idea) builds with, so that an honest copy of it is the same model there.
     checking_matched: bool = False
+    # For that check too: the idea's configs (``declared_configs``) the matched baseline's tuning
+    # budget must equal; the check sweeps both of its arms on a grid that much denser.
+    tuning_configs: int = 1
     # How long building every config and init seed of one arm may take (a build_model that
     # sleeps held the only worker for the whole job timeout).
     capture_timeout_s: float = CAPTURE_TIMEOUT_S
@@ -746,9 +749,9 @@ class _Job:
         """How many times as many learning rates ``arm`` sweeps as the idea: the baseline gets a
         denser lr grid over the same range when the idea has more hyperparameter configs, so
         both arms' tuning budgets are equal by construction (PROTOCOL.md section 1)."""
-        if arm == "idea":
-            return 1
-        return plan_mod.budget_factor(len(self.grids["idea"]), len(self.grids[arm]))
+        if arm == "idea":  # a matched baseline in its check: as many configs as the idea it is for
+            return plan_mod.budget_factor(self.request.tuning_configs, len(self.grids["idea"]))
+        return plan_mod.budget_factor(len(self.grids["idea"]) * self.budget_factor("idea"), len(self.grids[arm]))
 
     def swept(self, arm: str) -> bool:
         """Whether ``arm`` trains a sweep in this job: every arm but a matched baseline whose final
@@ -763,6 +766,24 @@ class _Job:
     def checked_grid(self) -> list[float]:
         """The learning rates a pinned matched baseline's check swept (edges included)."""
         return sorted({float(row["cfg"]["lr"]) for row in (self.request.canonical or {}).get("sweep") or []})
+
+    def check_tuned_for(self) -> None:
+        """A pinned matched baseline's tuning budget is its check's, sized for the idea's configs
+        as declared before the check (``declared_configs``): an idea whose child reports more
+        (an ``HPARAMS`` its source computes) would out-tune it, and is refused. A check that
+        says nothing of its size was sized for one config (deny by default)."""
+        if self.swept("baseline"):
+            return
+        tuned_for = int((self.request.canonical or {}).get("tuned_for", 1))
+        if len(self.grids["idea"]) > tuned_for:
+            raise BenchError(
+                ErrorCode.INVALID_HPARAMS,
+                f"The idea's HPARAMS give {len(self.grids['idea'])} configurations, but {tuned_for} were declared "
+                "before its matched baseline was tuned (the hparams field, else a literal HPARAMS dict in the "
+                "file): the matched baseline's tuning budget must equal the idea's.",
+                "Write HPARAMS as a literal dict at the top level of the file (or send hparams), so that the "
+                "matched baseline is tuned on as many configurations.",
+            )
 
     def sweep(self, lrs: list[float], part: str) -> None:
         """Train every config of both arms on the sweep seeds, scored on validation.
@@ -1269,6 +1290,16 @@ def _run(
             warm.prepare(limits)
 
 
+def declared_configs(request: JudgeRequest, max_configs: int) -> int:
+    """The idea's configs as its request declares them before anything runs: its ``hparams``, else
+    its file's literal ``HPARAMS`` (``bench.contract.check_source``), else one. A matched
+    baseline's check sweeps on a grid dense enough for that many (equal tuning budgets, PROTOCOL.md
+    1); the job refuses an idea whose capture child reports more (``_Job.check_tuned_for``)."""
+    hparams = (request.hparams if request.hparams is not None
+               else check_source(request.idea_code, role="idea").literals.get("HPARAMS"))
+    return 1 if hparams is None else len(_grid(check_hparams(hparams, max_configs=max_configs)))
+
+
 def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback | None,
                            cancel: threading.Event | None, started: float, executor: ExecutorFactory | None = None,
                            track: Track | None = None) -> tuple[JudgeRequest, int]:
@@ -1291,8 +1322,9 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
     assert matched is not None
     if request.job_key is None:  # the check and the job draw the same confirmation seeds (check_same_build)
         request = dataclasses.replace(request, job_key=secrets.token_hex(8))
+    tuned_for = declared_configs(request, TrackSettings.of(track.card).max_configs) if track is not None else 1
     check = dataclasses.replace(request, idea_code=matched, baseline_code=None, hparams=None,
-                                mechanism=None, confirm=False, checking_matched=True)
+                                mechanism=None, confirm=False, checking_matched=True, tuning_configs=tuned_for)
     try:
         report = judge(check, forward, cancel, executor=executor, track=track).bench_report
     except BenchError as exc:
@@ -1328,6 +1360,8 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
                    "hparams": {k: v for k, v in chosen.items() if k not in ("lr", "epochs", "batch_size", "weight_decay")}},
         # what the matched baseline built in its check: its job must build exactly the same
         "built": {k: report.capture["idea"][k] for k in ("graph_sha256", "tensors_sha256", "configs")},
+        # the idea configs its sweep's budget equals (the job refuses an idea with more: check_tuned_for)
+        "tuned_for": tuned_for,
         # the sweep that chose it, shown as the job's baseline sweep (the job sweeps it no more)
         "sweep": [row.model_dump(mode="json", exclude_none=True) for row in report.idea.sweep or []],
     }
@@ -1411,7 +1445,8 @@ def _judge(
             # confirmation runs are added when the protocol decides to make them
             planned = plan_mod.plan(len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
                                     len(job.grids["idea"]), len(job.grids["baseline"]),
-                                    baseline_swept=job.swept("baseline"))
+                                    baseline_swept=job.swept("baseline"), idea_factor=job.budget_factor("idea"))
+            job.check_tuned_for()
             job.tracker.add_total(planned.planned)
             job.tracker.expect("edges", planned.edges_max)
             job.tracker.expect("matched", planned.matched_max)

@@ -94,6 +94,7 @@ class ScriptedExecutor:
     script: Script
     checking: bool = False
     hparams: dict[str, Any] = field(default_factory=dict)  # each arm's HPARAMS (default: none)
+    hparams_by_file: dict[str, Any] = field(default_factory=dict)  # or each file's, whatever its arm
     counts: dict[str, int] = field(default_factory=dict)  # each arm's parameters (default: 321)
     mechanism: dict[str, Any] | None = None
     measured: Callable[[str, MeasureRun], float] | None = None
@@ -118,7 +119,8 @@ class ScriptedExecutor:
     def load(self, arm: str, command: wire.CaptureLoad) -> wire.LoadedReply:
         self._note(f"load:{arm}")
         self.files[arm] = command.code or f"the track {command.track}'s baseline"
-        return wire.LoadedReply(hparams=self.hparams.get(arm, {}), mechanism=self.mechanism if arm == "idea" else None,
+        hparams = self.hparams_by_file.get(command.code or "", self.hparams.get(arm, {}))
+        return wire.LoadedReply(hparams=hparams, mechanism=self.mechanism if arm == "idea" else None,
                                 has_measure=self.measured is not None and arm == "idea")
 
     def make_data(self, custom: Any, split_seeds: list[int]) -> None:
@@ -205,8 +207,8 @@ def scripted_request(**overrides: Any) -> JudgeRequest:
     """A request on the scripted track (its code is never run: the executor answers); no
     baseline cache unless ``options`` names one (its runs would outlive the test's script)."""
     overrides.setdefault("options", EngineOptions(baseline_cache=False))
-    return JudgeRequest(track="scripted", idea_code="def build_model(spec, **hp):\n    raise AssertionError\n",
-                        **overrides)
+    overrides.setdefault("idea_code", "def build_model(spec, **hp):\n    raise AssertionError\n")
+    return JudgeRequest(track="scripted", **overrides)
 
 
 @dataclass

@@ -31,7 +31,7 @@ from tests.bench.scripted import TRACK, Asked, Scripted, ScriptedExecutor, scrip
 SECRET = SeedSecret(key=b"scripted-protocol-rules-secret-0", epoch=1)
 N = 7
 BODY = "def build_model(spec, **hp):\n    raise AssertionError\n"
-IDEA = "# idea: a copy of the track's baseline, with a pointless second config\n" + BODY
+IDEA = "# idea: a copy of the track's baseline, with a pointless second config\nHPARAMS = {\"eps\": [0, 1]}\n" + BODY
 MATCHED = "# the agent's matched baseline\n" + BODY
 CANONICAL = 0.25  # the track's baseline at its best lr (0.03), MSE; m = 2 % = 0.005
 

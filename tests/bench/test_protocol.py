@@ -227,11 +227,19 @@ def test_cli_run_reports_a_sandbox_violation(tmp_path: Path) -> None:
 
 
 def test_densify_spreads_more_learning_rates_over_the_same_range() -> None:
-    from bench.decide import densify
+    from bench.decide import dense_size, densify
 
     assert densify([0.01, 0.03, 0.1], 1, "grid") == [0.01, 0.03, 0.1]
     dense = densify([0.01, 0.03, 0.1], 2, "grid")
-    assert len(dense) == 6 and dense[0] == pytest.approx(0.01) and dense[-1] == pytest.approx(0.1)
+    # at least twice as many, the track's own rates among them (a matched baseline sharp at 0.03
+    # was never run there on a grid of six from end to end: red team), geometric inside each interval
+    assert len(dense) == dense_size(3, 2) == 7 and dense == sorted(dense) and {0.01, 0.03, 0.1} <= set(dense)
+    assert dense[1] == pytest.approx((0.01**2 * 0.03) ** (1 / 3)) and dense[4] == pytest.approx((0.03**2 * 0.1) ** (1 / 3))
+    for n, factor in ((2, 2), (3, 3), (5, 2), (5, 4), (6, 12)):
+        grid = [0.001 * 3**i for i in range(n)]
+        dense = densify(grid, factor, "grid")
+        assert len(dense) == dense_size(n, factor) >= factor * n and set(grid) <= set(dense)
+        assert dense == sorted(dense) and len(set(dense)) == len(dense)
     below = densify([0.005], 3, "below")
     assert len(below) == 3 and below[0] == pytest.approx(0.005) and max(below) < 0.01
     above = densify([0.2], 2, "above")

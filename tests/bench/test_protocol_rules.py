@@ -186,10 +186,11 @@ def test_a_matched_baseline_is_judged_against_the_tracks_first(worse_by: float) 
 
 def test_a_matched_baseline_is_not_swept_again_at_the_config_its_check_chose(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 25: a matched baseline's final config is the one its check chose (``_Job.pinned``),
-    so its sweep in the job decided nothing and is not run: with two idea configs (the baseline's
-    grid densified to equal budgets) that is 12 runs fewer. What decides is unchanged (the same
-    verdicts, tests, final runs and grids as with the sweep); the report's baseline sweep is the
-    one its check ran, so the tuning budgets compared are the idea's and that check's; the run
+    so its sweep in the job decided nothing and is not run: with two idea configs that is 14 runs
+    fewer. What decides is unchanged (the same verdicts, tests, final runs and grids as with the
+    sweep); the report's baseline sweep is the one its check ran, and that check was sized for the
+    idea's two configs (``declared_configs``: the matched baseline, and the track's baseline beside
+    it, swept the grid densified, its own lrs among them), so the tuning budgets are equal; the run
     count is what ran."""
     from bench import protocol
 
@@ -207,8 +208,8 @@ def test_a_matched_baseline_is_not_swept_again_at_the_config_its_check_chose(mon
     monkeypatch.setattr(protocol._Job, "swept", lambda self, arm: True)  # the job before: both arms swept
     before, executor_before, _ = judged()
     assert not executor.asked(checking=False, arm="baseline", split="val")
-    assert len(executor_before.asked(checking=False, arm="baseline", split="val")) == 12  # 6 lrs x 2 seeds
-    assert len(executor.asked()) == len(executor_before.asked()) - 12
+    assert len(executor_before.asked(checking=False, arm="baseline", split="val")) == 14  # 7 lrs x 2 seeds
+    assert len(executor.asked()) == len(executor_before.asked()) - 14
     assert events[-1].done == events[-1].total == len(executor.asked()) == max(e.total for e in events)
     # the API's count at submission (no edge, no lr switch here; the confirmation comes on top)
     assert planned_runs(TRACK.card, 2, N, matched_configs=1) == (
@@ -221,11 +222,39 @@ def test_a_matched_baseline_is_not_swept_again_at_the_config_its_check_chose(mon
     assert br["baseline"]["best_cfg"] == old["baseline"]["best_cfg"]
     assert br["baseline"]["full"] == old["baseline"]["full"] and br["idea"] == old["idea"]
     check = br["matched_baseline_check"]
-    assert br["baseline"]["sweep"] == check["sweep"] and len(check["sweep"]) == 3  # the check's grid, one config
-    assert {row["cfg"]["lr"] for row in check["sweep"]} == {0.01, 0.03, 0.1}
-    assert br["budget"]["configs"] == {"idea": 6, "baseline": 3}
-    assert br["baseline"]["union_lr_grid"] == [0.01, 0.03, 0.1]  # what its check swept, not the unrun dense grid
-    assert any("tuning budget: the idea swept 6 configs, the baseline 3" in w for w in br["warnings"])
+    assert br["baseline"]["sweep"] == check["sweep"] and len(check["sweep"]) == 7  # the check's grid, one config
+    checked = sorted(row["cfg"]["lr"] for row in check["sweep"])
+    assert {0.01, 0.03, 0.1} <= set(checked)  # densified for two idea configs, the track's lrs among them
+    assert len(executor.asked(checking=True, arm="baseline", split="val")) == 7 * 2  # the track's, as densely
+    assert br["budget"]["configs"] == {"idea": 6, "baseline": 7}
+    assert br["baseline"]["union_lr_grid"] == checked  # what its check swept
+    assert not any("tuning budget" in w for w in br["warnings"])
+
+
+def test_an_idea_with_more_configs_than_its_matched_baselines_check_was_tuned_for_is_refused() -> None:
+    """The check is sized before the idea runs, from the configs its request declares (``hparams``,
+    else a literal ``HPARAMS``: ``protocol.declared_configs``). A file whose HPARAMS its child
+    reports larger (computed, so no literal says it) would out-tune its pinned matched baseline:
+    the job refuses it before training anything of its own, with a code and a hint; the same
+    configs declared literally are judged, on a check densified for them."""
+    script = by_lr({"baseline": 0.03, "idea": 0.03})
+    computed = "HPARAMS = {'width': [8 * 2**i for i in range(3)]}\n" + scripted_request().idea_code
+    literal = "HPARAMS = {'width': [8, 16, 32]}\n" + scripted_request().idea_code
+    grid = {"width": [8, 16, 32]}
+    hidden = Scripted(script, {"hparams_by_file": {computed: grid}})
+    with pytest.raises(BenchError) as caught:
+        judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", baseline_code=MATCHED,
+                               idea_code=computed), executor=hidden, track=TRACK)
+    assert caught.value.code == ErrorCode.INVALID_HPARAMS and "3 configurations" in caught.value.message
+    assert "literal" in (caught.value.hint or "")
+    assert hidden.asked(checking=True) and not hidden.asked(checking=False)  # refused before the job trained
+    declared = Scripted(script, {"hparams_by_file": {literal: grid}})
+    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", baseline_code=MATCHED,
+                                    idea_code=literal), executor=declared, track=TRACK).model_dump(mode="json")
+    br = report["bench_report"]
+    # its check swept the matched baseline's one config on the grid densified for 3: 3 + 2 x 3 lrs
+    assert br["budget"]["configs"] == {"idea": 9, "baseline": 9}
+    assert br["matched_baseline_check"]["tuned_for"] == 3
 
 
 def test_parity_is_a_rule_on_the_trainers_counts() -> None:
@@ -253,16 +282,18 @@ def test_a_second_job_scores_the_track_baselines_sweep_and_screening_from_the_ca
 
 
 def test_an_idea_with_more_configs_gives_the_baseline_a_denser_grid_of_equal_budget() -> None:
-    """PROTOCOL.md 1: both arms' tuning budgets are equal by construction: two idea configs per
-    lr, so the baseline sweeps twice the lrs over the same range."""
+    """PROTOCOL.md 1: the baseline's tuning budget is at least the idea's by construction: two
+    idea configs per lr, so the baseline sweeps at least twice the lrs over the same range, the
+    track's own among them."""
     executor = Scripted(by_lr({"baseline": 0.03, "idea": 0.03}), {"hparams": {"idea": {"width": [8, 16]}}})
     report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job"), executor=executor, track=TRACK).model_dump(mode="json")
     idea, baseline = executor.asked(arm="idea", split="val"), executor.asked(arm="baseline", split="val")
-    assert len(idea) == len(baseline) == 3 * 2 * 2  # (3 lrs x 2 configs | 6 lrs) x 2 sweep seeds
+    assert len(idea) == 3 * 2 * 2 and len(baseline) == 7 * 2  # (3 lrs x 2 configs | 7 lrs) x 2 sweep seeds
     lrs = {arm: sorted({a.cfg["lr"] for a in runs}) for arm, runs in (("idea", idea), ("baseline", baseline))}
-    assert len(lrs["baseline"]) == 2 * len(lrs["idea"])  # log-spaced over the same range
+    assert len(lrs["baseline"]) == 7 and set(lrs["idea"]) <= set(lrs["baseline"])  # the grid, 2 more per interval
     assert (lrs["baseline"][0], lrs["baseline"][-1]) == (lrs["idea"][0], lrs["idea"][-1])
-    assert report["bench_report"]["budget"] == {"configs": {"baseline": 6, "idea": 6}, "sweep_seeds": 2}
+    assert report["bench_report"]["budget"] == {"configs": {"baseline": 7, "idea": 6}, "sweep_seeds": 2}
+    assert not any("tuning budget" in w for w in report["bench_report"]["warnings"])
 
 
 def test_a_tracks_own_baseline_has_one_config_whatever_its_child_says() -> None:
@@ -275,7 +306,7 @@ def test_a_tracks_own_baseline_has_one_config_whatever_its_child_says() -> None:
     report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job"), executor=executor,
                    track=TRACK).model_dump(mode="json")
     assert {str(a.cfg.get("hparams", {})) for a in executor.asked(arm="baseline")} == {"{}"}
-    assert report["bench_report"]["budget"] == {"configs": {"baseline": 6, "idea": 6}, "sweep_seeds": 2}
+    assert report["bench_report"]["budget"] == {"configs": {"baseline": 7, "idea": 6}, "sweep_seeds": 2}
 
 
 def test_a_matched_baseline_is_refused_on_a_custom_track_before_any_child() -> None:
