@@ -69,16 +69,19 @@ def parse_source(source: str, *, role: str = "idea", max_bytes: int = MAX_SOURCE
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             defines.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            # ``HPARAMS: dict = {...}`` is as literal as ``HPARAMS = {...}`` (red team: an annotated
+            # grid declared no configs, and a matched baseline's job refused the idea for it)
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
             defines.update(names)
             for name in names:
                 try:
+                    if node.value is None:
+                        raise ValueError("declared, not assigned")
                     literals[name] = ast.literal_eval(node.value)
                 except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                     literals.pop(name, None)
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            defines.add(node.target.id)
         elif isinstance(node, ast.ImportFrom | ast.Import):
             defines.update((a.asname or a.name).split(".")[0] for a in node.names)
     return SourceInfo(frozenset(defines), literals, tree)

@@ -23,7 +23,7 @@ from bench.catalog import planned_runs
 from bench.errors import BenchError, ErrorCode
 from bench.execution import Trained
 from bench.options import EngineOptions
-from bench.protocol import Progress, judge
+from bench.protocol import Progress, declared_configs, judge
 from bench.report import Report
 from bench.seeding import SeedSecret, confirmation_seeds
 from bench.stats import confirmation_p, paired_sign_flip_p
@@ -252,6 +252,9 @@ def test_an_idea_with_more_configs_than_its_matched_baselines_check_was_tuned_fo
     report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", baseline_code=MATCHED,
                                     idea_code=literal), executor=declared, track=TRACK).model_dump(mode="json")
     br = report["bench_report"]
+    # an annotated literal declares as much (red team: it declared one, and the job refused it)
+    assert declared_configs(scripted_request(idea_code=literal.replace("HPARAMS =", "HPARAMS: dict =")), 12) == 3
+    assert declared_configs(scripted_request(idea_code=literal, hparams={"depth": [1, 2]}), 12) == 2
     # its check swept the matched baseline's one config on the grid densified for 3: 3 + 2 x 3 lrs
     assert br["budget"]["configs"] == {"idea": 9, "baseline": 9}
     assert br["matched_baseline_check"]["tuned_for"] == 3
