@@ -29,10 +29,20 @@ from bench.decide import dense_size
 from bench.stats import CONFIRMATION_LOOKS
 
 
-def budget_factor(idea_configs: int, arm_configs: int) -> int:
-    """How many times as many learning rates an arm of ``arm_configs`` configs sweeps as the
-    idea of ``idea_configs``: at least once, and enough for an equal tuning budget."""
-    return max(1, math.ceil(max(1, idea_configs) / max(1, arm_configs)))
+def budget_factor(idea_configs: int, arm_configs: int, n_lrs: int = 0, idea_factor: int = 1) -> int:
+    """How many times denser a grid an arm of ``arm_configs`` configs sweeps than the track's
+    ``n_lrs`` learning rates: the least factor at which it trains as many (config, lr) pairs as
+    the idea's ``idea_configs`` on the grid ``idea_factor`` times denser (``dense_size``: in a
+    matched baseline's check, the track's baseline matches the matched one's dense grid; by
+    config counts alone it got 13 pairs against 14). Without a grid to densify (``n_lrs`` < 2: an
+    edge step), the ratio of the counts."""
+    idea, arm = max(1, idea_configs), max(1, arm_configs)
+    if n_lrs < 2:
+        return max(1, math.ceil(idea * idea_factor / arm))
+    need, factor = idea * dense_size(n_lrs, idea_factor), 1
+    while arm * dense_size(n_lrs, factor) < need:
+        factor += 1
+    return factor
 
 
 @dataclass(frozen=True)
@@ -67,7 +77,7 @@ def plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int = 1, base
     idea it is checked for needs (``protocol._Job.budget_factor``)."""
     factors = {"idea": (idea_factor, max(1, idea_configs))}
     if baseline_swept:
-        factors["baseline"] = (budget_factor(idea_factor * max(1, idea_configs), baseline_configs),
+        factors["baseline"] = (budget_factor(idea_configs, baseline_configs, n_lrs, idea_factor),
                                max(1, baseline_configs))
     # a grid of one value is not densified (bench.decide.densify); an edge step always is
     sweep = sum(dense_size(n_lrs, factor) * configs * sweep_seeds for factor, configs in factors.values())
@@ -82,7 +92,7 @@ def matched_plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int, 
     then the job, whose baseline sweeps nothing (``protocol._Job.swept``). The check sweeps on a
     grid dense enough for ``idea_configs``: both tuning budgets equal (PROTOCOL.md 1)."""
     check = plan(n_lrs, sweep_seeds, n_seeds, matched_configs, 1,
-                 idea_factor=budget_factor(idea_configs, matched_configs))
+                 idea_factor=budget_factor(idea_configs, matched_configs, n_lrs))
     job = plan(n_lrs, sweep_seeds, n_seeds, idea_configs, matched_configs, baseline_swept=False)
     return RunPlan(sweep=check.sweep + job.sweep, edges_max=check.edges_max + job.edges_max,
                    screening=check.screening + job.screening, matched_max=check.matched_max + job.matched_max,

@@ -749,9 +749,10 @@ class _Job:
         """How many times as many learning rates ``arm`` sweeps as the idea: the baseline gets a
         denser lr grid over the same range when the idea has more hyperparameter configs, so
         both arms' tuning budgets are equal by construction (PROTOCOL.md section 1)."""
+        n_lrs = len(self.settings.defaults.lr_grid)
         if arm == "idea":  # a matched baseline in its check: as many configs as the idea it is for
-            return plan_mod.budget_factor(self.request.tuning_configs, len(self.grids["idea"]))
-        return plan_mod.budget_factor(len(self.grids["idea"]) * self.budget_factor("idea"), len(self.grids[arm]))
+            return plan_mod.budget_factor(self.request.tuning_configs, len(self.grids["idea"]), n_lrs)
+        return plan_mod.budget_factor(len(self.grids["idea"]), len(self.grids[arm]), n_lrs, self.budget_factor("idea"))
 
     def swept(self, arm: str) -> bool:
         """Whether ``arm`` trains a sweep in this job: every arm but a matched baseline whose final

@@ -148,3 +148,23 @@ def test_runs_done_never_go_back_when_both_arms_report_at_once() -> None:
     for thread in threads:
         thread.join()
     assert len(seen) == 400 and seen == sorted(seen) and seen[-1] == 400
+
+
+@pytest.mark.parametrize("n_lrs", [2, 3, 5, 6])
+def test_every_arm_sweeps_at_least_the_pairs_of_the_arm_it_is_matched_to(n_lrs: int) -> None:
+    """Budgets by (config, lr) pairs, not by configs: the denser grid keeps the track's lrs and so
+    has more than ``factor * n`` points (``dense_size``). A matched baseline of M configs checked for
+    an idea of T sweeps at least the idea's pairs, and the track's baseline beside it in its check
+    at least the matched one's (by config counts alone it got 13 pairs against 14),
+    and neither factor is larger than the count ratio asks."""
+    for matched in range(1, 13):
+        for idea in range(1, 13):
+            f_matched = budget_factor(idea, matched, n_lrs)
+            assert matched * dense_size(n_lrs, f_matched) >= idea * n_lrs
+            assert f_matched <= budget_factor(idea, matched)
+            f_track = budget_factor(matched, 1, n_lrs, f_matched)
+            assert dense_size(n_lrs, f_track) >= matched * dense_size(n_lrs, f_matched)
+            assert f_track == 1 or dense_size(n_lrs, f_track - 1) < matched * dense_size(n_lrs, f_matched)
+    check = plan(n_lrs, 2, 8, idea_configs=2, baseline_configs=1, idea_factor=budget_factor(4, 2, n_lrs))
+    assert check.sweep == (2 * dense_size(n_lrs, budget_factor(4, 2, n_lrs))
+                           + dense_size(n_lrs, budget_factor(2, 1, n_lrs, budget_factor(4, 2, n_lrs)))) * 2
