@@ -119,6 +119,24 @@ def check_baseline_allowed(custom_track: bool) -> None:
                          "A matched baseline (baseline_code) is not accepted on a custom track.")
 
 
+def declared_hparams(info: SourceInfo, hparams: Any, *, matched: bool) -> Any:
+    """The idea's HPARAMS as declared before anything runs: the request's ``hparams``, else the
+    file's literal top-level ``HPARAMS`` (``info``), else None. With a matched baseline
+    (``matched``), a file that binds ``HPARAMS`` otherwise (computed, imported) is refused here: the
+    matched baseline is tuned on a grid sized for the declared configs before the file runs
+    (``protocol.declared_configs``), and the job would refuse a larger grid only after its check."""
+    if hparams is not None:
+        return hparams
+    if matched and "HPARAMS" in info.defines and "HPARAMS" not in info.literals:
+        raise BenchError(
+            ErrorCode.INVALID_HPARAMS,
+            "With a matched baseline, the idea's HPARAMS must be a literal dict at the top level of the file "
+            "(or sent as hparams): its matched baseline is tuned for that many configurations before the file runs.",
+            'Write HPARAMS = {"name": [value, ...]} with the values spelled out, or send the grid in hparams.',
+        )
+    return info.literals.get("HPARAMS")
+
+
 def check_hparams(hparams: Any, *, max_configs: int) -> dict[str, list[Any]]:
     """Validate an extra-hyperparameter grid: ``{name: [values...]}``; returns it. Names are
     identifiers of at most 32 characters, string values tokens of at most 32 (letters, digits,

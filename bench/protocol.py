@@ -41,7 +41,13 @@ from bench.captured import (
     pin_first_build,
 )
 from bench.card import TrackSettings, card_timing
-from bench.contract import check_baseline_allowed, check_hparams, check_measurable, check_source
+from bench.contract import (
+    check_baseline_allowed,
+    check_hparams,
+    check_measurable,
+    check_source,
+    declared_hparams,
+)
 from bench.decide import (
     ParityLimits,
     SweepRow,
@@ -1293,11 +1299,12 @@ def _run(
 
 def declared_configs(request: JudgeRequest, max_configs: int) -> int:
     """The idea's configs as its request declares them before anything runs: its ``hparams``, else
-    its file's literal ``HPARAMS`` (``bench.contract.check_source``), else one. A matched
-    baseline's check sweeps on a grid dense enough for that many (equal tuning budgets, PROTOCOL.md
-    1); the job refuses an idea whose capture child reports more (``_Job.check_tuned_for``)."""
-    hparams = (request.hparams if request.hparams is not None
-               else check_source(request.idea_code, role="idea").literals.get("HPARAMS"))
+    its file's literal ``HPARAMS`` (``bench.contract.declared_hparams``: with a matched baseline, a
+    computed one is refused at once), else one. A matched baseline's check sweeps on a grid dense
+    enough for that many (equal tuning budgets, PROTOCOL.md 1); the job refuses an idea whose
+    capture child reports more (``_Job.check_tuned_for``: a grid no statement of the file names)."""
+    hparams = declared_hparams(check_source(request.idea_code, role="idea"), request.hparams,
+                               matched=request.baseline_code is not None)
     return 1 if hparams is None else len(_grid(check_hparams(hparams, max_configs=max_configs)))
 
 

@@ -24,7 +24,13 @@ from app.tracks import service as tracks_service
 from app.webhooks import service as webhooks
 from bench.card import TrackSettings
 from bench.catalog import is_builtin, planned_runs
-from bench.contract import check_baseline_allowed, check_hparams, check_measurable, check_source
+from bench.contract import (
+    check_baseline_allowed,
+    check_hparams,
+    check_measurable,
+    check_source,
+    declared_hparams,
+)
 from bench.errors import DEFAULT_HINTS, ErrorCode
 from bench.family import family_of
 from bench.plan import plan_for_card
@@ -73,7 +79,7 @@ def validate_submission(body: IdeaSubmission, settings: Settings, track: str, ca
         check_baseline_allowed(not is_builtin(track))
     matched = matched_configs(body.baseline_code)  # and the baseline's static checks
     literals = info.literals
-    hparams = body.hparams if body.hparams is not None else literals.get("HPARAMS")
+    hparams = declared_hparams(info, body.hparams, matched=body.baseline_code is not None)
     if hparams is not None:
         check_hparams(hparams, max_configs=max_configs)
     mechanism = body.mechanism if body.mechanism is not None else literals.get("MECHANISM")

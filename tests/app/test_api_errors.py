@@ -73,6 +73,23 @@ def test_bad_field_values(client: Any, keys: dict[str, str]) -> None:
                  422, "invalid_mechanism")
 
 
+def test_a_computed_hparams_grid_with_a_matched_baseline_is_refused_at_submission(client: Any,
+                                                                                  keys: dict[str, str]) -> None:
+    """The matched baseline is tuned for the idea's configs before the idea's file runs, so they
+    must be declared (a literal HPARAMS, or hparams): a computed grid is a 422 at once, not a job
+    that ends after its matched baseline's check. Without a matched baseline it is judged as ever."""
+    computed = EXAMPLE.replace('HPARAMS = {"width": [32]}', "HPARAMS = {'width': [8 * 2**i for i in range(3)]}")
+    assert computed != EXAMPLE
+    baseline = EXAMPLE  # a matched baseline: any file with build_model
+    body = assert_error(post_idea(client, keys["agent"], track="smoke", code=computed, baseline_code=baseline),
+                        422, "invalid_hparams")
+    assert "literal" in body["message"] and "hparams" in body["hint"]
+    declared = post_idea(client, keys["agent"], track="smoke", code=computed, baseline_code=baseline,
+                         hparams={"width": [8, 16, 32]})
+    assert declared.status_code == 202, declared.text
+    assert post_idea(client, keys["agent"], track="smoke", code=computed).status_code == 202
+
+
 def test_n_seeds_is_fixed_per_track_for_agents(client: Any, keys: dict[str, str]) -> None:
     """A re-roll with another n_seeds is another draw of the test: only an operator sets it."""
     body = assert_error(post_idea(client, keys["agent"], track="smoke", code=EXAMPLE, n_seeds=2),

@@ -239,12 +239,21 @@ def test_an_idea_with_more_configs_than_its_matched_baselines_check_was_tuned_fo
     configs declared literally are judged, on a check densified for them."""
     script = by_lr({"baseline": 0.03, "idea": 0.03})
     computed = "HPARAMS = {'width': [8 * 2**i for i in range(3)]}\n" + scripted_request().idea_code
+    unnamed = "globals()['HPARAMS'] = {'width': [8, 16, 32]}\n" + scripted_request().idea_code
     literal = "HPARAMS = {'width': [8, 16, 32]}\n" + scripted_request().idea_code
     grid = {"width": [8, 16, 32]}
-    hidden = Scripted(script, {"hparams_by_file": {computed: grid}})
+    # a grid the file computes is refused before anything runs (the same code at submission: test_intake)
+    early = Scripted(script, {"hparams_by_file": {computed: grid}})
     with pytest.raises(BenchError) as caught:
         judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", baseline_code=MATCHED,
-                               idea_code=computed), executor=hidden, track=TRACK)
+                               idea_code=computed), executor=early, track=TRACK)
+    assert caught.value.code == ErrorCode.INVALID_HPARAMS and "literal" in caught.value.message
+    assert not early.asked()
+    # one no statement names: refused once its child reports it, before the job trains anything
+    hidden = Scripted(script, {"hparams_by_file": {unnamed: grid}})
+    with pytest.raises(BenchError) as caught:
+        judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", baseline_code=MATCHED,
+                               idea_code=unnamed), executor=hidden, track=TRACK)
     assert caught.value.code == ErrorCode.INVALID_HPARAMS and "3 configurations" in caught.value.message
     assert "literal" in (caught.value.hint or "")
     assert hidden.asked(checking=True) and not hidden.asked(checking=False)  # refused before the job trained
