@@ -753,8 +753,8 @@ class _Job:
 
     def budget_factor(self, arm: str) -> int:
         """How many times as many learning rates ``arm`` sweeps as the idea: the baseline gets a
-        denser lr grid over the same range when the idea has more hyperparameter configs, so
-        both arms' tuning budgets are equal by construction (PROTOCOL.md section 1)."""
+        denser lr grid over the same range when the idea has more hyperparameter configs, so its
+        tuning budget is at least the idea's by construction (PROTOCOL.md section 1)."""
         n_lrs = len(self.settings.defaults.lr_grid)
         if arm == "idea":  # a matched baseline in its check: as many configs as the idea it is for
             return plan_mod.budget_factor(self.request.tuning_configs, len(self.grids["idea"]), n_lrs)
@@ -777,8 +777,9 @@ class _Job:
     def check_tuned_for(self) -> None:
         """A pinned matched baseline's tuning budget is its check's, sized for the idea's configs
         as declared before the check (``declared_configs``): an idea whose child reports more
-        (an ``HPARAMS`` its source computes) would out-tune it, and is refused. A check that
-        says nothing of its size was sized for one config (deny by default)."""
+        (a grid no statement of the file names, ``globals()["HPARAMS"] = ...``) would out-tune
+        it, and is refused. A check that says nothing of its size was sized for one config (deny
+        by default)."""
         if self.swept("baseline"):
             return
         tuned_for = int((self.request.canonical or {}).get("tuned_for", 1))
@@ -1330,7 +1331,8 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
     assert matched is not None
     if request.job_key is None:  # the check and the job draw the same confirmation seeds (check_same_build)
         request = dataclasses.replace(request, job_key=secrets.token_hex(8))
-    tuned_for = declared_configs(request, TrackSettings.of(track.card).max_configs) if track is not None else 1
+    card = (track if track is not None else load_track(request.track)).card  # (a built-in track's)
+    tuned_for = declared_configs(request, TrackSettings.of(card).max_configs)
     check = dataclasses.replace(request, idea_code=matched, baseline_code=None, hparams=None,
                                 mechanism=None, confirm=False, checking_matched=True, tuning_configs=tuned_for)
     try:
