@@ -90,11 +90,12 @@ def matched_plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int, 
     """A matched baseline's whole job: its check first (the matched baseline's ``matched_configs``
     as the idea, against the track's baseline, never confirmed: ``protocol.check_matched_baseline``),
     then the job, whose baseline sweeps nothing (``protocol._Job.swept``). The check sweeps on a
-    grid dense enough for ``idea_configs``: both tuning budgets equal (PROTOCOL.md 1)."""
+    grid dense enough for ``idea_configs``, and both of its edge steps always (its job's idea may
+    extend either way): both tuning budgets equal (PROTOCOL.md 1)."""
     check = plan(n_lrs, sweep_seeds, n_seeds, matched_configs, 1,
                  idea_factor=budget_factor(idea_configs, matched_configs, n_lrs))
     job = plan(n_lrs, sweep_seeds, n_seeds, idea_configs, matched_configs, baseline_swept=False)
-    return RunPlan(sweep=check.sweep + job.sweep, edges_max=check.edges_max + job.edges_max,
+    return RunPlan(sweep=check.sweep + check.edges_max + job.sweep, edges_max=job.edges_max,
                    screening=check.screening + job.screening, matched_max=check.matched_max + job.matched_max,
                    confirmation_max=job.confirmation_max)
 

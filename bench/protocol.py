@@ -846,12 +846,19 @@ class _Job:
         lrs = sorted(self.settings.defaults.lr_grid)
         self.sweep(lrs, "grid")
         parts = edge_steps(lrs, {arm: self.best(arm).cfg["lr"] for arm in ARMS}, self.lr_grids)
+        if self.request.checking_matched:
+            # A matched baseline's check extends both edges, whatever its arms' best: its job
+            # does not sweep it again (``swept``), so this is the budget its idea's extension is
+            # matched with (red team: an idea of 12 configs at its grid's edge swept 48 pairs
+            # against its pinned baseline's 37; extended only where its check was, an honest
+            # idea left at its edge got harms).
+            parts = [("below", [lrs[0] / 2]), ("above", [lrs[-1] * 2])]
         self.tracker.expect("edges", 0)
-        if not parts:
-            return
-        self.tracker.add_total(sum(
-            len(self.configs(a, densify(v, self.budget_factor(a), p))) for a in ARMS if self.swept(a) for p, v in parts
-        ) * len(self.sweep_seed_list))
+        if parts:
+            self.tracker.add_total(sum(
+                len(self.configs(a, densify(v, self.budget_factor(a), p))) for a in ARMS if self.swept(a)
+                for p, v in parts
+            ) * len(self.sweep_seed_list))
         for part, values in parts:
             self.sweep(values, part)
         for arm in ARMS:
@@ -859,7 +866,7 @@ class _Job:
             lr = self.best(arm).cfg["lr"]
             if at_edge(lr, grid):
                 self.warnings.append(
-                    f"{arm}: best lr {lr:g} is still at the edge of the extended grid "
+                    f"{arm}: best lr {lr:g} is still at the edge of its swept grid "
                     f"[{grid[0]:g}, {grid[-1]:g}]; its optimum may lie outside."
                 )
 

@@ -222,11 +222,13 @@ def test_a_matched_baseline_is_not_swept_again_at_the_config_its_check_chose(mon
     assert br["baseline"]["best_cfg"] == old["baseline"]["best_cfg"]
     assert br["baseline"]["full"] == old["baseline"]["full"] and br["idea"] == old["idea"]
     check = br["matched_baseline_check"]
-    assert br["baseline"]["sweep"] == check["sweep"] and len(check["sweep"]) == 7  # the check's grid, one config
+    # the check's grid, one config: densified for two idea configs (7 lrs, the track's among them) and
+    # both edge steps (2 lrs each), whatever its arms' best
+    assert br["baseline"]["sweep"] == check["sweep"] and len(check["sweep"]) == 7 + 2 * 2
     checked = sorted(row["cfg"]["lr"] for row in check["sweep"])
-    assert {0.01, 0.03, 0.1} <= set(checked)  # densified for two idea configs, the track's lrs among them
-    assert len(executor.asked(checking=True, arm="baseline", split="val")) == 7 * 2  # the track's, as densely
-    assert br["budget"]["configs"] == {"idea": 6, "baseline": 7}
+    assert {0.01, 0.03, 0.1} <= set(checked) and checked[0] < 0.01 and checked[-1] > 0.1
+    assert len(executor.asked(checking=True, arm="baseline", split="val")) == 11 * 2  # the track's, as densely
+    assert br["budget"]["configs"] == {"idea": 6, "baseline": 11}
     assert br["baseline"]["union_lr_grid"] == checked  # what its check swept
     assert not any("tuning budget" in w for w in br["warnings"])
 
@@ -264,8 +266,9 @@ def test_an_idea_with_more_configs_than_its_matched_baselines_check_was_tuned_fo
     # an annotated literal declares as much (red team: it declared one, and the job refused it)
     assert declared_configs(scripted_request(idea_code=literal.replace("HPARAMS =", "HPARAMS: dict =")), 12) == 3
     assert declared_configs(scripted_request(idea_code=literal, hparams={"depth": [1, 2]}), 12) == 2
-    # its check swept the matched baseline's one config on the grid densified for 3: 3 + 2 x 3 lrs
-    assert br["budget"]["configs"] == {"idea": 9, "baseline": 9}
+    # its check swept the matched baseline's one config on the grid densified for 3 (3 + 2 x 3 lrs),
+    # and 3 lrs beyond each edge
+    assert br["budget"]["configs"] == {"idea": 9, "baseline": 9 + 2 * 3}
     assert br["matched_baseline_check"]["tuned_for"] == 3
 
 
@@ -502,3 +505,33 @@ def test_a_matched_baseline_chosen_at_its_checks_grid_edge_gives_no_helps() -> N
     assert 0.005 in {a.cfg["lr"] for a in executor.asked(checking=False, arm="idea", split="val")}  # extended as the baseline's
     assert br["comparison"]["delta_mean"] < 0 and br["comparison"]["p_value"] == 2 / 2 ** N  # a win on every seed
     assert (report["practical_verdict"], report["practical_detail"]) == ("inconclusive", "lr_confounded")
+
+
+def test_a_matched_baselines_check_extends_both_edges_so_its_idea_may_extend_either() -> None:
+    """Red teams of the budget change (helpers, session 24): a pinned matched baseline's budget is
+    its check's, but the job extended the idea's grid at its edge alone (12 configs: 48 pairs
+    against the baseline's 37); extended only where its check was, an honest idea left at its edge
+    got harms. The check now sweeps both edge steps, whatever its arms' best, so the idea extends
+    as the protocol says and the budgets stay equal."""
+    grid = {"width": [8, 16, 32, 64]}
+    literal = "HPARAMS = {'width': [8, 16, 32, 64]}\n" + scripted_request().idea_code
+
+    def script(run: Asked) -> float:  # everyone best at 0.03, but the idea in the job, best at 0.2
+        best = 0.2 if run.arm == "idea" and not run.checking else 0.03
+        return 0.5 + 0.2 * abs(math.log(run.cfg["lr"] / best))
+
+    executor = Scripted(script, {"hparams_by_file": {literal: grid}})
+    events: list[Progress] = []
+    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", baseline_code=MATCHED,
+                                    idea_code=literal), events.append, executor=executor,
+                   track=TRACK).model_dump(mode="json")
+    br = report["bench_report"]
+    for arm in ("idea", "baseline"):  # both of the check's arms, though both were best inside
+        swept = {a.cfg["lr"] for a in executor.asked(checking=True, arm=arm, split="val")}
+        assert min(swept) < 0.01 and max(swept) > 0.1, arm
+    assert br["matched_baseline_check"]["chosen"]["lr"] == 0.03
+    assert br["idea"]["best_cfg"]["lr"] == 0.2  # extended above, as in a job against the track's baseline
+    assert br["budget"]["configs"]["baseline"] >= br["budget"]["configs"]["idea"] == 4 * 4
+    assert not any("tuning budget" in w for w in br["warnings"])
+    assert (report["practical_verdict"], report["practical_detail"]) == ("inconclusive", "negligible")
+    assert events[-1].done == events[-1].total == len(executor.asked())
