@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from app.jobs import repository
 from app.jobs.models import Job
-from bench.card import TrackSettings, card_timing
+from bench.card import card_timing
 
 
 def grid_size(hparams: Any) -> int:
@@ -37,11 +37,6 @@ def grid_size(hparams: Any) -> int:
     if not isinstance(hparams, dict):
         return 1
     return math.prod(len(v) for v in hparams.values() if isinstance(v, list) and v) or 1
-
-
-def seeds_of(card: dict[str, Any], n_seeds: int | None) -> int:
-    """Final paired seeds per arm: an operator's override, else the track's."""
-    return n_seeds or TrackSettings.of(card).defaults.n_seeds
 
 
 MIN_HISTORY = 3  # succeeded jobs of a track before its own history replaces the card's figure

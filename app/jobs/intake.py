@@ -47,7 +47,7 @@ from app.fair_use import FairUse
 from app.health import repository as health_repository
 from app.ids import new_id
 from app.jobs import service
-from app.jobs.estimate import Estimator, grid_size
+from app.jobs.estimate import Estimator
 from app.jobs.models import Job, JobStatus
 from app.jobs.schemas import IdeaSubmission
 from app.keys.deps import Caller
@@ -55,8 +55,9 @@ from app.keys.models import ApiKey
 from app.settings import Settings
 from app.tracks import service as tracks_service
 from app.webhooks import service as webhooks
-from bench.catalog import is_builtin, planned_runs
+from bench.catalog import is_builtin
 from bench.errors import BenchError
+from bench.plan import RunPlan
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,7 @@ class Pending:
     error: Exception | None = None
     cap: int | None = None
     quota: int | None = None
-    runs: int = 0
-    confirmation_runs: int = 0
+    plan: RunPlan | None = None  # its run plan (service.run_plan), for the estimate
     card: dict[str, Any] = field(default_factory=dict)  # the track's, for the estimate
     # Set by the writer (anew in each transaction it tries), read by the request once woken.
     outcome: service.Submitted | Exception | None = None
@@ -267,8 +267,9 @@ class Intake:
         for item in batch.items:
             try:
                 if item.accepted and item.values is not None:
-                    item.outcome = service.submitted(session, Job(**item.values), False, item.runs,
-                                                     item.confirmation_runs, item.card, self.estimator)
+                    assert item.plan is not None  # set with the values (prepare)
+                    item.outcome = service.submitted(session, Job(**item.values), False, item.plan, item.card,
+                                                     self.estimator)
                 elif item.replay and item.pair is not None:
                     first = made.get(item.pair)
                     job = batch.existing.get(item.pair) or (Job(**first.values) if first and first.values else None)
@@ -350,9 +351,7 @@ def check(
         "created_at": None,  # stamped by the writer, in the order it writes
         "enqueued_at": None,  # not sent: a worker's dispatcher sends it (workers/reconciler.py)
     }
-    pending.runs = planned_runs(checked.card, grid_size(checked.hparams), body.n_seeds,
-                                matched_configs=checked.matched_configs)
-    pending.confirmation_runs = service.confirmation_runs(checked.card, body.n_seeds)
+    pending.plan = service.run_plan(checked.card, checked.hparams, body.n_seeds, checked.matched_configs)
     pending.card = checked.card
     return pending
 

@@ -184,8 +184,12 @@ class Estimate(BaseModel):
     runs_total: int
     run_s: float = Field(description="Estimated seconds of judging once started, without a confirmation: "
                          "fixed_s + runs_total x seconds_per_run.")
-    run_s_max: float | None = Field(default=None, description="Up to this many seconds when the screening finds "
-                                    "a win and the confirmation runs too (its confirmation_runs added).")
+    run_s_max: float | None = Field(default=None, description="Up to this many seconds: fixed_s + runs_at_most x "
+                                    "seconds_per_run, when every part that depends on the results runs.")
+    runs_at_most: int | None = Field(default=None, description="The most runs the job may make: runs_total, plus "
+                                     "what the protocol adds only when results call for it (an lr grid extended at "
+                                     "an edge, the baseline at the idea's learning rate, a confirmation: "
+                                     "confirmation_runs); bench.plan counts it.")
     fixed_s: float | None = Field(default=None, description="Seconds before training: the sandboxed children "
                                   "started, both arms captured and checked.")
     seconds_per_run: float | None = Field(default=None, description="Seconds per training run on this track.")

@@ -14,7 +14,7 @@ from app import pagination
 from app.db import utcnow
 from app.errors import ApiCode, ApiError
 from app.jobs import repository
-from app.jobs.estimate import Estimator, grid_size, seeds_of
+from app.jobs.estimate import Estimator, grid_size
 from app.jobs.models import FINISHED, Job, JobStatus
 from app.jobs.schemas import Estimate, IdeaSubmission, JobError, JobLinks, JobProgress, JobView
 from app.keys.deps import Caller
@@ -23,7 +23,7 @@ from app.settings import Settings
 from app.tracks import service as tracks_service
 from app.webhooks import service as webhooks
 from bench.card import TrackSettings
-from bench.catalog import is_builtin, planned_runs
+from bench.catalog import is_builtin
 from bench.contract import (
     check_baseline_allowed,
     check_hparams,
@@ -33,7 +33,7 @@ from bench.contract import (
 )
 from bench.errors import DEFAULT_HINTS, ErrorCode
 from bench.family import family_of
-from bench.plan import plan_for_card
+from bench.plan import RunPlan, plan_for_card
 
 JOBS_SORT = "-created_at"
 
@@ -98,11 +98,12 @@ def matched_configs(baseline_code: str | None) -> int | None:
     return grid_size(check_source(baseline_code, role="baseline").literals.get("HPARAMS"))
 
 
-def confirmation_runs(card: dict[str, Any], n_seeds: int | None) -> int:
-    """The most runs a confirmation adds (``bench.plan``): both arms on n_seeds fresh seeds per
-    look, the baseline at the idea's learning rate too when the two differ, and the second
-    look when the first is close."""
-    return plan_for_card(card, n_seeds=seeds_of(card, n_seeds)).confirmation_max
+def run_plan(card: dict[str, Any], hparams: Any, n_seeds: int | None, matched: int | None) -> RunPlan:
+    """What a job of this submission trains (``bench.plan``): ``planned`` always, and ``at_most``
+    with every part the protocol adds only when its results call for it (an edge step of the lr
+    grid, the baseline at the idea's learning rate, a confirmation). ``matched``: a matched
+    baseline's HPARAMS grid size (``matched_configs``)."""
+    return plan_for_card(card, grid_size(hparams), n_seeds, matched_configs=matched)
 
 
 def replay(session: Session, job: Job, digest: str, estimator: Estimator) -> Submitted:
@@ -114,17 +115,18 @@ def replay(session: Session, job: Job, digest: str, estimator: Estimator) -> Sub
             f"This Idempotency-Key already made job {job.id} from a different request body.",
         )
     card = tracks_service.card_of_job_track(session, job.track)
-    runs = job.runs_total or planned_runs(card, grid_size(job.hparams), job.n_seeds,
-                                          matched_configs=matched_configs(job.baseline_code))
-    return submitted(session, job, True, runs, confirmation_runs(card, job.n_seeds), card, estimator)
+    planned = run_plan(card, job.hparams, job.n_seeds, matched_configs(job.baseline_code))
+    return submitted(session, job, True, planned, card, estimator)
 
 
 def submitted(
-    session: Session, job: Job, replay: bool, runs: int, confirmation_runs: int, card: dict[str, Any],
-    estimator: Estimator,
+    session: Session, job: Job, replay: bool, planned: RunPlan, card: dict[str, Any], estimator: Estimator,
 ) -> Submitted:
-    """The answer for ``job``: its estimate and queue position (a new job's from a cached depth)."""
+    """The answer for ``job``: its estimate and queue position (a new job's from a cached depth);
+    ``planned``: its run plan (``run_plan``), the runs of a started job as it counted them."""
     timing = estimator.timing(session, job.track, card)
+    runs = job.runs_total or planned.planned
+    at_most = max(planned.at_most, runs)
     run_s = timing.seconds(runs)
     queued = job.status == JobStatus.QUEUED.value
     ahead = None
@@ -132,8 +134,8 @@ def submitted(
         # A new job's position comes from a briefly cached queue depth; a replay's is exact.
         ahead = repository.queue_position(session, job) if replay else estimator.position_of_new(session, job)
     estimate = Estimate(runs_total=runs, run_s=round(run_s, 1), wait_s=round((ahead or 0) * run_s, 1),
-                        basis=timing.basis, confirmation_runs=confirmation_runs,
-                        run_s_max=round(timing.seconds(runs + confirmation_runs), 1),
+                        basis=timing.basis, confirmation_runs=planned.confirmation_max, runs_at_most=at_most,
+                        run_s_max=round(timing.seconds(at_most), 1),
                         fixed_s=round(timing.fixed_s, 1), seconds_per_run=round(timing.run_s, 3))
     return Submitted(job=job, replay=replay, estimate=estimate, queue_position=ahead)
 

@@ -14,6 +14,8 @@ import pytest
 from app.db import utcnow
 from app.jobs.estimate import MIN_HISTORY, Timing, history_timing, timing_of
 from app.jobs.models import JobStatus
+from bench.catalog import get_card
+from bench.plan import plan_for_card
 from tests.app.factories import insert_job, key_id
 from tests.conftest import bearer
 
@@ -79,7 +81,11 @@ def test_a_submission_is_estimated_from_the_card_then_from_the_tracks_history(ap
     assert first["basis"] == "card" and first["fixed_s"] == round(card["fixed_s"], 1)
     assert first["seconds_per_run"] == round(card["run_s"], 3)
     assert first["run_s"] == pytest.approx(card["fixed_s"] + runs * card["run_s"], abs=0.1)
-    assert first["run_s_max"] == pytest.approx(card["fixed_s"] + (runs + confirmation) * card["run_s"], abs=0.1)
+    # at most: every part that only the results call for (bench.plan), a confirmation among them
+    plan = plan_for_card(get_card("smoke"))
+    assert (runs, confirmation, first["runs_at_most"]) == (plan.planned, plan.confirmation_max, plan.at_most)
+    assert first["runs_at_most"] > runs + confirmation  # edge steps and the baseline at the idea's lr too
+    assert first["run_s_max"] == pytest.approx(card["fixed_s"] + first["runs_at_most"] * card["run_s"], abs=0.1)
     assert first["run_s_max"] > first["run_s"]
 
     now = utcnow()
