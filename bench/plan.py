@@ -32,15 +32,21 @@ from bench.stats import CONFIRMATION_LOOKS
 def budget_factor(idea_configs: int, arm_configs: int, n_lrs: int = 0, idea_factor: int = 1) -> int:
     """How many times denser a grid an arm of ``arm_configs`` configs sweeps than the track's
     ``n_lrs`` learning rates: the least factor at which it trains as many (config, lr) pairs as
-    the idea's ``idea_configs`` on the grid ``idea_factor`` times denser (``dense_size``: in a
-    matched baseline's check, the track's baseline matches the matched one's dense grid; by
-    config counts alone it got 13 pairs against 14). Without a grid to densify (``n_lrs`` < 2: an
-    edge step), the ratio of the counts."""
+    the idea's ``idea_configs`` on the grid ``idea_factor`` times denser, both edge steps
+    counted (``factor`` lrs each: ``densify``). By pairs, not configs: the denser grid has more
+    than ``factor * n`` points (``dense_size``), and by config counts alone the track's baseline
+    in a matched baseline's check got 13 pairs against 14; without the edges, a pinned matched
+    baseline of 2 configs got 34 against an idea's 35. Without a grid to densify (``n_lrs`` < 2),
+    the ratio of the counts."""
     idea, arm = max(1, idea_configs), max(1, arm_configs)
     if n_lrs < 2:
         return max(1, math.ceil(idea * idea_factor / arm))
-    need, factor = idea * dense_size(n_lrs, idea_factor), 1
-    while arm * dense_size(n_lrs, factor) < need:
+
+    def pairs(configs: int, factor: int) -> int:
+        return configs * (dense_size(n_lrs, factor) + 2 * factor)
+
+    need, factor = pairs(idea, idea_factor), 1
+    while pairs(arm, factor) < need:
         factor += 1
     return factor
 

@@ -155,16 +155,22 @@ def test_every_arm_sweeps_at_least_the_pairs_of_the_arm_it_is_matched_to(n_lrs: 
     """Budgets by (config, lr) pairs, not by configs: the denser grid keeps the track's lrs and so
     has more than ``factor * n`` points (``dense_size``). A matched baseline of M configs checked for
     an idea of T sweeps at least the idea's pairs, and the track's baseline beside it in its check
-    at least the matched one's (by config counts alone it got 13 pairs against 14),
+    at least the matched one's (by config counts alone it got 13 pairs against 14), edge steps
+    counted (without them a matched baseline of 2 configs got 34 against 35),
     and neither factor is larger than the count ratio asks."""
+    def pairs(configs: int, factor: int) -> int:  # the grid and both edge steps, densified alike
+        return configs * (dense_size(n_lrs, factor) + 2 * factor)
+
     for matched in range(1, 13):
         for idea in range(1, 13):
             f_matched = budget_factor(idea, matched, n_lrs)
-            assert matched * dense_size(n_lrs, f_matched) >= idea * n_lrs
+            assert pairs(matched, f_matched) >= pairs(idea, 1) and matched * dense_size(n_lrs, f_matched) >= idea * n_lrs
             assert f_matched <= budget_factor(idea, matched)
             f_track = budget_factor(matched, 1, n_lrs, f_matched)
-            assert dense_size(n_lrs, f_track) >= matched * dense_size(n_lrs, f_matched)
-            assert f_track == 1 or dense_size(n_lrs, f_track - 1) < matched * dense_size(n_lrs, f_matched)
+            assert pairs(1, f_track) >= pairs(matched, f_matched)
+            assert f_track == 1 or pairs(1, f_track - 1) < pairs(matched, f_matched)
+            # a track's own baseline (one config) against an idea: as many lrs as before the edges counted
+            assert budget_factor(idea, 1, n_lrs) == budget_factor(idea, 1) or n_lrs < 2
     check = plan(n_lrs, 2, 8, idea_configs=2, baseline_configs=1, idea_factor=budget_factor(4, 2, n_lrs))
     assert check.sweep == (2 * dense_size(n_lrs, budget_factor(4, 2, n_lrs))
                            + dense_size(n_lrs, budget_factor(2, 1, n_lrs, budget_factor(4, 2, n_lrs)))) * 2
