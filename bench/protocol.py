@@ -854,11 +854,9 @@ class _Job:
             # idea left at its edge got harms).
             parts = [("below", [lrs[0] / 2]), ("above", [lrs[-1] * 2])]
         self.tracker.expect("edges", 0)
-        if parts:
-            self.tracker.add_total(sum(
-                len(self.configs(a, densify(v, self.budget_factor(a), p))) for a in ARMS if self.swept(a)
-                for p, v in parts
-            ) * len(self.sweep_seed_list))
+        self.tracker.add_total(sum(
+            len(self.configs(a, densify(v, self.budget_factor(a), p))) for a in ARMS if self.swept(a) for p, v in parts
+        ) * len(self.sweep_seed_list))
         for part, values in parts:
             self.sweep(values, part)
         for arm in ARMS:
@@ -1458,12 +1456,12 @@ def _judge(
                 "baseline": ([{}] if request.baseline_code is None else
                              _grid(check_hparams(loaded["baseline"].hparams, max_configs=max_configs))),
             }
+            job.check_tuned_for()
             # the runs every job makes, known from here on (bench.plan); edges, matched and
             # confirmation runs are added when the protocol decides to make them
             planned = plan_mod.plan(len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
                                     len(job.grids["idea"]), len(job.grids["baseline"]),
                                     baseline_swept=job.swept("baseline"), idea_factor=job.budget_factor("idea"))
-            job.check_tuned_for()
             job.tracker.add_total(planned.planned)
             job.tracker.expect("edges", planned.edges_max)
             job.tracker.expect("matched", planned.matched_max)
