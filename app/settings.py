@@ -145,6 +145,11 @@ class Settings(BaseSettings):
         "Production: refuse any child without every sandbox layer (cgroups included); overrides "
         "allow_weak_sandbox."))
 
+    fork_server: bool = Field(default=True, description=(
+        "A job forks its sandboxed children from one sandbox that imported torch once, each child "
+        "restricted by Landlock to its own view and moved into its own cgroup; used only where the "
+        "kernel has Landlock ABI >= 6 and the cgroups (else, or off, every child starts fresh)."))
+
     @model_validator(mode="after")
     def _embedded_defaults(self) -> Settings:
         # Resolved once, against the working directory of the process that builds
@@ -172,7 +177,8 @@ class Settings(BaseSettings):
                                  baseline_cache=self.baseline_cache, execution=self.execution),
             data_dir=self.data_dir, seed_secret=self.seed_secret.get_secret_value(), seed_epoch=self.seed_epoch,
             sandbox=SandboxPolicy(bwrap=self.bwrap, allow_weak=self.allow_weak_sandbox,
-                                  require_full_isolation=self.require_full_isolation),
+                                  require_full_isolation=self.require_full_isolation,
+                                  fork_server=self.fork_server),
         )
 
     @property

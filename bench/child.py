@@ -97,6 +97,18 @@ def warm(cmd: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def prepare() -> None:
+    """What a fork server (``bench.sandbox.zygote``) does once, before it forks this module's
+    children: the imports ``main`` would do and a capture child's warm-up (``warm`` with an
+    export). No submitted code is involved; each forked child then starts with it done."""
+    import torch
+
+    torch.set_num_threads(1)
+    import bench.capture  # noqa: F401 - imported for its modules (the child's first command needs them)
+
+    warm({"export": True})
+
+
 def make_data(cmd: dict[str, Any]) -> dict[str, Any]:
     """Run a custom track's ``make_splits(seed)`` for each item; save the six arrays as .npy.
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from bench import custom_track as custom_mod
-from bench import warm, wire
+from bench import sandbox, warm, wire
 from bench.capture import tensor_path
 from bench.captured import (
     REBUILD_HINT,
@@ -201,6 +201,8 @@ class SandboxExecutor:
         self.captured: dict[str, ArmCapture] = {}  # each arm's checked capture (read_capture)
         self.captured_with: dict[str, wire.Capture] = {}  # the capture command each arm was given
         self.measures = 0  # fresh children started to measure the own baseline
+        # the job's fork server (a cold job: a warm slot's children are started already)
+        self.server: sandbox.ForkServer | None = None
 
     def make_data(self, custom: CustomTrack, split_seeds: list[int]) -> None:
         custom_mod.ensure_data(custom, split_seeds, root=self.tracks_dir, memory_mb=self.limits.memory_mb,
@@ -214,6 +216,8 @@ class SandboxExecutor:
         Launches run one at a time (``sandbox.launch`` serialises them); the torch imports overlap.
         """
         slot = self.slot
+        if slot is None:
+            self.server = sandbox.ForkServer.start(self.workdir, self.limits, tracks=self.canonical_baseline)
         if slot is not None and not self.canonical_baseline:
             # they see the track packages: they never train what submitted code built, nor
             # run submitted code
@@ -226,7 +230,7 @@ class SandboxExecutor:
                 launched = self._adopt(arm)
                 session = ArmSession(arm, self.workdir / arm, self.limits, self.deadline, self.cancel_event,
                                      self.timeout_s, launched=launched, pending=1 if launched else 0,
-                                     wait_ready=False, hide_tracks=False)
+                                     wait_ready=False, hide_tracks=False, server=self.server)
                 self.captures[arm] = self.sessions[arm] = session
                 continue
             launched = self._adopt(f"capture_{arm}")
@@ -288,10 +292,10 @@ class SandboxExecutor:
     def _trainer(self, arm: str, launched: Any) -> ArmSession:
         return ArmSession(
             arm, self.workdir / arm, self.limits, self.deadline, self.cancel_event, self.timeout_s,
-            launched=launched, pending=1 if launched else 0, wait_ready=False,
+            launched=launched, pending=1 if launched else 0, wait_ready=False, server=self.server,
         )
 
-    def capture_session(self, arm: str, workdir: Path, launched: Any = None) -> ArmSession:
+    def capture_session(self, arm: str, workdir: Path, launched: Any = None, fresh: bool = False) -> ArmSession:
         """A capture child for ``arm`` (started, or ``launched`` adopted). Only a child that
         builds a built-in track's own baseline needs the track packages on its path; every child
         that runs submitted code sees them empty, and no capture child sees any data (read_only=[]:
@@ -300,6 +304,7 @@ class SandboxExecutor:
             arm, workdir, self.limits, self.deadline, self.cancel_event,
             self.timeout_s, launched=launched, pending=1 if launched else 0, wait_ready=False,
             read_only=[], hide_tracks=not (arm == "baseline" and self.canonical_baseline),
+            server=None if fresh else self.server,
         )
 
     def load(self, arm: str, command: wire.CaptureLoad) -> wire.LoadedReply:
@@ -400,7 +405,9 @@ class SandboxExecutor:
         fresh = not self.trusted_capture(arm)
         if fresh:
             self.rebuilds[arm] = self.rebuilds.get(arm, 0) + 1  # a directory of its own: nothing left by the last
-            session = self.capture_session(arm, self.workdir / f"rebuild_{arm}_{self.rebuilds[arm]}")
+            # fresh, not forked: a child that must know nothing of the job's earlier children
+            # shares no namespace with them (the pid counter of a shared one is a channel)
+            session = self.capture_session(arm, self.workdir / f"rebuild_{arm}_{self.rebuilds[arm]}", fresh=True)
             with self._children:  # killed with the others if the other arm fails
                 self.captures[f"rebuild_{arm}"] = session
         else:
@@ -487,9 +494,11 @@ class SandboxExecutor:
                 session._kill(ErrorCode.CANCELLED)
 
     def close(self) -> None:
-        """Close every child at once."""
+        """Close every child at once, then the fork server."""
         sessions = [session for _, session in self.children()]
-        if not sessions:
-            return
-        with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
-            list(pool.map(lambda session: session.close(), sessions))
+        if sessions:
+            with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
+                list(pool.map(lambda session: session.close(), sessions))
+        if self.server is not None:
+            self.server.close()
+            self.server = None

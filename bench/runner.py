@@ -188,7 +188,7 @@ def child_error(role: str, payload: Any, allowed: frozenset[ErrorCode] = CHILD_C
     return BenchError(code, message, _child_text(hint, CHILD_HINT_CHARS) if isinstance(hint, str) else None)
 
 
-def _has_cgroup(proc: subprocess.Popen[bytes]) -> bool:
+def _has_cgroup(proc: sandbox.ChildProcess) -> bool:
     """Whether a memory cgroup watched ``proc`` (then only its OOM counter means out of memory)."""
     return "cgroup_memory" in sandbox.layers_of(proc)
 
@@ -205,17 +205,19 @@ class ArmSession:
         cancel: threading.Event,
         timeout_s: float,
         *,
-        launched: tuple[subprocess.Popen[bytes], int] | None = None,
+        launched: tuple[sandbox.ChildProcess, int] | None = None,
         pending: int = 0,
         wait_ready: bool = True,
         hide_tracks: bool = True,
         read_only: list[Path] | None = None,
+        server: sandbox.ForkServer | None = None,
     ) -> None:
         """Start the child (or adopt ``launched``, a child started earlier with ``pending``
         commands whose answers are still to be read); ``wait_ready=False`` returns before the
         child has imported torch: call ``wait_ready()`` before the first request.
         ``hide_tracks=False`` only for the child that builds a built-in track's own baseline;
-        ``read_only`` as for ``sandbox.launch`` (``[]``: no data directory at all)."""
+        ``read_only`` as for ``sandbox.launch`` (``[]``: no data directory at all); ``server``:
+        the job's fork server, if it has one (``sandbox.launch``)."""
         self.role = role
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -226,7 +228,7 @@ class ArmSession:
         self.timeout_s = timeout_s
         self._buffer = b""
         self.proc, self._fd = launched if launched is not None else sandbox.launch(
-            workdir, limits, hide_tracks=hide_tracks, read_only=read_only
+            workdir, limits, hide_tracks=hide_tracks, read_only=read_only, server=server
         )
         self.layers = sandbox.layers_of(self.proc)
         self._killed_for: ErrorCode | None = None
@@ -395,7 +397,7 @@ class ArmSession:
 
     def _death_error(self) -> BenchError:
         try:
-            rc = self.proc.wait(timeout=5)
+            rc: int | None = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self._kill(ErrorCode.CRASHED)
             rc = self.proc.returncode

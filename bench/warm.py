@@ -17,7 +17,6 @@ import atexit
 import logging
 import os
 import queue
-import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +62,7 @@ class Slot:
 
     tmp: JobDir
     limits: sandbox.Limits
-    launched: dict[str, tuple[subprocess.Popen[bytes], int]]
+    launched: dict[str, tuple[sandbox.ChildProcess, int]]
     policy: sandbox.SandboxPolicy  # the sandbox's policy its children were launched under
 
     @property

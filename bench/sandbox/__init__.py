@@ -33,17 +33,24 @@ or the policy's, ``IDEABENCH_REQUIRE_FULL_ISOLATION=1`` in production) every lay
 The policy (``SandboxPolicy``: which bubblewrap, weak allowed, full isolation required) is the
 process's, set by its host with ``configure``; the sandbox reads no environment.
 
+A job may fork its children from one sandbox (``forkserver``, ``zygote``): each forked child
+keeps every layer above, in a cgroup of its own, and restricts itself with Landlock
+(``landlock``) to the view a fresh child would have had; its layers then include ``landlock``.
+
 Modules: ``launcher`` (launch, exit_info, kill), ``policy``, ``cgroups``, ``bwrap``, ``limits``,
-and ``guard`` (the child's side: no_new_privs, seccomp, ``violation``).
+``guard`` (the child's side: no_new_privs, seccomp, ``violation``), ``forkserver`` (the
+parent's side of a job's fork server), ``zygote`` (its side in the sandbox), ``landlock``.
 """
 
 from bench.sandbox.cgroups import CGROUP_PREFIX
+from bench.sandbox.forkserver import ForkServer
 from bench.sandbox.guard import violation
 from bench.sandbox.launcher import (
     ALLOW_WEAK_ENV,
     FULL_ISOLATION,
     JUDGE_LAYERS,
     REQUIRE_ENV,
+    ChildProcess,
     SandboxCheck,
     check,
     exit_info,
@@ -60,6 +67,6 @@ from bench.sandbox.policy import SandboxPolicy, configure, policy
 
 __all__ = [
     "ALLOW_WEAK_ENV", "CGROUP_PREFIX", "LOG_NAME", "FULL_ISOLATION", "JUDGE_LAYERS", "REQUIRE_ENV",
-    "ExitInfo", "Limits", "SandboxCheck", "SandboxPolicy", "check", "configure", "exit_info", "isolation_layers",
+    "ChildProcess", "ExitInfo", "ForkServer", "Limits", "SandboxCheck", "SandboxPolicy", "check", "configure", "exit_info", "isolation_layers",
     "kill", "launch", "layers_of", "missing_judge_layers", "policy", "probe_layers", "violation", "weak_allowed",
 ]

@@ -77,7 +77,9 @@ def python_dirs() -> list[Path]:
 def bwrap_args(
     bwrap: str, workdir: Path, read_only: list[Path], env: dict[str, str], hidden: list[Path]
 ) -> list[str]:
-    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
+    # --cap-drop ALL: a worker run as root (a development machine, CI) would otherwise hand its
+    # children every capability bwrap keeps for root (red team, session 25)
+    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"):
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]

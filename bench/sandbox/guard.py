@@ -69,6 +69,36 @@ def _install_seccomp() -> None:
     flt.load()
 
 
+# What one sandbox shared by a fork server's children (bench.sandbox.zygote) would open between
+# siblings that a sandbox of their own closes: every socket (the pair the server was given is
+# made already; a child needs none), System V and POSIX IPC (one IPC namespace: a segment
+# outlived its child and told a later one the confirmation's decoys, red team), pidfds and
+# kcmp (one PID namespace; Landlock refuses ptrace-like access, this refuses the calls), and
+# clone(CLONE_PARENT) (a process the server would reap and report as a child it never forked).
+CLONE_PARENT = 0x00008000
+SIBLING_DENIED = (
+    "socket", "socketpair", "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl",
+    "semget", "semop", "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend",
+    "mq_timedreceive", "mq_notify", "mq_getsetattr", "pidfd_open", "pidfd_getfd",
+    "pidfd_send_signal", "kcmp", "process_madvise",
+)
+
+
+def install_sibling_filter() -> None:
+    """Stack a second seccomp filter on this process (a fork server, before it forks):
+    ``SIBLING_DENIED`` fail with EPERM for it and every child it forks. Raises if it cannot."""
+    import pyseccomp as seccomp
+
+    flt = seccomp.SyscallFilter(seccomp.ALLOW)
+    for name in SIBLING_DENIED:
+        try:
+            flt.add_rule(seccomp.ERRNO(errno.EPERM), name)
+        except (OSError, ValueError, RuntimeError):
+            pass  # not a system call on this architecture (socketcall-only ones are covered by "socket")
+    flt.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_PARENT, CLONE_PARENT))
+    flt.load()
+
+
 def _status_field(name: str) -> str:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(name + ":"):

@@ -9,6 +9,7 @@ import os
 import resource
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -16,13 +17,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from bench.errors import BenchError, ErrorCode
 from bench.sandbox.bwrap import bwrap_args, bwrap_path, hidden_dirs
 from bench.sandbox.cgroups import Cgroup
 from bench.sandbox.limits import LOG_NAME, MIN_MEMORY_MB, ExitInfo, Limits
 from bench.sandbox.policy import policy
+
+if TYPE_CHECKING:
+    from bench.sandbox.forkserver import ForkServer
 
 log = logging.getLogger("bench.sandbox")
 # The settings behind the policy (``SandboxPolicy``), named in errors an operator reads.
@@ -80,12 +84,33 @@ def _child_env(workdir: Path) -> dict[str, str]:
     }
 
 
+class ChildProcess(Protocol):
+    """A sandboxed child as its callers hold it: a ``subprocess.Popen`` of a fresh launch, or a
+    ``forkserver.ForkedProcess``."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    @property
+    def stdin(self) -> IO[bytes] | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def kill(self) -> None: ...
+
+
 @dataclass
 class _State:
     layers: list[str]
     cgroup: Cgroup | None
     log_path: Path
     limits: Limits
+    forked: bool = False  # its exit status is Python's own, not bwrap's (128 + a signal)
 
 
 _states: dict[int, _State] = {}
@@ -128,7 +153,7 @@ def isolation_layers() -> list[str]:
     return list(_last_layers) if _last_layers is not None else probe_layers()
 
 
-def layers_of(proc: subprocess.Popen[bytes]) -> list[str]:
+def layers_of(proc: ChildProcess) -> list[str]:
     """The isolation layers that ran for ``proc``."""
     with _states_lock:
         state = _states.get(proc.pid)
@@ -145,7 +170,8 @@ def launch(
     read_only: list[Path] | None = None,
     require_full_isolation: bool | None = None,
     hide_tracks: bool = True,
-) -> tuple[subprocess.Popen[bytes], int]:
+    server: ForkServer | None = None,
+) -> tuple[ChildProcess, int]:
     """Start ``python -m bench.child`` in ``workdir`` inside the sandbox.
 
     Returns the process and the protocol fd: the caller reads JSON lines from it
@@ -153,11 +179,66 @@ def launch(
     may read (default: the job's ``data`` directory, ``workdir.parent / "data"``,
     created if missing); ``workdir`` is its only writable directory. Host paths
     appear at the same paths inside the sandbox, so paths pass unchanged. Launches
-    from several threads run one at a time.
+    from several threads run one at a time. With ``server`` (the job's
+    ``forkserver.ForkServer``) the child is forked from it where it can give the child this
+    view, its layers those of the server's sandbox, its own cgroup's and ``landlock``; else
+    it starts fresh.
     """
+    required = required_layers(require_full_isolation)
+    if server is not None:
+        if read_only is None:
+            read_only = [workdir.resolve().parent / "data"]
+            read_only[0].mkdir(parents=True, exist_ok=True)
+        forked = _fork(server, workdir, limits, read_only, hide_tracks, required)
+        if forked is not None:
+            return forked
     with _launch_lock:
-        return _launch(workdir, limits, read_only, required_layers(require_full_isolation),
-                       hidden_dirs(tracks=hide_tracks))
+        return _launch(workdir, limits, read_only, required, hidden_dirs(tracks=hide_tracks))
+
+
+def launch_server(workdir: Path, limits: Limits, *, hide_tracks: bool, entry: str) -> tuple[subprocess.Popen[bytes], int]:
+    """Start a fork server (``entry``, run by the bootstrap as a child's program is) in
+    ``workdir``, which it may write, with the judging layers required; the second value is its
+    end of a ``SOCK_SEQPACKET`` socket pair (``bench.sandbox.forkserver``)."""
+    with _launch_lock:
+        proc, fd = _launch(workdir, limits, [], required_layers(), hidden_dirs(tracks=hide_tracks),
+                           entry=entry, socket_proto=True)
+    assert isinstance(proc, subprocess.Popen)
+    return proc, fd
+
+
+def cgroup_of(proc: ChildProcess) -> Cgroup | None:
+    """The cgroup ``proc`` was started in (None: none, or ``proc`` is not a live launch)."""
+    with _states_lock:
+        state = _states.get(proc.pid)
+    return state.cgroup if state is not None else None
+
+
+def _fork(server: ForkServer, workdir: Path, limits: Limits, read_only: list[Path], hide_tracks: bool,
+          required: tuple[str, ...]) -> tuple[ChildProcess, int] | None:
+    global _last_layers
+    started = time.monotonic()
+    workdir = workdir.resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    forked = server.fork(workdir, limits, read_only, hide_tracks, workdir / BOOT_LOG)
+    if forked is None:
+        return None
+    proc, proto_fd, group = forked
+    own = group.layers()  # the child's cgroup's layers where the server's own stood, in their order
+    layers = [x for x in server.layers if x in own or not x.startswith("cgroup_")] + ["landlock"]
+    layers += [x for x in own if x not in layers]
+    if missing := [layer for layer in required if layer not in layers]:  # never: the server had them all
+        proc.kill()
+        group.kill_all()
+        group.remove()
+        os.close(proto_fd)
+        raise _refuse(missing, required)
+    with _states_lock:
+        _states[proc.pid] = _State(layers, group, workdir / BOOT_LOG, limits, forked=True)
+    _last_layers = layers
+    for observe in LAUNCH_OBSERVERS:
+        observe(time.monotonic() - started)
+    return proc, proto_fd
 
 
 @dataclass(frozen=True)
@@ -201,7 +282,7 @@ def check(workdir: Path) -> SandboxCheck:
 
 def _launch(
     workdir: Path, limits: Limits, read_only: list[Path] | None, required: tuple[str, ...],
-    hidden: list[Path],
+    hidden: list[Path], *, entry: str = CHILD_ENTRY, socket_proto: bool = False,
 ) -> tuple[subprocess.Popen[bytes], int]:
     global _last_layers
     workdir = workdir.resolve()
@@ -223,7 +304,7 @@ def _launch(
 
     started = time.monotonic()
     try:
-        proc, proto_fd, status = _start(workdir, limits, bwrap, group, read_only, hidden)
+        proc, proto_fd, status = _start(workdir, limits, bwrap, group, read_only, hidden, entry, socket_proto)
         unstartable = None
     except OSError as exc:  # the configured bwrap cannot be executed here (missing, not a program)
         if bwrap is None:
@@ -244,7 +325,7 @@ def _launch(
         layers = [x for x in layers if x not in ("namespaces", "no_network")]
         group.remove()
         group = Cgroup.create(limits)
-        proc, proto_fd, status = _start(workdir, limits, None, group, read_only, hidden)
+        proc, proto_fd, status = _start(workdir, limits, None, group, read_only, hidden, entry, socket_proto)
     if status is None:
         reason = _boot_log_tail(workdir)
         _kill_started(proc, group, proto_fd)
@@ -287,9 +368,14 @@ def _kill_started(proc: subprocess.Popen[bytes], group: Cgroup, proto_fd: int) -
 
 def _start(
     workdir: Path, limits: Limits, bwrap: str | None, group: Cgroup, read_only: list[Path],
-    hidden: list[Path],
+    hidden: list[Path], entry: str, socket_proto: bool,
 ) -> tuple[subprocess.Popen[bytes], int, dict[str, Any] | None]:
-    read_fd, write_fd = os.pipe()
+    if socket_proto:  # a fork server's: messages both ways, descriptors passed
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        read_fd, write_fd = ours.detach(), theirs.detach()
+        os.set_inheritable(write_fd, True)
+    else:
+        read_fd, write_fd = os.pipe()
     status_r, status_w = os.pipe()
     procs_files = group.procs_files()
     memory = max(limits.memory_mb, MIN_MEMORY_MB) * 1024 * 1024
@@ -317,7 +403,7 @@ def _start(
     env["PYTHONPATH"] = bench_root
     # -s -P: neither the user site of HOME (the working directory) nor the working directory
     # itself is on sys.path, so nothing written there shadows a module before seccomp is set
-    inner = [sys.executable, "-s", "-P", "-m", "bench.sandbox", str(write_fd), str(status_w), str(workdir), CHILD_ENTRY]
+    inner = [sys.executable, "-s", "-P", "-m", "bench.sandbox", str(write_fd), str(status_w), str(workdir), entry]
     if bwrap is not None:
         argv, popen_env = bwrap_args(bwrap, workdir, read_only, env, hidden) + inner, {}
     else:
@@ -371,7 +457,7 @@ def _read_status(fd: int, proc: subprocess.Popen[bytes]) -> dict[str, Any] | Non
 
 
 
-def exit_info(proc: subprocess.Popen[bytes]) -> ExitInfo:
+def exit_info(proc: ChildProcess) -> ExitInfo:
     """How ``proc`` ended (call after it exited, before ``kill``)."""
     with _states_lock:
         state = _states.get(proc.pid)
@@ -379,7 +465,7 @@ def exit_info(proc: subprocess.Popen[bytes]) -> ExitInfo:
     sig: int | None = None
     if rc is not None and rc < 0:
         sig = -rc
-    elif state is not None and "namespaces" in state.layers and rc is not None and 128 < rc < 128 + 65:
+    elif state is not None and not state.forked and "namespaces" in state.layers and rc is not None and 128 < rc < 128 + 65:
         sig = rc - 128  # bwrap exits with 128 + the signal that killed its command
     oom = state is not None and state.cgroup is not None and state.cgroup.oom_killed()
     capped = sig == signal.SIGXFSZ
@@ -392,13 +478,15 @@ def exit_info(proc: subprocess.Popen[bytes]) -> ExitInfo:
     return ExitInfo(rc, sig, oom, capped)
 
 
-def kill(proc: subprocess.Popen[bytes]) -> None:
+def kill(proc: ChildProcess) -> None:
     """Kill the child and everything it started (cgroup, PID namespace, process group); reap it."""
     with _states_lock:
         state = _states.pop(proc.pid, None)
     # Once reaped, the child's pid may be another process's (a later job's child leads a group
     # of that number): a second kill, or one after the child ended, signals no group by number.
-    if proc.returncode is None:
+    if proc.returncode is None and state is not None and state.forked:
+        proc.kill()  # through its server, which has not reaped it: no other process's group
+    elif proc.returncode is None:
         try:  # bwrap dies, so does its PID namespace (--die-with-parent): everything in it
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -16,11 +16,14 @@ class SandboxPolicy:
     setting ``IDEABENCH_BWRAP``). ``allow_weak``: a development setting that runs children
     without the judging layers (``IDEABENCH_ALLOW_WEAK_SANDBOX``); their reports say so and
     count nowhere. ``require_full_isolation``: every layer or refuse (production,
-    ``IDEABENCH_REQUIRE_FULL_ISOLATION``); it overrides ``allow_weak``."""
+    ``IDEABENCH_REQUIRE_FULL_ISOLATION``); it overrides ``allow_weak``. ``fork_server``: a job
+    forks its children from one sandbox that imported torch once (``bench.sandbox.forkserver``),
+    where the host allows it (``IDEABENCH_FORK_SERVER``; off: every child starts fresh)."""
 
     bwrap: str = ""
     allow_weak: bool = False
     require_full_isolation: bool = False
+    fork_server: bool = True
 
 
 _policy = SandboxPolicy()

@@ -226,15 +226,21 @@ def test_a_bad_bwrap_setting_refuses_instead_of_crashing(bwrap: str, tmp_path: P
 
 def test_the_bootstrap_runs_only_the_launchers_entry(tmp_path: Path) -> None:
     """Attack: the entry module the sandbox's bootstrap imports, named on its command line.
-    Holds: the launcher names the fixed bench.child, nothing a job or its code chooses, and the
-    bootstrap reports its layers before it imports the entry (no submitted code has run)."""
+    Holds: the launcher names the fixed bench.child, or the fork server's fixed entry, nothing a
+    job or its code chooses, and the bootstrap reports its layers before it imports the entry
+    (no submitted code has run)."""
     import inspect
 
-    from bench.sandbox import guard, launcher
+    from bench.sandbox import forkserver, guard, launcher, zygote
 
-    assert launcher.CHILD_ENTRY == "bench.child"
+    assert launcher.CHILD_ENTRY == "bench.child" and forkserver.ZYGOTE_ENTRY == "bench.sandbox.zygote"
     source = inspect.getsource(launcher._start)
-    assert '"bench.sandbox", str(write_fd), str(status_w), str(workdir), CHILD_ENTRY]' in source
+    assert '"bench.sandbox", str(write_fd), str(status_w), str(workdir), entry]' in source
+    assert inspect.signature(launcher._launch).parameters["entry"].default == launcher.CHILD_ENTRY
+    callers = inspect.getsource(launcher)
+    assert callers.count("entry=") == 1 and "entry=entry, socket_proto=True" in callers  # launch_server's
+    assert inspect.getsource(forkserver).count("entry=ZYGOTE_ENTRY") == 1
+    assert "importlib.import_module(CHILD_ENTRY)" in inspect.getsource(zygote)  # its children's program
     body = inspect.getsource(guard.bootstrap)
     assert body.index("os.close(status_fd)") < body.index("importlib.import_module")
 

@@ -1,0 +1,198 @@
+"""A job's fork server (bench.sandbox.forkserver): its children keep every layer of a fresh child,
+and what one sandbox shared among siblings could open stays shut.
+
+The hostile ideas run through ``bench.protocol.judge`` on the smoke track, whose own baseline
+makes the server see the track packages, so an idea child is the case where Landlock alone
+hides them. Each probe reports what it got; the test names what each must get.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from bench import sandbox
+from bench.catalog import get_card
+from bench.errors import BenchError
+from bench.protocol import JudgeRequest, judge
+from bench.sandbox import forkserver, landlock
+from tests.bench.test_sandbox import GOOD_TAIL, _assert_nothing_left
+
+SMOKE = get_card("smoke")
+REPO = Path(__file__).resolve().parents[2]
+why_not = forkserver.available()
+needs_server = pytest.mark.skipif(
+    why_not is not None and os.environ.get("CI", "") not in ("1", "true"),
+    reason=f"no fork server here ({why_not}); CI=true never skips",
+)
+
+
+@pytest.fixture
+def job_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+PROBES = r'''
+import ctypes, errno, json, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+results = {}
+def probe(name, attempt):
+    try:
+        attempt()
+        results[name] = "allowed"
+    except OSError as exc:
+        results[name] = f"denied {errno.errorcode.get(exc.errno, exc.errno)}"
+def call(fn, *args):
+    if fn(*args) == -1:
+        raise OSError(ctypes.get_errno(), "refused")
+job = os.path.dirname(os.getcwd())
+others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+results["others"] = len(others)
+probe("list_job_dir", lambda: os.listdir(job))
+probe("read_server_log", lambda: open(os.path.join(job, "sandbox.log")).read())
+probe("read_sibling_dir", lambda: os.listdir(os.path.join(job, "baseline")))
+probe("write_job_dir", lambda: open(os.path.join(job, "planted"), "w").write("x"))
+probe("read_tracks", lambda: os.listdir(TRACKS))
+probe("read_repo", lambda: open(PYPROJECT).read())
+probe("signal_others", lambda: [os.kill(pid, 0) for pid in others])
+probe("environ_of_others", lambda: [open(f"/proc/{pid}/environ", "rb").read() for pid in others])
+probe("mem_of_others", lambda: [open(f"/proc/{pid}/mem", "rb") for pid in others])
+probe("fds_of_others", lambda: [os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY) for pid in others
+                                 for fd in os.listdir(f"/proc/{pid}/fd")])
+probe("unix_socket", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+probe("socketpair", lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM))
+probe("fifo_in_own_dir", lambda: os.mkfifo("channel"))
+probe("clone_parent", lambda: call(libc.syscall, 56, 0x8000 | 17, 0, 0, 0, 0))
+results["capabilities"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
+probe("sysv_shm", lambda: call(libc.shmget, 0, 4096, 0o1600))
+probe("sysv_msg", lambda: call(libc.msgget, 0, 0o1600))
+probe("sysv_sem", lambda: call(libc.semget, 0, 1, 0o1600))
+probe("write_own_dir", lambda: open("mine.txt", "w").write("x"))
+raise RuntimeError("PROBES " + json.dumps(results))
+'''
+
+
+def _probe_results(job_tmp: Path) -> dict[str, object]:
+    source = (PROBES.replace("TRACKS", repr(str(REPO / "tracks"))).replace("PYPROJECT", repr(str(REPO / "pyproject.toml")))
+              + GOOD_TAIL)
+    with pytest.raises(BenchError) as info:
+        judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2, timeout_s=120))
+    _assert_nothing_left(str(job_tmp))
+    found = re.search(r"PROBES (\{.*?\})", info.value.message)
+    assert found, info.value.message
+    return dict(json.loads(found.group(1)))
+
+
+@needs_server
+def test_a_forked_idea_reaches_nothing_of_its_siblings_its_server_or_the_track_packages(job_tmp: Path) -> None:
+    results = _probe_results(job_tmp)
+    assert results.pop("others") >= 2  # bwrap's init and the server, at least: the probes below mean something
+    assert results.pop("write_own_dir") == "allowed"
+    for name in ("list_job_dir", "read_server_log", "read_sibling_dir", "write_job_dir", "read_tracks"):
+        assert results.pop(name) == "denied EACCES", name  # Landlock: only its own directory
+    assert results.pop("read_repo") == "denied ENOENT"  # outside the server's view altogether
+    assert results.pop("signal_others") == "denied EPERM"  # scoped signals
+    for name in ("environ_of_others", "mem_of_others", "fds_of_others"):
+        assert results.pop(name) == "denied EACCES", name  # ptrace outside its Landlock domain
+    for name in ("unix_socket", "socketpair", "sysv_shm", "sysv_msg", "sysv_sem", "clone_parent"):
+        assert results.pop(name) == "denied EPERM", name  # the server's filter for siblings (red team)
+    assert results.pop("fifo_in_own_dir") == "denied EACCES"  # no socket or FIFO files: no channel by path
+    assert int(str(results.pop("capabilities")), 16) == 0  # --cap-drop ALL, even for a worker run as root
+    assert not results
+
+
+@needs_server
+def test_a_cold_jobs_children_are_forked_and_judge_as_fresh_ones(job_tmp: Path) -> None:
+    request = JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2, job_key="forked-or-fresh")
+    forked = judge(request).model_dump(mode="json")["bench_report"]
+    _assert_nothing_left(str(job_tmp))
+    policy = sandbox.policy()
+    sandbox.configure(sandbox.SandboxPolicy(bwrap=policy.bwrap, allow_weak=policy.allow_weak,
+                                            require_full_isolation=policy.require_full_isolation, fork_server=False))
+    try:
+        fresh = judge(request).model_dump(mode="json")["bench_report"]
+    finally:
+        sandbox.configure(policy)
+    assert "landlock" in forked["isolation"] and "landlock" not in fresh["isolation"]
+    assert [x for x in forked["isolation"] if x != "landlock"] == fresh["isolation"]
+    for arm in ("baseline", "idea"):
+        assert forked[arm]["full"]["per_seed"] == fresh[arm]["full"]["per_seed"]
+        assert forked[arm]["sweep"] == fresh[arm]["sweep"]
+
+
+def test_no_server_where_it_is_turned_off_or_landlock_lacks_the_scopes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    policy = sandbox.policy()
+    monkeypatch.setattr(landlock, "abi", lambda: 5)
+    assert forkserver.available() == "Landlock ABI 5 (scopes need 6)"
+    assert forkserver.ForkServer.start(tmp_path, sandbox.Limits(), tracks=False) is None
+    monkeypatch.undo()
+    sandbox.configure(sandbox.SandboxPolicy(bwrap=policy.bwrap, fork_server=False))
+    try:
+        assert forkserver.available() is not None
+        assert forkserver.ForkServer.start(tmp_path, sandbox.Limits(), tracks=False) is None
+    finally:
+        sandbox.configure(policy)
+
+
+def _ready(fd: int) -> dict[str, object]:
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(fd, 4096)
+        assert chunk, "the child closed its protocol pipe"
+        line += chunk
+    return dict(json.loads(line))
+
+
+@needs_server
+def test_a_forked_child_lives_in_its_own_cgroup_and_dies_by_its_kill(tmp_path: Path) -> None:
+    server = forkserver.ForkServer.start(tmp_path / "job", sandbox.Limits(), tracks=False)
+    assert server is not None
+    try:
+        proc, fd = sandbox.launch(tmp_path / "job" / "idea", sandbox.Limits(), server=server)
+        assert isinstance(proc, forkserver.ForkedProcess)
+        assert _ready(fd)["ready"] is True
+        group = sandbox.launcher.cgroup_of(proc)
+        server_group = sandbox.launcher.cgroup_of(server.proc)  # type: ignore[arg-type]
+        assert group is not None and server_group is not None
+        assert proc.pid in group.pids_in() and proc.pid not in server_group.pids_in()
+        assert {"landlock", "cgroup_memory", "cgroup_pids", "cgroup_kill", "seccomp", "namespaces"} <= set(
+            sandbox.layers_of(proc))
+        sandbox.kill(proc)
+        assert proc.returncode == -signal.SIGKILL
+        assert not any(d.exists() for d in group.dirs) and not group.dirs
+        os.close(fd)
+        # a child whose view the server cannot give starts fresh: its directory outside the job's
+        outside, fd = sandbox.launch(tmp_path / "elsewhere" / "idea", sandbox.Limits(), server=server)
+        assert not isinstance(outside, forkserver.ForkedProcess) and "landlock" not in sandbox.layers_of(outside)
+        sandbox.kill(outside)
+        os.close(fd)
+    finally:
+        server.close()
+    _assert_nothing_left(str(tmp_path))
+
+
+@needs_server
+def test_children_end_with_their_server(tmp_path: Path) -> None:
+    server = forkserver.ForkServer.start(tmp_path / "job", sandbox.Limits(), tracks=False)
+    assert server is not None
+    proc, fd = sandbox.launch(tmp_path / "job" / "idea", sandbox.Limits(), server=server)
+    try:
+        assert _ready(fd)["ready"] is True
+        assert server.proc is not None
+        sandbox.kill(server.proc)  # the server dies (a crash, an OOM): its PID namespace with it
+        assert proc.wait(timeout=30) < 0
+        assert os.read(fd, 1) == b""  # the child is gone, not merely marked
+    finally:
+        sandbox.kill(proc)
+        os.close(fd)
+        server.close()
+    _assert_nothing_left(str(tmp_path))
