@@ -201,7 +201,8 @@ class SandboxExecutor:
         self.captured: dict[str, ArmCapture] = {}  # each arm's checked capture (read_capture)
         self.captured_with: dict[str, wire.Capture] = {}  # the capture command each arm was given
         self.measures = 0  # fresh children started to measure the own baseline
-        # the job's fork server (a cold job: a warm slot's children are started already)
+        # the job's fork server: a warm slot's, else one started with the job (None where the
+        # host runs none, or the slot holds children started already)
         self.server: sandbox.ForkServer | None = None
 
     def make_data(self, custom: CustomTrack, split_seeds: list[int]) -> None:
@@ -218,6 +219,8 @@ class SandboxExecutor:
         slot = self.slot
         if slot is None:
             self.server = sandbox.ForkServer.start(self.workdir, self.limits, tracks=self.canonical_baseline)
+        else:
+            self.server = slot.adopt_server()
         if slot is not None and not self.canonical_baseline:
             # they see the track packages: they never train what submitted code built, nor
             # run submitted code

@@ -22,7 +22,6 @@ import pytest
 
 from bench import options as engine_options
 from bench.options import HostOptions
-from bench.sandbox import SandboxPolicy
 
 CI = os.environ.get("CI") == "true"
 # In-process judging (bench.judge) uses a fixed seed secret, so tests never write a secret
@@ -32,10 +31,7 @@ os.environ.setdefault("IDEABENCH_SEED_SECRET", "00" * 16 + "7e57" * 8)
 # A worker judging in a test's own process (WorkerContext) starts no children for a next job no
 # test gives it (issue 26.9); worker processes say their own (start_worker's ``warm``).
 os.environ.setdefault("IDEABENCH_WARM_CHILDREN", "false")
-# IDEABENCH_FORK_SERVER=false runs the suite with every child started fresh (to measure what the
-# fork server changes: docs/performance.md); worker processes read the same setting.
-HOST_OPTIONS = HostOptions(seed_secret=os.environ["IDEABENCH_SEED_SECRET"], sandbox=SandboxPolicy(
-    fork_server=os.environ.get("IDEABENCH_FORK_SERVER", "true").lower() not in ("0", "false")))
+HOST_OPTIONS = HostOptions(seed_secret=os.environ["IDEABENCH_SEED_SECRET"])
 engine_options.configure(HOST_OPTIONS)
 
 

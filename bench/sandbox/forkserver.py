@@ -39,7 +39,6 @@ import queue
 import socket
 import subprocess
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -159,6 +158,11 @@ class ForkServer:
         server._reader = threading.Thread(target=server._read, name="fork-server", daemon=True)
         server._reader.start()
         return server
+
+    @property
+    def alive(self) -> bool:
+        """Its process runs and it has not failed (a slot's server, before a job adopts it)."""
+        return self.failed is None and self.proc is not None and self.proc.poll() is None
 
     # -- the server's messages ------------------------------------------------------
     def _read(self) -> None:
@@ -343,11 +347,9 @@ class ForkServer:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        deadline = time.monotonic() + 10
         with self._lock:
             children = list(self._children.values())
-        for child, group in children:
+        for child, group in children:  # marked exited by the reader; a child no session closed:
             group.kill_all()
             child.exited(-9)
-            if time.monotonic() > deadline:
-                break
+            launcher.kill(child)  # its cgroup removed

@@ -147,7 +147,8 @@ def test_a_job_failing_before_its_children_start_kills_the_warm_ones() -> None:
     slot = warm.take(sandbox.Limits())  # waits for the launch
     assert slot is not None
     warm._slot = slot
-    procs = [proc for proc, _ in slot.launched.values()]
+    procs = [proc for proc, _ in slot.launched.values()] + ([slot.server.proc] if slot.server and slot.server.proc else [])
+    assert procs
     with pytest.raises(BenchError) as exc:
         judge(JudgeRequest(track=track.id, idea_code=IDEA, custom_track=track, n_seeds=2), keep_warm=True)
     assert _code(exc) == "invalid_track" and "no data today" in exc.value.message

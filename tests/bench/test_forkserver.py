@@ -196,3 +196,36 @@ def test_children_end_with_their_server(tmp_path: Path) -> None:
         os.close(fd)
         server.close()
     _assert_nothing_left(str(tmp_path))
+
+
+@needs_server
+def test_a_warm_slot_holds_the_next_jobs_fork_server_and_its_job_forks_every_child(
+        job_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import warm
+    from tests.conftest import count_launches
+
+    request = JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2, job_key="warm-server")
+    cold = judge(request, keep_warm=True).model_dump(mode="json")["bench_report"]
+    slot = warm.take(sandbox.Limits(memory_mb=request.memory_mb))
+    # the server and the children forked from it
+    assert slot is not None and slot.server is not None
+    assert sorted(slot.launched) == ["baseline", "capture_idea", "idea", "measure_baseline_1"]
+    assert all(isinstance(proc, forkserver.ForkedProcess) for proc, _ in slot.launched.values())
+    server = slot.server
+    warm._slot = slot
+    started = count_launches(monkeypatch)
+    adopted = judge(request, keep_warm=True).model_dump(mode="json")["bench_report"]
+    assert slot.server is None and not server.alive  # adopted by the job, closed at its end
+    assert started == [] and server.forks == 4  # the job adopted every child it needed (the measure one unused)
+    for arm in ("baseline", "idea"):
+        assert cold[arm]["full"]["per_seed"] == adopted[arm]["full"]["per_seed"]
+    assert "landlock" in adopted["isolation"] and adopted["isolation"] == cold["isolation"]
+    # a slot whose server died is not taken; one no job adopted is closed with the slot
+    warm.prepare(sandbox.Limits(memory_mb=request.memory_mb))
+    replacement = warm.take(sandbox.Limits(memory_mb=request.memory_mb))
+    assert replacement is not None and replacement.server is not None and replacement.server.proc is not None
+    sandbox.kill(replacement.server.proc)
+    warm._slot = replacement
+    assert warm.take(sandbox.Limits(memory_mb=request.memory_mb)) is None
+    warm.discard()
+    _assert_nothing_left(str(job_tmp))
