@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import hashlib
+import hmac
 import itertools
 import math
 import secrets
@@ -296,6 +297,7 @@ class _Job:
         self.card = track.card
         self.settings = TrackSettings.of(track.card)
         self.workdir = workdir
+        self.data_token = secrets.token_bytes(16)  # names the seeds' data directories (data_name)
         self.cancel = cancel
         self.deadline = deadline
         self.metric = self.card["metric"]["name"]
@@ -323,7 +325,13 @@ class _Job:
 
     # -- plumbing -------------------------------------------------------------
     def _export(self, seed: int) -> data_mod.SeedData:
-        return data_mod.export(self.track, self.seeds(seed).split, self.task_seed, self.workdir / "data" / str(seed))
+        return data_mod.export(self.track, self.seeds(seed).split, self.task_seed, self.workdir / "data" / self.data_name(seed))
+
+    def data_name(self, seed: int) -> str:
+        """The name of protocol seed ``seed``'s data directory: keyed by a token of this job, so a
+        child that can ``stat`` paths under the job's directory (Landlock does not mediate it, in
+        a fork server's sandbox) learns no seed of the job's draw from the names (red team 2)."""
+        return hmac.new(self.data_token, str(seed).encode(), hashlib.sha256).hexdigest()[:24]
 
     def seeds(self, seed: int) -> RunSeeds:
         """The split / order / init seeds of protocol seed ``seed`` in this job's epoch (a

@@ -70,6 +70,7 @@ class ForkedProcess:
         self.ns_pid = ns_pid
         self.stdin = os.fdopen(stdin_fd, "wb")
         self.returncode: int | None = None
+        self.sandbox_state: object = None  # the launcher's record of it (launcher._state_of)
         self._done = threading.Event()
 
     def poll(self) -> int | None:
@@ -128,6 +129,7 @@ class ForkServer:
         self._fork_lock = threading.Lock()  # one request in flight
         self._children: dict[int, tuple[ForkedProcess, Cgroup]] = {}
         self._early_exits: dict[int, int] = {}
+        self._retired: list[tuple[ForkedProcess, Cgroup]] = []  # children whose pid number was reused
         self._reader: threading.Thread | None = None
         self.forks = 0
 
@@ -245,7 +247,7 @@ class ForkServer:
             return None
         stdin_r, stdin_w = os.pipe()
         proto_r, proto_w = os.pipe()
-        log_fd = os.open(boot_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        log_fd = os.open(boot_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         spec = {
             "workdir": str(workdir),
             "read": [str(p) for p in self._read_dirs(read_only, hide_tracks)],
@@ -284,8 +286,11 @@ class ForkServer:
         assert isinstance(ns_pid, int) and host_pid is not None
         child = ForkedProcess(self, host_pid, ns_pid, stdin_w)
         with self._lock:
+            if ns_pid in self._children:  # a number the server reused: that child was reaped
+                self._retired.append(self._children[ns_pid])
             self._children[ns_pid] = (child, group)
             early = self._early_exits.pop(ns_pid, None)
+            self._early_exits.clear()  # one fork in flight: any other is stale
         if early is not None:
             child.exited(early)
         self.forks += 1
@@ -348,7 +353,7 @@ class ForkServer:
             self.sock.close()
             self.sock = None
         with self._lock:
-            children = list(self._children.values())
+            children = [*self._children.values(), *self._retired]
         for child, group in children:  # marked exited by the reader; a child no session closed:
             group.kill_all()
             child.exited(-9)

@@ -81,6 +81,13 @@ SIBLING_DENIED = (
     "semget", "semop", "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend",
     "mq_timedreceive", "mq_notify", "mq_getsetattr", "pidfd_open", "pidfd_getfd",
     "pidfd_send_signal", "kcmp", "process_madvise",
+    # Landlock does not mediate metadata: a chmod of a sibling's directory crashed the track's own
+    # baseline child; xattrs, times and inotify were a channel (red team 2). The fd-based calls
+    # (fchmod, fchown, fsetxattr, futimens) stay: they need a file Landlock let the child open.
+    "chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat", "utime", "utimes", "futimesat",
+    "setxattr", "lsetxattr", "removexattr", "lremovexattr", "getxattr", "lgetxattr", "listxattr",
+    "llistxattr", "setxattrat", "getxattrat", "listxattrat", "removexattrat",
+    "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
 )
 
 
@@ -96,6 +103,8 @@ def install_sibling_filter() -> None:
         except (OSError, ValueError, RuntimeError):
             pass  # not a system call on this architecture (socketcall-only ones are covered by "socket")
     flt.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_PARENT, CLONE_PARENT))
+    # utimensat on a path (its second argument); on a descriptor (NULL path, futimens) it stays
+    flt.add_rule(seccomp.ERRNO(errno.EPERM), "utimensat", seccomp.Arg(1, seccomp.NE, 0))
     flt.load()
 
 

@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 from bench.errors import BenchError, ErrorCode
 from bench.sandbox.bwrap import bwrap_args, bwrap_path, hidden_dirs
 from bench.sandbox.cgroups import Cgroup
+from bench.sandbox.forkserver import ForkedProcess
 from bench.sandbox.limits import LOG_NAME, MIN_MEMORY_MB, ExitInfo, Limits
 from bench.sandbox.policy import policy
 
@@ -113,7 +114,20 @@ class _State:
     forked: bool = False  # its exit status is Python's own, not bwrap's (128 + a signal)
 
 
-_states: dict[int, _State] = {}
+_states: dict[int, _State] = {}  # fresh launches', by pid (a Popen's pid is its own until it is reaped)
+
+
+def _state_of(proc: ChildProcess, *, pop: bool = False) -> _State | None:
+    """The launch state of ``proc``. A forked child's travels with its handle: its host pid is
+    reaped by its server, so another process may hold that number while the job still holds
+    the handle (red team 2)."""
+    if isinstance(proc, ForkedProcess):
+        state = proc.sandbox_state
+        if pop:
+            proc.sandbox_state = None
+        return state if isinstance(state, _State) else None
+    with _states_lock:
+        return _states.pop(proc.pid, None) if pop else _states.get(proc.pid)
 # Told the seconds each child took from its launch to its bootstrap's report (the sandbox's
 # start), by the worker's metrics (``workers.metrics``): bench imports no exporter.
 LAUNCH_OBSERVERS: list[Callable[[float], None]] = []
@@ -155,8 +169,7 @@ def isolation_layers() -> list[str]:
 
 def layers_of(proc: ChildProcess) -> list[str]:
     """The isolation layers that ran for ``proc``."""
-    with _states_lock:
-        state = _states.get(proc.pid)
+    state = _state_of(proc)
     return list(state.layers) if state else []
 
 
@@ -209,8 +222,7 @@ def launch_server(workdir: Path, limits: Limits, *, hide_tracks: bool, entry: st
 
 def cgroup_of(proc: ChildProcess) -> Cgroup | None:
     """The cgroup ``proc`` was started in (None: none, or ``proc`` is not a live launch)."""
-    with _states_lock:
-        state = _states.get(proc.pid)
+    state = _state_of(proc)
     return state.cgroup if state is not None else None
 
 
@@ -233,8 +245,7 @@ def _fork(server: ForkServer, workdir: Path, limits: Limits, read_only: list[Pat
         group.remove()
         os.close(proto_fd)
         raise _refuse(missing, required)
-    with _states_lock:
-        _states[proc.pid] = _State(layers, group, workdir / BOOT_LOG, limits, forked=True)
+    proc.sandbox_state = _State(layers, group, workdir / BOOT_LOG, limits, forked=True)
     _last_layers = layers
     for observe in LAUNCH_OBSERVERS:
         observe(time.monotonic() - started)
@@ -408,7 +419,9 @@ def _start(
         argv, popen_env = bwrap_args(bwrap, workdir, read_only, env, hidden) + inner, {}
     else:
         argv, popen_env = inner, env
-    boot_log = open(workdir / BOOT_LOG, "wb")  # noqa: SIM115 - handed to the child
+    # not through a link: the directory is the child's (hardening, red team 2)
+    boot_log = os.fdopen(os.open(workdir / BOOT_LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                 0o600), "wb")
     try:
         proc = subprocess.Popen(
             argv,
@@ -459,8 +472,7 @@ def _read_status(fd: int, proc: subprocess.Popen[bytes]) -> dict[str, Any] | Non
 
 def exit_info(proc: ChildProcess) -> ExitInfo:
     """How ``proc`` ended (call after it exited, before ``kill``)."""
-    with _states_lock:
-        state = _states.get(proc.pid)
+    state = _state_of(proc)
     rc = proc.returncode
     sig: int | None = None
     if rc is not None and rc < 0:
@@ -480,8 +492,7 @@ def exit_info(proc: ChildProcess) -> ExitInfo:
 
 def kill(proc: ChildProcess) -> None:
     """Kill the child and everything it started (cgroup, PID namespace, process group); reap it."""
-    with _states_lock:
-        state = _states.pop(proc.pid, None)
+    state = _state_of(proc, pop=True)
     # Once reaped, the child's pid may be another process's (a later job's child leads a group
     # of that number): a second kill, or one after the child ended, signals no group by number.
     if proc.returncode is None and state is not None and state.forked:

@@ -39,20 +39,22 @@ def submit(client: Any, token: str, code: str, n_seeds: int = 2) -> str:
 def test_hostile_files_through_the_api_with_a_real_worker(stack: Any) -> None:  # noqa: F811
     app, client, _agent, log = stack
     token = make_key(app, "operator")  # n_seeds=2 (short jobs) is an operator's override
-    expected: dict[str, str | None] = {
-        "forge_baseline_events.py": "sandbox_violation",
-        "log_link.py": "crashed",
-        "log_fifo.py": "crashed",
-        "import_tracks.py": "invalid_code",
-        "reconstruct_smoke_labels.py": "not_capturable",
+    # a child forked from its job's fork server cannot make the FIFO, nor open the track packages
+    # (Landlock: sandbox_violation); a child of its own sandbox gets further (tests/security)
+    expected: dict[str, tuple[str, ...] | None] = {
+        "forge_baseline_events.py": ("sandbox_violation",),
+        "log_link.py": ("crashed",),
+        "log_fifo.py": ("crashed", "sandbox_violation"),
+        "import_tracks.py": ("invalid_code", "sandbox_violation"),
+        "reconstruct_smoke_labels.py": ("not_capturable",),
     }
     sources = {name: (HOSTILE / name).read_text() for name in expected}
     # the database's port, and the environment of pid 1 and of the process (tests.workers)
-    expected |= {"network": "sandbox_violation", "environ": None}
+    expected |= {"network": ("sandbox_violation",), "environ": None}
     sources |= {"network": NETWORK_IDEA, "environ": ENVIRON_IDEA}
     for name, code in expected.items():
         job = poll_job(client, token, submit(client, token, sources[name]), ENDED, 180, log)
-        assert job["status"] == "errored" and job["error"]["code"] == (code or job["error"]["code"]), (name, job)
+        assert job["status"] == "errored" and job["error"]["code"] in (code or (job["error"]["code"],)), (name, job)
         message = job["error"]["message"]
         assert not any(leak in message for leak in ("DATABASE_URL", "BROKER_URL", "sqlite")), (name, message)
         assert name != "network" or "network" in message, message
