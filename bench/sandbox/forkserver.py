@@ -153,8 +153,10 @@ class ForkServer:
             return None
         server.proc, server.sock = proc, socket.socket(fileno=fd)
         server.layers = launcher.layers_of(proc)
-        if not {"cgroup_memory", "cgroup_pids", "cgroup_kill"} <= set(server.layers):
-            log.info("sandbox: no fork server (no cgroups to move its children into)")
+        if not {"namespaces", "no_network", "cgroup_memory", "cgroup_pids", "cgroup_kill"} <= set(server.layers):
+            # a bubblewrap that failed to start (a development host allowing weak sandboxes), or no
+            # cgroups to move children into: its children would share more than a job's view
+            log.info("sandbox: no fork server (its sandbox lacks namespaces or cgroups)")
             server.close()
             return None
         server._reader = threading.Thread(target=server._read, name="fork-server", daemon=True)

@@ -128,6 +128,8 @@ def _state_of(proc: ChildProcess, *, pop: bool = False) -> _State | None:
         return state if isinstance(state, _State) else None
     with _states_lock:
         return _states.pop(proc.pid, None) if pop else _states.get(proc.pid)
+
+
 # Told the seconds each child took from its launch to its bootstrap's report (the sandbox's
 # start), by the worker's metrics (``workers.metrics``): bench imports no exporter.
 LAUNCH_OBSERVERS: list[Callable[[float], None]] = []
