@@ -46,7 +46,7 @@ from typing import Any
 from bench.sandbox import landlock
 from bench.sandbox.bwrap import bwrap_path, code_dirs, hidden_dirs, python_dirs
 from bench.sandbox.cgroups import Cgroup
-from bench.sandbox.limits import Limits
+from bench.sandbox.limits import Limits, rlimits
 from bench.sandbox.policy import policy
 
 log = logging.getLogger("bench.sandbox")
@@ -132,6 +132,11 @@ class ForkServer:
         self._retired: list[tuple[ForkedProcess, Cgroup]] = []  # children whose pid number was reused
         self._reader: threading.Thread | None = None
         self.forks = 0
+        # the directories a child's view is made of (bwrap's), resolved once per server
+        self._python_dirs = [p.resolve() for p in python_dirs()]
+        self._code_dirs = [p.resolve() for p in code_dirs()]
+        fresh_hidden = hidden_dirs(tracks=False)
+        self._track_dirs = [d.resolve() for d in hidden_dirs(tracks=True) if d not in fresh_hidden]
 
     @classmethod
     def start(cls, workdir: Path, limits: Limits, *, tracks: bool) -> ForkServer | None:
@@ -221,17 +226,13 @@ class ForkServer:
         if hide_tracks and self.tracks:
             # Landlock hides what no granted directory holds: the track packages must lie
             # outside every directory the child may read
-            tracks = [d for d in hidden_dirs(tracks=True) if d not in hidden_dirs(tracks=False)]
-            if any(_within(t.resolve(), self._read_dirs(read_only, hide_tracks)) for t in tracks):
+            if any(_within(t, self._read_dirs(read_only, hide_tracks)) for t in self._track_dirs):
                 return False
         return hide_tracks or self.tracks
 
     def _read_dirs(self, read_only: list[Path], hide_tracks: bool) -> list[Path]:
-        code = code_dirs()
-        if hide_tracks:
-            hidden = {d.resolve() for d in hidden_dirs(tracks=True)}
-            code = [d for d in code if d.resolve() not in hidden]
-        return [p.resolve() for p in [*python_dirs(), *code, *read_only]] + [Path(p) for p in SYSTEM_READ]
+        code = [d for d in self._code_dirs if not (hide_tracks and d in self._track_dirs)]
+        return [*self._python_dirs, *code, *(p.resolve() for p in read_only)] + [Path(p) for p in SYSTEM_READ]
 
     def fork(self, workdir: Path, limits: Limits, read_only: list[Path], hide_tracks: bool,
              boot_log: Path) -> tuple[ForkedProcess, int, Cgroup] | None:
@@ -253,8 +254,7 @@ class ForkServer:
         spec = {
             "workdir": str(workdir),
             "read": [str(p) for p in self._read_dirs(read_only, hide_tracks)],
-            "rlimits": {"cpu_s": limits.cpu_s, "fsize": limits.file_size_mb * 1024 * 1024,
-                        "nofile": limits.open_files},
+            "rlimits": rlimits(limits),
         }
         try:
             with self._fork_lock:

@@ -23,7 +23,7 @@ from bench.errors import BenchError, ErrorCode
 from bench.sandbox.bwrap import bwrap_args, bwrap_path, hidden_dirs
 from bench.sandbox.cgroups import Cgroup
 from bench.sandbox.forkserver import ForkedProcess
-from bench.sandbox.limits import LOG_NAME, MIN_MEMORY_MB, ExitInfo, Limits
+from bench.sandbox.limits import LOG_NAME, MIN_MEMORY_MB, ExitInfo, Limits, rlimits
 from bench.sandbox.policy import policy
 
 if TYPE_CHECKING:
@@ -394,6 +394,8 @@ def _start(
     memory = max(limits.memory_mb, MIN_MEMORY_MB) * 1024 * 1024
     set_as = group.memory is None
 
+    child_rlimits = rlimits(limits)
+
     def preexec() -> None:
         # Join the cgroups first (low-level writes only: we are between fork and exec).
         for path in procs_files:
@@ -405,11 +407,8 @@ def _start(
                 pass
         if set_as:
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
-        size = limits.file_size_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+        for which, soft, hard in child_rlimits:
+            resource.setrlimit(which, (soft, hard))
 
     bench_root = str(Path(__file__).resolve().parents[2])
     env = _child_env(workdir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 from dataclasses import dataclass
 
 # RLIMIT_AS below ~1 GB breaks `import torch`; keep a floor.
@@ -32,3 +33,16 @@ class ExitInfo:
     oom_killed: bool  # the memory cgroup's OOM killer fired
     output_capped: bool  # its log reached the output cap
 
+
+
+def rlimits(limits: Limits) -> list[tuple[int, int, int]]:
+    """The rlimits every child sets, as ``(resource, soft, hard)``: no core dumps, its CPU time,
+    its file size (the output cap) and open files; a fresh launch (``launcher``) and a forked
+    child (``zygote``) set the same (RLIMIT_AS, only without a memory cgroup, is the launcher's)."""
+    size = limits.file_size_mb * 1024 * 1024
+    return [
+        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_CPU, limits.cpu_s, limits.cpu_s + 5),
+        (resource.RLIMIT_FSIZE, size, size),
+        (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
+    ]

@@ -71,11 +71,8 @@ def _become_child(sock: socket.socket, wake: tuple[int, int], fds: list[int], sp
         os.dup2(log, 2)
         os.dup2(proto, PROTO_FD)
         os.closerange(PROTO_FD + 1, 1 << 16)  # the server's, the received originals, any other
-        limits = spec["rlimits"]
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_s"], limits["cpu_s"] + 5))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits["fsize"], limits["fsize"]))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits["nofile"], limits["nofile"]))
+        for which, soft, hard in spec["rlimits"]:  # limits.rlimits, as a fresh child's
+            resource.setrlimit(which, (soft, hard))
         workdir = spec["workdir"]
         os.chdir(workdir)
         os.environ.update(HOME=workdir, TMPDIR=workdir)  # as a fresh child's (launcher._child_env)
