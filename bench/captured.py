@@ -334,7 +334,7 @@ def pin_first_build(captured: ArmCapture, n_seeds: int) -> ArmCapture:
     for config, per_seed in enumerate(captured.seed_sha256):
         if len(per_seed) != 1:
             raise BenchError(ErrorCode.INTERNAL, "a pinned build is one build per config")
-        arrays = [np.load(captured.directory / tensor_path(config, 0, j), allow_pickle=False)
+        arrays = [read_npy((captured.directory / tensor_path(config, 0, j)).read_bytes())
                   for j in range(len(captured.shapes[config]))]
         copy_first_build(captured, config, list(range(1, n_seeds)))
         built = hashlib.sha256()
@@ -350,7 +350,7 @@ def copy_first_build(captured: ArmCapture, config: int, numbers: list[int]) -> N
     """Init seed number 0's tensors of ``config`` written again as each of ``numbers``' (the
     parent's own directory: no child writes there)."""
     for j in range(len(captured.shapes[config])):
-        array = np.load(captured.directory / tensor_path(config, 0, j), allow_pickle=False)
+        array = read_npy((captured.directory / tensor_path(config, 0, j)).read_bytes())
         for number in numbers:
             np.save(captured.directory / tensor_path(config, number, j), array, allow_pickle=False)
 

@@ -28,6 +28,7 @@ import torch
 from bench import wire
 from bench.captured import ArmCapture
 from bench.execution import MeasureRun, Trained
+from bench.npy import read_npy
 from bench.options import EngineOptions
 from bench.protocol import JudgeRequest
 from bench.sandbox.launcher import JUDGE_LAYERS
@@ -159,7 +160,7 @@ class ScriptedExecutor:
 
     def train(self, arm: str, runs: list[dict[str, Any]], path: str, on_run: Callable[[Trained], None]) -> None:
         for run in runs:
-            x = np.load(Path(run["data_dir"]) / f"x_{run['eval']}.npy")
+            x = read_npy((Path(run["data_dir"]) / f"x_{run['eval']}.npy").read_bytes())  # threads: no np.load (bench.npy)
             with self.lock:
                 n = sum(a.arm == arm and a.cfg == run["cfg"] and a.split == run["eval"] and a.phase == self.phase
                         for a in self.trained)

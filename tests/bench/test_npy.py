@@ -149,3 +149,20 @@ def test_what_the_parser_accepts_numpy_reads_the_same_way(data: st.DataObject) -
     read = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
     theirs_shape, fortran, theirs_dtype = read(fh)
     assert (ours[0], ours[1], ours[2]) == (tuple(theirs_shape), theirs_dtype, fh.tell()) and not fortran
+
+
+# Where np.load may still run: in a child's one thread, or in a test's main thread. Every other
+# module under bench/ and tests/ may run in the parent's arm threads (the scripted executors of
+# tests/bench do: CI failed on test_protocol_rules' own np.load in a thread, stop 44).
+NP_LOAD_ALLOWED = {"bench/child.py", "bench/capture.py", "tests/security/test_custom_track_binding.py"}
+
+
+def test_no_np_load_outside_the_listed_files() -> None:
+    root = Path(__file__).resolve().parents[2]
+    found = set()
+    for path in [*root.glob("bench/**/*.py"), *root.glob("tests/**/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id in ("np", "numpy")):
+                found.add(path.relative_to(root).as_posix())
+    assert found <= NP_LOAD_ALLOWED, f"np.load outside {sorted(NP_LOAD_ALLOWED)}: use bench.npy.read_npy"

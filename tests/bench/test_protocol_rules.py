@@ -22,6 +22,7 @@ from bench.captured import ArmCapture
 from bench.catalog import planned_runs
 from bench.errors import BenchError, ErrorCode
 from bench.execution import Trained
+from bench.npy import read_npy
 from bench.options import EngineOptions
 from bench.protocol import Progress, declared_configs, judge
 from bench.report import Report
@@ -449,7 +450,7 @@ class LabelSwap(ScriptedExecutor):
 
     def train(self, arm: str, runs: list[dict[str, Any]], path: str, on_run: Any) -> None:
         for run in runs:
-            x = np.load(Path(run["data_dir"]) / f"x_{run['eval']}.npy")
+            x = read_npy((Path(run["data_dir"]) / f"x_{run['eval']}.npy").read_bytes())  # threads: no np.load (bench.npy)
             offset = {"sound": 0.5, "weak": 1.0}[self._model(arm, run["cfg"].get("hparams", {}))]
             offset += 0.2 * abs(math.log(run["cfg"]["lr"] / 0.03))
             with self.lock:
