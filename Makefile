@@ -55,7 +55,7 @@ test: install
 	bash scripts/system_deps.sh
 	$(MAKE) lint
 	$(MAKE) check-migrations
-	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -ra -n 2 --dist loadscope
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -ra -n 2 --dist loadscope --durations=30
 
 test-fast: install
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -m "not slow" -n 2 --dist loadscope

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -37,7 +36,7 @@ from bench.options import EngineOptions
 from bench.runner import ArmSession, directory_usage, load_npy, open_output
 from bench.sandbox import Limits
 from bench.seeding import SeedSecret, final_seeds, run_seeds, sweep_seeds
-from bench.tempdirs import OwnedDir
+from bench.tempdirs import OwnedDir, remove_tree
 from bench.track import Splits, Track
 from bench.track_source import parse_track_source, source_sha256
 
@@ -187,7 +186,7 @@ def _store(track: CustomTrack, split_seed: int, arrays: dict[str, np.ndarray], r
     try:
         os.rename(tmp, final)
     except OSError:  # another process stored it first
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
 
 
 def _run_make_data(
@@ -279,7 +278,7 @@ def evict(root: Path, keep: Path, max_bytes: int = TRACK_CACHE_BYTES) -> list[Pa
             break
         if directory == keep:
             continue
-        shutil.rmtree(directory, ignore_errors=True)
+        remove_tree(directory)
         total -= sizes[directory]
         removed.append(directory)
     return removed

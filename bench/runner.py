@@ -31,7 +31,9 @@ DISK_CHECK_S = 1.0  # how often the parent measures a child's working directory
 
 def directory_usage(root: Path, max_entries: int) -> tuple[int, int]:
     """(bytes, entries) under ``root``, not following links; stops counting past
-    ``max_entries`` (a child that made millions of files must not make the parent walk them)."""
+    ``max_entries`` (a child that made millions of files must not make the parent walk them).
+    A directory the parent may not list counts as past ``max_entries``: what it holds cannot be
+    counted (a directory of mode 0o300 hid 3 MiB from a worker not run as root, red team)."""
     total, entries = 0, 0
     stack = [str(root)]
     while stack and entries <= max_entries:
@@ -45,6 +47,8 @@ def directory_usage(root: Path, max_entries: int) -> tuple[int, int]:
                         stack.append(entry.path)
                     elif entry.is_file(follow_symlinks=False):
                         total += entry.stat(follow_symlinks=False).st_blocks * 512
+        except PermissionError:
+            return total, max_entries + 1
         except OSError:
             continue
     return total, entries
@@ -291,7 +295,8 @@ class ArmSession:
             raise BenchError(
                 ErrorCode.OUTPUT_LIMIT,
                 f"The {self.role} process filled its directory past its quota "
-                f"({self.limits.disk_mb} MB, {self.limits.disk_entries} files).",
+                f"({self.limits.disk_mb} MB, {self.limits.disk_entries} files), or made a directory "
+                "the bench may not read.",
                 "Write no files: the bench needs none from submitted code.",
             )
 

@@ -15,8 +15,10 @@ import fcntl
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import threading
+from typing import Any
 
 log = logging.getLogger(__name__)
 PREFIX = "ideabench-"
@@ -46,10 +48,52 @@ class OwnedDir:
 
     def cleanup(self) -> None:
         """Remove the directory, then drop the lock."""
-        shutil.rmtree(self.name, ignore_errors=True)
+        remove_tree(self.name)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def remove_tree(path: str | os.PathLike[str]) -> None:
+    """``shutil.rmtree`` that also removes what a child made unreadable or unwritable for its
+    owner: a directory it cannot list or empty is given the owner's rights back and removed
+    again (a worker not run as root kept a child's directory of mode 0o300, red team). Only for
+    trees no process writes any more (their children are dead); a link is never followed."""
+
+    def owner_rights(directory: str) -> bool:
+        try:
+            if stat.S_ISDIR(os.lstat(directory).st_mode):
+                os.chmod(directory, 0o700)
+                return True
+        except OSError:
+            pass  # not ours to change (the tree's root's parent): tried, then the removal says
+        return False
+
+    root = os.path.abspath(path)
+    tried: set[str] = set()
+
+    def inside(candidate: str) -> bool:  # never a right changed outside the tree (its parent: /tmp)
+        return candidate == root or candidate.startswith(root + os.sep)
+
+    def retry(_function: object, failed: str, exc: Any) -> None:
+        failed = os.path.abspath(failed)
+        error = exc[1] if isinstance(exc, tuple) else exc
+        if failed in tried or isinstance(error, FileNotFoundError) or not inside(failed):
+            return  # once per path: what still fails stays (a file the kernel keeps)
+        tried.add(failed)
+        if inside(os.path.dirname(failed)):
+            owner_rights(os.path.dirname(failed))
+        try:
+            if owner_rights(failed):
+                shutil.rmtree(failed, onerror=retry)
+            else:
+                os.unlink(failed)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=retry)
+    if os.path.lexists(path):  # a directory emptied by ``retry`` after its own rmdir failed
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def sweep(parent: str | None = None) -> list[str]:
@@ -73,7 +117,7 @@ def sweep(parent: str | None = None) -> list[str]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # its owner is alive
-            shutil.rmtree(entry.path, ignore_errors=True)
+            remove_tree(entry.path)
             removed.append(entry.path)
         finally:
             os.close(fd)

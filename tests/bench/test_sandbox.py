@@ -170,6 +170,72 @@ def test_namespace_and_ptrace_calls_are_refused(job_tmp: Path) -> None:
     assert "system call refused" in error.message
 
 
+# Calls on no allowlist (bench.sandbox.guard.ALLOWED_SYSCALLS): each would succeed, or fail with
+# another errno, outside the filter, so EPERM from every one says the allowlist refused it.
+ALLOWLIST_PROBE = (
+    "import ctypes, errno, fcntl, os, resource, socket, termios\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def refused(call):\n"
+    "    try:\n"
+    "        call()\n"
+    "    except OSError as exc:\n"
+    "        return True if exc.errno == errno.EPERM else exc.errno\n"
+    "    return False\n"
+    "def refused_c(rc):\n"
+    "    return True if rc == -1 and ctypes.get_errno() == errno.EPERM else (rc, ctypes.get_errno())\n"
+    "here = os.open('.', os.O_RDONLY)\n"
+    "plain = os.open('plain', os.O_RDWR | os.O_CREAT, 0o600)\n"
+    "word = ctypes.c_int(0)\n"
+    "results = {\n"
+    "    'execve': refused(lambda: os.execv('/bin/true', ['true'])),\n"
+    "    'socket_unix': refused(lambda: socket.socket(socket.AF_UNIX)),\n"
+    "    'socketpair': refused(socket.socketpair),\n"
+    "    'symlink': refused(lambda: os.symlink('target', 'link')),\n"
+    "    'link': refused(lambda: os.link('plain', 'hard')),\n"
+    "    'mkfifo': refused(lambda: os.mkfifo('fifo')),\n"
+    "    'memfd_create': refused(lambda: os.memfd_create('x')),\n"
+    "    'setaffinity_other': refused(lambda: os.sched_setaffinity(os.getppid(), os.sched_getaffinity(0))),\n"
+    "    'prlimit_other': refused(lambda: resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE)),\n"
+    "    'tiocsti': refused(lambda: fcntl.ioctl(0, termios.TIOCSTI, b'x')),\n"
+    "    'prctl_timerslack': refused_c(libc.prctl(29, 1000, 0, 0, 0)),\n"
+    "    'personality': refused_c(libc.personality(0xFFFFFFFF)),\n"
+    # red team 3: metadata, locks, notices and shared futexes (channels, a hidden directory)
+    "    'fchmod': refused(lambda: os.chmod(here, 0o700)),\n"
+    "    'futimens': refused(lambda: os.utime(here)),\n"
+    "    'mkdir_unlistable': refused(lambda: os.mkdir('hidden', 0o300)),\n"
+    "    'umask_owner': refused_c(libc.syscall(95, 0o700)),\n"
+    "    'f_notify': refused(lambda: fcntl.fcntl(here, 1026, 1)),\n"
+    "    'lockf': refused(lambda: fcntl.lockf(plain, fcntl.LOCK_EX | fcntl.LOCK_NB)),\n"
+    "    'flock': refused(lambda: fcntl.flock(plain, fcntl.LOCK_EX | fcntl.LOCK_NB)),\n"
+    "    'f_setown': refused(lambda: fcntl.fcntl(plain, fcntl.F_SETOWN, os.getpid())),\n"
+    "    'fadvise': refused(lambda: os.posix_fadvise(plain, 0, 0, os.POSIX_FADV_DONTNEED)),\n"
+    "    'futex_shared_wake': refused_c(libc.syscall(202, ctypes.byref(word), 1, 1, 0, 0, 0)),\n"
+    "}\n"
+    # what it may do: a private futex, its own directory with the owner's rights, fcntl's basics
+    "allowed = {\n"
+    "    'futex_private_wake': libc.syscall(202, ctypes.byref(word), 129, 1, 0, 0, 0) == 0,\n"
+    "    'mkdir': os.mkdir('mine', 0o755) is None,\n"
+    "    'f_getfl': fcntl.fcntl(plain, fcntl.F_GETFL) >= 0,\n"
+    "}\n"
+    "if any(v is not True for v in results.values()) or not all(allowed.values()):\n"
+    "    raise ValueError(f'allowed: {results} {allowed}')\n"
+    "raise PermissionError(errno.EPERM, 'every probed call refused')\n"
+)
+
+
+@pytest.mark.skipif(
+    "seccomp" not in LAYERS and not IN_CI,
+    reason="pyseccomp (and libseccomp2) not installed: no seccomp filter here (CI=true never skips)",
+)
+def test_calls_on_no_allowlist_are_refused(job_tmp: Path) -> None:
+    """Deny by default: exec, sockets of any family, links, FIFOs, memfds, another process's
+    limits and CPUs, a terminal's input queue, prctl and personality options nobody listed;
+    metadata, file locks, directory notices and shared futexes (red team 3: channels between
+    siblings, a directory its owner may not list)."""
+    error = _judge_fails(job_tmp, "sandbox_violation", ALLOWLIST_PROBE + GOOD_TAIL)
+    assert "system call refused" in error.message
+
+
 # -- resource exhaustion ---------------------------------------------------------------
 @needs_pids_limit
 @pytest.mark.slow
@@ -205,25 +271,43 @@ def test_infinite_loop_with_a_thread_ignoring_sigterm(job_tmp: Path) -> None:
 @needs_bwrap
 @pytest.mark.slow
 def test_double_forked_setsid_daemon_survives_nothing(job_tmp: Path) -> None:
-    marker = f"ideabench-test-daemon-{uuid.uuid4().hex}"
+    """A daemon (double fork, its own session) that outlives its job. It cannot exec another
+    program (the allowlist refuses execve), so it names itself (PR_SET_NAME) and sleeps."""
+    marker = uuid.uuid4().hex[:15]  # a thread name holds 15 characters
     source = (
-        "import os, sys\n"
+        "import ctypes, os, time\n"
         "if os.fork() == 0:\n"
         "    os.setsid()\n"
         "    if os.fork() == 0:\n"
-        "        os.execv(sys.executable, [sys.executable, '-c', "
-        f"'import time\\nwhile True: time.sleep(1)', {marker!r}])\n"
+        f"        ctypes.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)\n"
+        "        while True:\n"
+        "            time.sleep(1)\n"
         "    os._exit(0)\n"
         "os.wait()\n" + GOOD_TAIL
     )
     seen: list[bool] = []
     report = judge(
         JudgeRequest(track="smoke", idea_code=source, n_seeds=2, timeout_s=120),
-        on_progress=lambda _: seen.append(bool(_processes_with(marker))),
+        on_progress=lambda _: seen.append(bool(_processes_named(marker))),
     ).model_dump(mode="json")
     assert report["bench_report"]["n_seeds"] == 2
     assert any(seen), "the daemon never ran: the test proves nothing"
-    _assert_nothing_left(str(job_tmp), marker)
+    deadline = time.monotonic() + 10
+    while _processes_named(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _processes_named(marker), "the daemon outlived its job"
+    _assert_nothing_left(str(job_tmp))
+
+
+def _processes_named(comm: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == comm:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
 
 
 def test_printing_gigabytes_hits_the_output_cap(job_tmp: Path) -> None:
@@ -499,3 +583,24 @@ def test_a_child_reaped_before_is_not_killed_again_by_its_number() -> None:
     finally:
         stranger.kill()
         stranger.wait()
+
+
+# Calls no child may make, whatever the allowlist gains later: the earlier deny list, and what
+# the allowlist refuses on purpose (test_calls_on_no_allowlist_are_refused probes some of them).
+NEVER_ALLOWED = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root", "chroot", "bpf",
+    "keyctl", "add_key", "request_key", "unshare", "setns", "perf_event_open", "kexec_load", "init_module",
+    "finit_module", "delete_module", "open_by_handle_at", "name_to_handle_at", "userfaultfd", "io_uring_setup",
+    "io_uring_enter", "fsopen", "fsmount", "move_mount", "open_tree", "iopl", "ioperm", "execve", "execveat",
+    "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4", "link", "linkat", "symlink",
+    "symlinkat", "mknod", "mknodat", "memfd_create", "personality", "shmget", "msgget", "semget", "mq_open",
+    "pidfd_open", "pidfd_getfd", "kcmp", "process_madvise", "prctl", "ioctl", "clone", "clone3", "prlimit64",
+    "sched_setaffinity", "setuid", "setgid", "setgroups", "capset", "chmod", "chown", "setxattr", "inotify_init1",
+)
+
+
+def test_the_allowlist_holds_none_of_the_calls_a_sandbox_refuses() -> None:
+    from bench.sandbox.guard import ALLOWED_SYSCALLS
+
+    assert len(set(ALLOWED_SYSCALLS)) == len(ALLOWED_SYSCALLS)
+    assert not set(ALLOWED_SYSCALLS) & set(NEVER_ALLOWED)  # prctl, ioctl, clone, prlimit64: only by argument

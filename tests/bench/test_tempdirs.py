@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from bench.tempdirs import OWNER, OwnedDir, sweep
+import pytest
+
+from bench.runner import directory_usage
+from bench.tempdirs import OWNER, OwnedDir, remove_tree, sweep
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,3 +58,68 @@ def test_job_dirs_are_owned(tmp_path: Path) -> None:
         assert Path(name).name.startswith("ideabench-job-")
         assert name not in sweep()  # held by this process
     assert not Path(name).exists()
+
+
+NOBODY = 65534
+
+
+def _as_nobody(function: Callable[[], object]) -> str:
+    """``repr`` of what ``function`` returns in a fork of this process run as nobody (the
+    interpreter cannot start as nobody here: its prefix is under root's home)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the forked copy
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            os.write(write, repr(function()).encode())
+            os._exit(0)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            os.write(write, f"error: {exc!r}".encode())
+            os._exit(1)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        out = pipe.read().decode()
+    os.waitpid(pid, 0)
+    return out
+
+
+def _hide(root: Path) -> None:
+    """What a child run as the worker's user could leave: directories their owner may not
+    list, empty or search, each over a MiB deep inside."""
+    for name, mode in (("unlistable", 0o300), ("unwritable", 0o500), ("unsearchable", 0o600)):
+        (root / name / "deeper").mkdir(parents=True)
+        (root / name / "deeper" / "blob").write_bytes(b"x" * (1 << 20))
+        (root / name).chmod(mode)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes the tree as another user (CI runs as root)")
+def test_a_worker_not_run_as_root_counts_and_removes_what_a_child_hid() -> None:
+    """Red team 3: a directory of mode 0o300 hid what was written in it from the quota walk
+    (``directory_usage``) and from every removal, for a worker not run as root (root's rights
+    hid it from the tests). Run as that user, the walk now says past quota and ``remove_tree``
+    removes it all."""
+    base = Path(tempfile.mkdtemp(prefix="ideabench-test-hidden-"))
+    try:
+        base.chmod(0o777)
+        assert _as_nobody(lambda: _hide(base)) == "None"
+        assert _as_nobody(lambda: directory_usage(base, 1000)) == "(0, 1001)"
+
+        def remove() -> list[str]:
+            for name in ("unlistable", "unwritable", "unsearchable"):
+                remove_tree(base / name)
+            return os.listdir(base)
+        assert _as_nobody(remove) == "[]"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_removing_a_tree_changes_no_right_outside_it(tmp_path: Path) -> None:
+    """``remove_tree`` of a path that is gone, or of a tree whose removal fails, never gives
+    its parent (the worker's temp dir) the owner's rights only."""
+    tmp_path.chmod(0o1777)
+    remove_tree(tmp_path / "gone")
+    remove_tree(tmp_path / "gone" / "deeper")
+    assert tmp_path.stat().st_mode & 0o7777 == 0o1777
