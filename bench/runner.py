@@ -29,28 +29,71 @@ MAX_MESSAGE_BYTES = 1 << 20  # one line from a child; ours are a few hundred byt
 DISK_CHECK_S = 1.0  # how often the parent measures a child's working directory
 
 
+MAX_DEPTH = 32  # directories below a child's own: the bench makes a few; deeper is past the quota
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_under(root_fd: int, parts: tuple[str, ...]) -> int:
+    """A descriptor of the directory ``parts`` below the one ``root_fd`` holds, opened one name at
+    a time following no link (no path is ever longer than one name: a child's tree may be)."""
+    fd = os.dup(root_fd)
+    try:
+        for part in parts:
+            below = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = below
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def directory_usage(root: Path, max_entries: int) -> tuple[int, int]:
     """(bytes, entries) under ``root``, not following links; stops counting past
     ``max_entries`` (a child that made millions of files must not make the parent walk them).
-    A directory the parent may not list counts as past ``max_entries``: what it holds cannot be
-    counted (a directory of mode 0o300 hid 3 MiB from a worker not run as root, red team)."""
+
+    Walked by descriptors, one name at a time. What cannot be counted counts as past
+    ``max_entries``: a directory the parent may not list (mode 0o300 hid 3 MiB from a worker not
+    run as root), one deeper than ``MAX_DEPTH`` (a path past PATH_MAX hid 2.4 GiB from a walk by
+    paths), any error but a name gone since it was listed (red teams 3 and 4)."""
+    over = max_entries + 1
+    try:
+        root_fd = os.open(root, _DIR_FLAGS)
+    except FileNotFoundError:
+        return 0, 0
+    except OSError:
+        return 0, over
     total, entries = 0, 0
-    stack = [str(root)]
-    while stack and entries <= max_entries:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    entries += 1
-                    if entries > max_entries:
-                        break
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                    elif entry.is_file(follow_symlinks=False):
-                        total += entry.stat(follow_symlinks=False).st_blocks * 512
-        except PermissionError:
-            return total, max_entries + 1
-        except OSError:
-            continue
+    try:
+        stack: list[tuple[str, ...]] = [()]
+        while stack and entries <= max_entries:
+            parts = stack.pop()
+            if len(parts) > MAX_DEPTH:
+                return total, over
+            try:
+                fd = open_under(root_fd, parts)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return total, over
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        entries += 1
+                        if entries > max_entries:
+                            break
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append((*parts, entry.name))
+                        elif entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_blocks * 512
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return total, over
+            finally:
+                os.close(fd)
+    finally:
+        os.close(root_fd)
     return total, entries
 
 

@@ -14,11 +14,9 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import shutil
 import stat
 import tempfile
 import threading
-from typing import Any
 
 log = logging.getLogger(__name__)
 PREFIX = "ideabench-"
@@ -48,52 +46,87 @@ class OwnedDir:
 
     def cleanup(self) -> None:
         """Remove the directory, then drop the lock."""
-        remove_tree(self.name)
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        try:
+            remove_tree(self.name)
+        finally:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def remove_tree(path: str | os.PathLike[str]) -> None:
-    """``shutil.rmtree`` that also removes what a child made unreadable or unwritable for its
-    owner: a directory it cannot list or empty is given the owner's rights back and removed
-    again (a worker not run as root kept a child's directory of mode 0o300, red team). Only for
-    trees no process writes any more (their children are dead); a link is never followed."""
+    """Remove ``path`` and all under it, as far as its owner may; never raises.
 
-    def owner_rights(directory: str) -> bool:
-        try:
-            if stat.S_ISDIR(os.lstat(directory).st_mode):
-                os.chmod(directory, 0o700)
-                return True
-        except OSError:
-            pass  # not ours to change (the tree's root's parent): tried, then the removal says
-        return False
+    Written here rather than ``shutil.rmtree`` because a child writes the tree (red teams 3 and
+    4): Python 3.11's ``rmtree`` recurses once per level, and a tree 1,500 directories deep raised
+    ``RecursionError`` out of the job's cleanup (the job ended ``internal``, its directory and
+    its lock kept); a path past PATH_MAX cannot be named; a directory of mode 0o300 cannot be
+    listed by a worker not run as root. So: a loop, not recursion; one name at a time below a
+    held descriptor, following no link; each directory given its owner's rights before it is
+    read, and none outside the tree. Only for trees no process writes any more."""
+    parent, name = os.path.split(os.path.abspath(path))
+    try:
+        top = os.open(parent, _DIR_FLAGS)
+    except OSError:
+        return
+    try:
+        _remove_below(top, name)
+    except Exception:  # noqa: BLE001 - what is left stays; a cleanup never fails its job
+        log.warning("could not remove all of %s", path, exc_info=True)
+    finally:
+        os.close(top)
 
-    root = os.path.abspath(path)
-    tried: set[str] = set()
 
-    def inside(candidate: str) -> bool:  # never a right changed outside the tree (its parent: /tmp)
-        return candidate == root or candidate.startswith(root + os.sep)
+def _open_own(parent_fd: int, name: str) -> int:
+    try:
+        os.chmod(name, 0o700, dir_fd=parent_fd, follow_symlinks=True)  # checked a directory by lstat
+    except OSError:
+        pass
+    return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
 
-    def retry(_function: object, failed: str, exc: Any) -> None:
-        failed = os.path.abspath(failed)
-        error = exc[1] if isinstance(exc, tuple) else exc
-        if failed in tried or isinstance(error, FileNotFoundError) or not inside(failed):
-            return  # once per path: what still fails stays (a file the kernel keeps)
-        tried.add(failed)
-        if inside(os.path.dirname(failed)):
-            owner_rights(os.path.dirname(failed))
-        try:
-            if owner_rights(failed):
-                shutil.rmtree(failed, onerror=retry)
-            else:
-                os.unlink(failed)
-        except OSError:
-            pass
 
-    shutil.rmtree(path, onerror=retry)
-    if os.path.lexists(path):  # a directory emptied by ``retry`` after its own rmdir failed
-        shutil.rmtree(path, ignore_errors=True)
+def _remove_below(top: int, name: str) -> None:
+    """Remove ``name`` in the directory ``top`` holds. Depth-first with one descriptor open at a
+    time: each level keeps the names it has left, and goes back up through ``..``."""
+    try:
+        info = os.stat(name, dir_fd=top, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(name, dir_fd=top)
+        return
+    fd = _open_own(top, name)
+    levels: list[tuple[str, list[str]]] = [(name, os.listdir(fd))]
+    try:
+        while levels:
+            own, left = levels[-1]
+            if left:
+                entry = left.pop()
+                try:
+                    if stat.S_ISDIR(os.stat(entry, dir_fd=fd, follow_symlinks=False).st_mode):
+                        below = _open_own(fd, entry)
+                        os.close(fd)
+                        fd = below
+                        levels.append((entry, os.listdir(fd)))
+                    else:
+                        os.unlink(entry, dir_fd=fd)
+                except OSError:
+                    pass  # it stays, and so will the directories above it
+                continue
+            levels.pop()
+            up = top if not levels else os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = up if levels else -1
+            try:
+                os.rmdir(own, dir_fd=up)
+            except OSError:
+                pass
+    finally:
+        if fd not in (-1, top):
+            os.close(fd)
 
 
 def sweep(parent: str | None = None) -> list[str]:

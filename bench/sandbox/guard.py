@@ -25,14 +25,13 @@ from typing import Any
 # with some arguments are in ``_install_seccomp``.
 ALLOWED_SYSCALLS = (
     # memory
-    "brk", "mmap", "munmap", "mprotect", "mremap", "madvise", "msync", "membarrier",
+    "brk", "mmap", "munmap", "mprotect", "mremap", "msync", "membarrier",
     # files, in the views bubblewrap and Landlock give
-    "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "preadv2",
-    "pwritev2", "open", "openat", "close", "close_range", "lseek", "fstat", "stat", "lstat",
-    "newfstatat", "statx", "fstatfs", "statfs", "getdents64", "readlink", "readlinkat", "access",
-    "faccessat", "faccessat2", "dup", "dup2", "dup3", "pipe", "pipe2", "rmdir", "unlink",
-    "unlinkat", "rename", "renameat", "renameat2", "ftruncate", "fsync", "fdatasync", "fallocate",
-    "getcwd", "chdir", "fchdir", "sendfile", "copy_file_range",
+    "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "close",
+    "close_range", "lseek", "fstat", "stat", "lstat", "newfstatat", "statx", "fstatfs", "statfs",
+    "getdents64", "readlink", "readlinkat", "access", "faccessat", "faccessat2", "dup", "dup2",
+    "dup3", "pipe", "pipe2", "ftruncate", "fsync", "fdatasync", "getcwd", "chdir", "fchdir",
+    "sendfile", "copy_file_range",
     # waiting
     "poll", "ppoll", "select", "pselect6", "epoll_create1", "epoll_ctl", "epoll_wait",
     "epoll_pwait", "epoll_pwait2", "eventfd2",
@@ -55,6 +54,10 @@ ALLOWED_SYSCALLS = (
     # the sandbox's own narrowing: a fork server stacks a filter; its children restrict themselves
     "seccomp", "landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self",
 )
+# madvise advice: not MADV_COLD / PAGEOUT (they evict a file's pages from the host's page cache,
+# whose state another job's child read back: a channel across jobs, red team 4), MERGEABLE, REMOVE
+ALLOWED_MADVISE = (0, 1, 2, 3, 4, 8, 10, 11, 14, 15, 16, 17, 18, 19)
+O_TMPFILE_FLAG = 0o20000000  # __O_TMPFILE: a file with no name, which no walk of the directory counts
 # fcntl commands: F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC, F_GETPIPE_SZ. Not
 # locks, leases, F_NOTIFY or F_SETOWN / F_SETSIG: on a file every sibling may read (the standard
 # library) a lock or a directory notice was a channel between siblings (red team 3)
@@ -106,6 +109,19 @@ def _install_seccomp() -> None:
     # another process's (a sibling's, in a fork server's sandbox) are not its to change
     for name in ("prlimit64", "sched_setaffinity"):
         flt.add_rule(seccomp.ALLOW, name, seccomp.Arg(0, seccomp.EQ, 0))
+    # Files: every byte a child holds has a name in its directory, where the parent counts it
+    # (red team 4: an O_TMPFILE file, fallocate's KEEP_SIZE, which RLIMIT_FSIZE does not see, and
+    # files unlinked while open held 5 GiB past a 2 GiB quota): no O_TMPFILE, fallocate in its
+    # plain mode only, no unlink, rmdir or rename (a child needs none: the bench writes its
+    # outputs under names the parent chose, and overwrites them in place)
+    flt.add_rule(seccomp.ALLOW, "open", seccomp.Arg(1, seccomp.MASKED_EQ, O_TMPFILE_FLAG, 0))
+    flt.add_rule(seccomp.ALLOW, "openat", seccomp.Arg(2, seccomp.MASKED_EQ, O_TMPFILE_FLAG, 0))
+    flt.add_rule(seccomp.ALLOW, "fallocate", seccomp.Arg(1, seccomp.EQ, 0))
+    # reads and writes without flags (RWF_NOWAIT told a cached page from one that is not)
+    for name in ("preadv2", "pwritev2"):
+        flt.add_rule(seccomp.ALLOW, name, seccomp.Arg(5, seccomp.EQ, 0))
+    for advice in ALLOWED_MADVISE:
+        flt.add_rule(seccomp.ALLOW, "madvise", seccomp.Arg(2, seccomp.EQ, advice))
     for command in ALLOWED_FCNTL:
         flt.add_rule(seccomp.ALLOW, "fcntl", seccomp.Arg(1, seccomp.EQ, command))
     # futex: any operation on a process-private futex; on a shared one (a mapping of a file every
@@ -228,6 +244,11 @@ def bootstrap(argv: list[str]) -> None:
         status["errors"].append(f"/proc/self/status: {exc}")
     os.write(status_fd, json.dumps(status).encode())
     os.close(status_fd)
+    import tempfile
+
+    # the temporary directory named, not probed: gettempdir() finds one by making and unlinking a
+    # file, and a child may unlink nothing (``_install_seccomp``)
+    tempfile.tempdir = argv[2]
     entry = importlib.import_module(argv[3])
     sys.argv = [argv[3], proto_fd]
     entry.main()

@@ -78,7 +78,7 @@ def _become_child(sock: socket.socket, wake: tuple[int, int], fds: list[int], sp
         os.environ.update(HOME=workdir, TMPDIR=workdir)  # as a fresh child's (launcher._child_env)
         import tempfile
 
-        tempfile.tempdir = None
+        tempfile.tempdir = workdir  # named, not probed: a probe unlinks a file (bench.sandbox.guard)
         landlock.restrict(spec["read"], [workdir], ["/dev/null"])
     except BaseException:  # noqa: BLE001 - nothing ran: say why in the boot log and stop
         try:

@@ -123,3 +123,42 @@ def test_removing_a_tree_changes_no_right_outside_it(tmp_path: Path) -> None:
     remove_tree(tmp_path / "gone")
     remove_tree(tmp_path / "gone" / "deeper")
     assert tmp_path.stat().st_mode & 0o7777 == 0o1777
+
+
+def _descend(root: Path, names: list[str], payload: bytes = b"") -> None:
+    """Directories ``names`` nested below ``root``, made one name at a time (the whole path may
+    be longer than PATH_MAX), a file with ``payload`` at the bottom."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in names:
+            os.mkdir(name, dir_fd=fd)
+            below = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        if payload:
+            out = os.open("blob", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
+            os.write(out, payload)
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
+def test_a_tree_too_deep_or_too_long_to_name_is_counted_and_removed(tmp_path: Path) -> None:
+    """Red team 4: a tree 1,500 directories deep raised RecursionError out of the job's cleanup
+    (the job ended internal, its directory and lock kept); 17 names of 250 characters made a
+    path past PATH_MAX that the quota walk skipped with all 2.4 GiB under it."""
+    deep, long = tmp_path / "deep", tmp_path / "long"
+    deep.mkdir()
+    long.mkdir()
+    _descend(deep, ["d"] * 40, b"x")
+    _descend(long, [c * 250 for c in "abcdefghijklmnopq"], b"x" * (1 << 20))
+    assert directory_usage(deep, 10_000)[1] == 10_001  # deeper than runner.MAX_DEPTH: past the quota
+    used, entries = directory_usage(long, 10_000)
+    assert used >= 1 << 20 and entries == 18  # counted, past PATH_MAX
+    owned = OwnedDir("job", parent=str(tmp_path))
+    _descend(Path(owned.name), ["d"] * 1500, b"x")
+    owned.cleanup()  # no RecursionError; the lock dropped
+    assert not Path(owned.name).exists() and owned._fd is None
+    remove_tree(deep)
+    remove_tree(long)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -72,19 +72,39 @@ def test_predictions_of_another_shape_are_refused_before_scoring(job_tmp: Path) 
 
 
 def test_a_log_linked_to_proc_environ_leaks_nothing(job_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sandbox refuses the unlink and the link (seccomp's allowlist); the parent's reading of
+    a log that is a link is tested without it below."""
     secret = f"hunter2-{uuid.uuid4().hex}"
     monkeypatch.setenv("IDEABENCH_FAKE_DATABASE_URL", f"postgresql://u:{secret}@db/x")
     error = judge_error(hostile("log_link.py"))
-    assert error.code == ErrorCode.CRASHED, error.message
+    assert error.code == ErrorCode.SANDBOX_VIOLATION, error.message
     assert secret not in error.message and "IDEABENCH_FAKE_DATABASE_URL" not in error.message
 
 
 def test_a_log_replaced_by_a_fifo_does_not_hang_the_parent(job_tmp: Path) -> None:
-    fresh_children()  # a forked child cannot make a FIFO at all (tests/bench/test_forkserver.py)
+    fresh_children()
     started = time.monotonic()
     error = judge_error(hostile("log_fifo.py"), timeout_s=60.0)
-    assert error.code == ErrorCode.CRASHED, error.message
+    assert error.code == ErrorCode.SANDBOX_VIOLATION, error.message
     assert time.monotonic() - started < 55
+
+
+def test_the_parent_reads_no_log_that_is_a_link_or_a_fifo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no filter stopped the child (a weak sandbox), its log may be a link to the parent's
+    own /proc/self/environ or a FIFO no writer opens: the parent's tail reads neither (it opens
+    with O_NOFOLLOW and O_NONBLOCK, a regular file only) and returns at once."""
+    secret = f"hunter2-{uuid.uuid4().hex}"
+    monkeypatch.setenv("IDEABENCH_FAKE_DATABASE_URL", f"postgresql://u:{secret}@db/x")
+    linked, fifo = tmp_path / "linked", tmp_path / "fifo"
+    linked.mkdir()
+    fifo.mkdir()
+    (linked / "child.log").symlink_to("/proc/self/environ")
+    os.mkfifo(fifo / "child.log")
+    started = time.monotonic()
+    for workdir in (linked, fifo):
+        session = type("Session", (), {"workdir": workdir, "role": "idea"})()
+        assert ArmSession.log_tail(session) == ""  # type: ignore[arg-type]
+    assert time.monotonic() - started < 5
 
 
 def test_a_flooded_pipe_is_cut_off(job_tmp: Path) -> None:
