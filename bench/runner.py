@@ -13,6 +13,7 @@ import stat
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -240,6 +241,13 @@ def _has_cgroup(proc: sandbox.ChildProcess) -> bool:
     return "cgroup_memory" in sandbox.layers_of(proc)
 
 
+# Every live session, so that reading any child of a job also measures its idle siblings' directories:
+# a child the parent does not talk to (the idea's capture child during the screening) wrote 2.6 GiB
+# past its quota unchecked for the whole stage (red team 5)
+_live: weakref.WeakSet[ArmSession] = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
 class ArmSession:
     """One sandboxed child that holds one arm's code for the whole job."""
 
@@ -280,6 +288,9 @@ class ArmSession:
         self.layers = sandbox.layers_of(self.proc)
         self._killed_for: ErrorCode | None = None
         self._disk_checked = time.monotonic()
+        self._disk_lock = threading.Lock()
+        with _live_lock:
+            _live.add(self)
         self._ready = False
         self._pending = pending
         if wait_ready:
@@ -325,13 +336,29 @@ class ArmSession:
             )
         return message
 
+    def _check_disks(self) -> None:
+        """``_check_disk`` of this child and of every other live child of its job (they share
+        the job's cancel event), whichever the parent is waiting on."""
+        with _live_lock:
+            job = [session for session in _live if session.cancel is self.cancel and session is not self]
+        self._check_disk()
+        for session in job:
+            session._check_disk()
+
     def _check_disk(self) -> None:
         """The child's working directory holds at most ``disk_mb`` and ``disk_entries`` (each
-        file is capped by RLIMIT_FSIZE; this caps their sum and their number)."""
+        file is capped by RLIMIT_FSIZE; this caps their sum and their number). At most once per
+        ``DISK_CHECK_S``, by one thread at a time; a closed child's directory is its job's to remove."""
         now = time.monotonic()
-        if now - self._disk_checked < DISK_CHECK_S:
+        if now - self._disk_checked < DISK_CHECK_S or self._fd < 0 or not self._disk_lock.acquire(blocking=False):
             return
-        self._disk_checked = now
+        try:
+            self._disk_checked = now
+            self._measure_disk()
+        finally:
+            self._disk_lock.release()
+
+    def _measure_disk(self) -> None:
         used, entries = directory_usage(self.workdir, self.limits.disk_entries)
         if used > self.limits.disk_mb * 1024 * 1024 or entries > self.limits.disk_entries:
             self._kill(ErrorCode.OUTPUT_LIMIT)
@@ -345,8 +372,8 @@ class ArmSession:
 
     def _check_limits(self) -> None:
         """Raise (killing the child) when the job was cancelled, ran past its deadline, or
-        its child filled its directory past the quota."""
-        self._check_disk()
+        its child (or an idle one of its job) filled its directory past the quota."""
+        self._check_disks()
         if self.cancel.is_set():
             self._kill(ErrorCode.CANCELLED)
             raise BenchError(ErrorCode.CANCELLED, "The job was cancelled; its child was killed.")
@@ -495,6 +522,8 @@ class ArmSession:
     def close(self) -> None:
         """Kill the child's whole process group (it keeps nothing that needs a clean exit). A
         second call closes nothing more (its descriptor's number may be another file's by then)."""
+        with _live_lock:
+            _live.discard(self)
         sandbox.kill(self.proc)
         if self.proc.stdin is not None:
             try:

@@ -216,6 +216,7 @@ ALLOWLIST_PROBE = (
     # red team 4: bytes with no name in its directory, the page cache as a channel
     "    'o_tmpfile': refused(lambda: os.open('.', os.O_TMPFILE | os.O_RDWR, 0o600)),\n"
     "    'fallocate_keep_size': refused_c(libc.fallocate(plain, 1, 0, 1 << 20)),\n"
+    "    'fallocate': refused_c(libc.fallocate(plain, 0, 0, 1 << 20)),\n"
     "    'unlink': refused(lambda: os.unlink('plain')),\n"
     "    'rename': refused(lambda: os.rename('plain', 'moved')),\n"
     "    'rmdir': refused(lambda: (os.mkdir('empty'), os.rmdir('empty'))),\n"
@@ -227,7 +228,6 @@ ALLOWLIST_PROBE = (
     "    'futex_private_wake': libc.syscall(202, ctypes.byref(word), 129, 1, 0, 0, 0) == 0,\n"
     "    'mkdir': os.mkdir('mine', 0o755) is None,\n"
     "    'f_getfl': fcntl.fcntl(plain, fcntl.F_GETFL) >= 0,\n"
-    "    'fallocate': libc.fallocate(plain, 0, 0, 4096) == 0,\n"
     "    'madvise_dontneed': libc.madvise(ctypes.c_void_p(page), 4096, 4) == 0,\n"
     "}\n"
     "if any(v is not True for v in results.values()) or not all(allowed.values()):\n"

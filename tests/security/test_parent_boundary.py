@@ -447,3 +447,37 @@ def test_a_matched_baseline_that_senses_its_trainers_path_gains_nothing(job_tmp:
                                 baseline_code=hostile("path_keyed_matched.py"), n_seeds=8,
                                 job_key="rt2-path-test")).model_dump(mode="json")
     assert (report["system_verdict"], report["practical_verdict"]) == ("failed", "inconclusive"), report["summary"]
+
+
+def test_an_idle_child_past_its_quota_is_caught_while_the_parent_reads_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team 5: the parent measured a child's directory only while it talked to that child,
+    so the idea's capture child, idle for the whole screening, held 2.6 GiB past its quota while
+    the parent read the trainers. Reading any child of a job now measures every live child of
+    that job (not another job's)."""
+    from bench import runner
+
+    killed: list[str] = []
+    monkeypatch.setattr(ArmSession, "_kill", lambda self, reason: killed.append(self.role))
+
+    def session(role: str, cancel: threading.Event) -> ArmSession:
+        made = object.__new__(ArmSession)  # the disk check's state only: no child is started
+        made.role, made.workdir, made.cancel = role, tmp_path / role, cancel
+        made.workdir.mkdir()
+        made.limits, made._disk_checked, made._disk_lock, made._fd = Limits(disk_mb=1), 0.0, threading.Lock(), 99
+        with runner._live_lock:
+            runner._live.add(made)
+        return made
+
+    job, other_job = threading.Event(), threading.Event()
+    reading, idle, elsewhere = session("trainer", job), session("capture_idea", job), session("x", other_job)
+    (elsewhere.workdir / "blob").write_bytes(b"x" * (2 << 20))
+    reading._check_disks()  # the other job's child is past its quota: not this job's to judge
+    assert killed == []
+    (idle.workdir / "blob").write_bytes(b"x" * (2 << 20))
+    idle._disk_checked = 0.0
+    with pytest.raises(BenchError) as info:
+        reading._check_disks()
+    assert info.value.code == ErrorCode.OUTPUT_LIMIT and "capture_idea" in info.value.message
+    assert killed == ["capture_idea"]
