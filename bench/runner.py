@@ -22,6 +22,7 @@ from bench import sandbox, wire
 from bench.errors import BenchError, ErrorCode
 from bench.npy import NPY_MAX_HEADER, parse_npy_header
 from bench.sandbox import LOG_NAME
+from bench.tempdirs import DIR_FLAGS
 
 log = logging.getLogger("ideabench.runner")
 POLL_S = 0.2
@@ -31,7 +32,6 @@ DISK_CHECK_S = 1.0  # how often the parent measures a child's working directory
 
 
 MAX_DEPTH = 32  # directories below a child's own: the bench makes a few; deeper is past the quota
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def open_under(root_fd: int, parts: tuple[str, ...]) -> int:
@@ -40,7 +40,7 @@ def open_under(root_fd: int, parts: tuple[str, ...]) -> int:
     fd = os.dup(root_fd)
     try:
         for part in parts:
-            below = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            below = os.open(part, DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = below
     except BaseException:
@@ -59,7 +59,7 @@ def directory_usage(root: Path, max_entries: int) -> tuple[int, int]:
     paths), any error but a name gone since it was listed (red teams 3 and 4)."""
     over = max_entries + 1
     try:
-        root_fd = os.open(root, _DIR_FLAGS)
+        root_fd = os.open(root, DIR_FLAGS)
     except FileNotFoundError:
         return 0, 0
     except OSError:

@@ -54,7 +54,7 @@ class OwnedDir:
                 self._fd = None
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC  # a directory, never a link
 
 
 def remove_tree(path: str | os.PathLike[str]) -> None:
@@ -69,7 +69,7 @@ def remove_tree(path: str | os.PathLike[str]) -> None:
     read, and none outside the tree. Only for trees no process writes any more."""
     parent, name = os.path.split(os.path.abspath(path))
     try:
-        top = os.open(parent, _DIR_FLAGS)
+        top = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the worker's own directory
     except OSError:
         return
     try:
@@ -85,7 +85,7 @@ def _open_own(parent_fd: int, name: str) -> int:
         os.chmod(name, 0o700, dir_fd=parent_fd, follow_symlinks=True)  # checked a directory by lstat
     except OSError:
         pass
-    return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    return os.open(name, DIR_FLAGS, dir_fd=parent_fd)
 
 
 def _remove_below(top: int, name: str) -> None:
@@ -117,7 +117,7 @@ def _remove_below(top: int, name: str) -> None:
                     pass  # it stays, and so will the directories above it
                 continue
             levels.pop()
-            up = top if not levels else os.open("..", _DIR_FLAGS, dir_fd=fd)
+            up = top if not levels else os.open("..", DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = up if levels else -1
             try:

@@ -44,10 +44,10 @@ ALLOWED_SYSCALLS = (
     "exit", "exit_group", "wait4", "waitid", "kill", "tgkill", "tkill", "getpid", "getppid",
     "gettid", "getpgrp", "getpgid", "getsid", "setsid", "getuid", "geteuid", "getgid",
     "getegid", "getgroups", "getresuid", "getresgid", "capget", "rt_sigaction", "rt_sigprocmask",
-    "rt_sigreturn", "rt_sigtimedwait", "rt_sigsuspend", "sigaltstack", "set_robust_list", "rseq", "set_tid_address", "sched_getaffinity",
-    "sched_yield", "sched_getparam", "sched_getscheduler", "sched_get_priority_max",
-    "sched_get_priority_min", "getpriority", "getrlimit", "setrlimit", "getrusage",
-    "times", "restart_syscall", "pause", "alarm", "setitimer", "getitimer",
+    "rt_sigreturn", "rt_sigtimedwait", "rt_sigsuspend", "sigaltstack", "set_robust_list", "rseq",
+    "set_tid_address", "sched_getaffinity", "sched_yield", "sched_getparam", "sched_getscheduler",
+    "sched_get_priority_max", "sched_get_priority_min", "getpriority", "getrlimit", "setrlimit",
+    "getrusage", "times", "restart_syscall", "pause", "alarm", "setitimer", "getitimer",
     # time, randomness, the machine
     "clock_gettime", "clock_getres", "clock_nanosleep", "nanosleep", "gettimeofday", "time",
     "getrandom", "uname", "sysinfo", "arch_prctl", "getcpu",
@@ -69,6 +69,7 @@ ALLOWED_PRCTL = (15, 16, 1, 2, 38, 39, 22, 21, 3, 23)
 # ioctl requests: a terminal's attributes (isatty), FIONREAD, FIONBIO, FIOCLEX / FIONCLEX
 ALLOWED_IOCTL = (0x5401, 0x541B, 0x5421, 0x5451, 0x5450)
 FUTEX_WAIT, FUTEX_WAIT_BITSET, FUTEX_PRIVATE, FUTEX_CMD_MASK = 0, 9, 128, 0x7F
+CLONE_PARENT = 0x00008000
 _CLONE_NEW_FLAGS = (
     0x00020000  # CLONE_NEWNS
     | 0x02000000  # CLONE_NEWCGROUP
@@ -90,11 +91,13 @@ def _set_no_new_privs() -> None:
 
 
 def _install_seccomp() -> None:
-    """Load the allowlist: ``ALLOWED_SYSCALLS``; ``fcntl``, ``prctl`` and ``ioctl`` with the
-    listed commands, options and requests; ``futex`` on private futexes (and waits on shared
-    ones); ``mkdir`` and ``umask`` that keep the owner's rights; ``prlimit64`` and
-    ``sched_setaffinity`` on the caller itself; ``clone`` without namespace flags. ``clone3`` fails with ENOSYS (its flags are in memory a filter
-    cannot read, and libc falls back to ``clone``); everything else with EPERM."""
+    """Load the allowlist: ``ALLOWED_SYSCALLS``; ``fcntl``, ``prctl``, ``madvise`` and ``ioctl``
+    with the listed commands, options, advice and requests; ``open``/``openat`` without
+    ``O_TMPFILE``, ``preadv2``/``pwritev2`` without flags; ``futex`` on private futexes (and waits
+    on shared ones); ``mkdir`` and ``umask`` that keep the owner's rights; ``prlimit64`` and
+    ``sched_setaffinity`` on the caller itself; ``clone`` without namespace flags or
+    ``CLONE_PARENT``. ``clone3`` fails with ENOSYS (its flags are in memory a filter cannot read,
+    and libc falls back to ``clone``); everything else with EPERM."""
     import pyseccomp as seccomp
 
     flt = seccomp.SyscallFilter(seccomp.ERRNO(errno.EPERM))
@@ -131,7 +134,7 @@ def _install_seccomp() -> None:
     for wait in (FUTEX_WAIT, FUTEX_WAIT_BITSET):
         flt.add_rule(seccomp.ALLOW, "futex", seccomp.Arg(1, seccomp.MASKED_EQ, FUTEX_CMD_MASK | FUTEX_PRIVATE, wait))
     # directories it makes stay its owner's to list and empty (a directory of mode 0o300 hid
-    # what was written in it from the parent's quota walk and its removal, red team 1): mkdir's
+    # what was written in it from the parent's quota walk and its removal, red team 3): mkdir's
     # mode and the umask keep the owner's bits
     flt.add_rule(seccomp.ALLOW, "mkdir", seccomp.Arg(1, seccomp.MASKED_EQ, 0o700, 0o700))
     flt.add_rule(seccomp.ALLOW, "mkdirat", seccomp.Arg(2, seccomp.MASKED_EQ, 0o700, 0o700))
@@ -158,7 +161,6 @@ def _install_seccomp() -> None:
 # outlived its child and told a later one the confirmation's decoys, red team), pidfds and
 # kcmp (one PID namespace; Landlock refuses ptrace-like access, this refuses the calls), and
 # clone(CLONE_PARENT) (a process the server would reap and report as a child it never forked).
-CLONE_PARENT = 0x00008000
 SIBLING_DENIED = (
     "socket", "socketpair", "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl",
     "semget", "semop", "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend",
