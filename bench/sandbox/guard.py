@@ -51,7 +51,7 @@ ALLOWED_SYSCALLS = (
     # time, randomness, the machine
     "clock_gettime", "clock_getres", "clock_nanosleep", "nanosleep", "gettimeofday", "time",
     "getrandom", "uname", "sysinfo", "arch_prctl", "getcpu",
-    # the sandbox's own narrowing: a fork server stacks a filter; its children restrict themselves
+    # the sandbox's own narrowing: a filter may be stacked; a fork server's children restrict themselves
     "seccomp", "landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self",
 )
 # madvise advice: not MADV_COLD / PAGEOUT (they evict a file's pages from the host's page cache,
@@ -152,46 +152,6 @@ def _install_seccomp() -> None:
         flt.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
     except (OSError, ValueError, RuntimeError):
         pass
-    flt.load()
-
-
-# What one sandbox shared by a fork server's children (bench.sandbox.zygote) would open between
-# siblings that a sandbox of their own closes: every socket (the pair the server was given is
-# made already; a child needs none), System V and POSIX IPC (one IPC namespace: a segment
-# outlived its child and told a later one the confirmation's decoys, red team), pidfds and
-# kcmp (one PID namespace; Landlock refuses ptrace-like access, this refuses the calls), and
-# clone(CLONE_PARENT) (a process the server would reap and report as a child it never forked).
-SIBLING_DENIED = (
-    "socket", "socketpair", "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl",
-    "semget", "semop", "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend",
-    "mq_timedreceive", "mq_notify", "mq_getsetattr", "pidfd_open", "pidfd_getfd",
-    "pidfd_send_signal", "kcmp", "process_madvise",
-    # Landlock does not mediate metadata: a chmod of a sibling's directory crashed the track's own
-    # baseline child; xattrs, times and inotify were a channel (red team 2). (Every child's
-    # allowlist refuses these and the descriptor-based ones too since session 26: an fchmod of
-    # the shared /dev locked every process of the sandbox out of it, red team 3. This list
-    # stays as the fork server's own second layer.)
-    "chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat", "utime", "utimes", "futimesat",
-    "setxattr", "lsetxattr", "removexattr", "lremovexattr", "getxattr", "lgetxattr", "listxattr",
-    "llistxattr", "setxattrat", "getxattrat", "listxattrat", "removexattrat",
-    "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
-)
-
-
-def install_sibling_filter() -> None:
-    """Stack a second seccomp filter on this process (a fork server, before it forks):
-    ``SIBLING_DENIED`` fail with EPERM for it and every child it forks. Raises if it cannot."""
-    import pyseccomp as seccomp
-
-    flt = seccomp.SyscallFilter(seccomp.ALLOW)
-    for name in SIBLING_DENIED:
-        try:
-            flt.add_rule(seccomp.ERRNO(errno.EPERM), name)
-        except (OSError, ValueError, RuntimeError):
-            pass  # not a system call on this architecture (socketcall-only ones are covered by "socket")
-    flt.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_PARENT, CLONE_PARENT))
-    # utimensat on a path (its second argument; the allowlist refuses it on a descriptor too)
-    flt.add_rule(seccomp.ERRNO(errno.EPERM), "utimensat", seccomp.Arg(1, seccomp.NE, 0))
     flt.load()
 
 

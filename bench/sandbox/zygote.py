@@ -35,7 +35,6 @@ import traceback
 from typing import Any
 
 from bench.sandbox import landlock
-from bench.sandbox.guard import install_sibling_filter
 from bench.sandbox.launcher import CHILD_ENTRY
 
 MAX_PACKET = 1 << 16
@@ -132,7 +131,6 @@ def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     try:
         importlib.import_module(CHILD_ENTRY).prepare()
-        install_sibling_filter()  # after the imports, before any fork: every child inherits it
         threads = _threads()
         if threads != 1:  # fork copies one thread: a second one's locks would stay held in the child
             raise RuntimeError(f"the server runs {threads} threads after prepare(); a fork needs one")

@@ -109,7 +109,7 @@ def test_a_forked_idea_reaches_nothing_of_its_siblings_its_server_or_the_track_p
     for name in ("environ_of_others", "mem_of_others", "fds_of_others"):
         assert results.pop(name) == "EACCES", name  # ptrace outside its Landlock domain
     for name in ("unix_socket", "socketpair", "sysv_shm", "sysv_msg", "sysv_sem", "clone_parent"):
-        assert results.pop(name) == "EPERM", name  # the server's filter for siblings (red team)
+        assert results.pop(name) == "EPERM", name  # seccomp's allowlist (red team)
     assert results.pop("fifo_in_own_dir") == "EPERM"  # no socket or FIFO files (seccomp's allowlist, and Landlock)
     for name in ("chmod_sibling", "utime_sibling", "setxattr_sibling", "getxattr_sibling", "inotify"):
         assert results.pop(name) == "EPERM", name  # metadata Landlock does not mediate (red team 2)

@@ -614,9 +614,22 @@ NEVER_ALLOWED = (
 )
 
 
+# What one sandbox shared by a fork server's children would open between siblings that a sandbox
+# of their own closes (session 25's red teams; a second filter the server stacked refused them
+# until every child's allowlist did): System V and POSIX IPC (a segment outlived its child and
+# told a later one the confirmation's decoys), pidfds, kcmp, path metadata, xattrs, inotify.
+SIBLING_CHANNELS = (
+    "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
+    "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+    "mq_getsetattr", "pidfd_send_signal", "chmod", "fchmodat", "fchmodat2", "lchown", "fchownat", "utime",
+    "utimes", "futimesat", "utimensat", "lsetxattr", "removexattr", "lremovexattr", "getxattr", "lgetxattr",
+    "listxattr", "llistxattr", "fsetxattr", "inotify_init", "inotify_add_watch", "fanotify_init", "fanotify_mark",
+)
+
+
 def test_the_allowlist_holds_none_of_the_calls_a_sandbox_refuses() -> None:
     from bench.sandbox.guard import ALLOWED_SYSCALLS
 
     assert len(set(ALLOWED_SYSCALLS)) == len(ALLOWED_SYSCALLS)
     # prctl, ioctl, clone, prlimit64, open(at), fallocate, preadv2, madvise: only by argument
-    assert not set(ALLOWED_SYSCALLS) & set(NEVER_ALLOWED)
+    assert not set(ALLOWED_SYSCALLS) & (set(NEVER_ALLOWED) | set(SIBLING_CHANNELS))
