@@ -52,6 +52,7 @@ class Defaults(_Frozen):
     batch_size: int = Field(ge=1)
     lr_grid: list[float] = Field(min_length=1)
     weight_decay: float = Field(default=0.0, ge=0.0)
+    schedule: Literal["constant", "cosine"] = "constant"  # the learning rate over a run (bench.trainer.lr_factor)
     sweep_seeds: int = Field(default=2, ge=1)
     n_seeds: int = Field(default=8, ge=2)
 

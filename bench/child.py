@@ -353,6 +353,7 @@ class ArmRunner:
         return RunConfig(
             lr=float(cfg["lr"]), epochs=int(cfg["epochs"]), batch_size=int(cfg["batch_size"]),
             weight_decay=float(cfg.get("weight_decay", 0.0)), loss=run["loss"],
+            schedule=str(run.get("schedule", "constant")),
         )
 
     def _finish(self, run: dict[str, Any], result: Any, path: str, send: Any, x_eval: Any) -> None:

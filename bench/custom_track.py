@@ -475,7 +475,7 @@ def validate(
             session.request(wire.Train(path="sequential", runs=[{
                 "run_id": wire.SMOKE_RUN, "cfg": cfg, "eval": "val", "data_dir": str(exported.data_dir),
                 "init_seed": seeds.init, "order_seed": seeds.order, "loss": card["metric"]["loss"],
-                "keep": False, "group": 0,
+                "schedule": d.schedule, "keep": False, "group": 0,
             }]), events.append)
         finally:
             session.close()

@@ -665,6 +665,7 @@ class _Job:
                     "run_id": record.run_id, "cfg": record.cfg, "eval": record.split,
                     "data_dir": str(self.data(record.seed).data_dir), "init_seed": seeds.init,
                     "order_seed": seeds.order, "loss": self.card["metric"]["loss"],
+                    "schedule": self.settings.defaults.schedule,
                     "keep": record.stage == "screening" and keep, "group": group_id,
                     "rows": self.checked_rows(record),
                 })

@@ -39,13 +39,22 @@ AUTHOR_KEYS = {
     "param_cap", "max_configs", "baseline",
 }
 REQUIRED_KEYS = AUTHOR_KEYS - {"max_configs"}
-DEFAULT_KEYS = {"epochs", "batch_size", "lr_grid", "weight_decay"}
+DEFAULT_KEYS = {"epochs", "batch_size", "lr_grid", "weight_decay", "schedule"}
+SCHEDULES = ("constant", "cosine")  # bench.trainer.lr_factor
 MAX_INPUT_ELEMENTS = 65536
 MAX_PARAM_CAP = 2_000_000
 
 
 def _fail(message: str, hint: str | None = None) -> BenchError:
     return BenchError(ErrorCode.INVALID_TRACK, message, hint)
+
+
+def _schedule(value: Any) -> str:
+    """The learning rate's schedule over a run: one of ``SCHEDULES``."""
+    if not isinstance(value, str) or value not in SCHEDULES:
+        raise _fail(f"CARD['defaults']['schedule'] must be one of {list(SCHEDULES)}.",
+                    "Leave it out for a constant learning rate.")
+    return value
 
 
 def _text(card: dict[str, Any], key: str, lo: int, hi: int) -> str:
@@ -134,6 +143,7 @@ def check_card(card: Any) -> dict[str, Any]:
         "batch_size": _number(defaults.get("batch_size"), "defaults.batch_size", 1, 4096, integer=True),
         "lr_grid": [float(_number(v, "defaults.lr_grid[i]", 1e-6, 10.0)) for v in lr_grid],
         "weight_decay": float(_number(defaults.get("weight_decay", 0.0), "defaults.weight_decay", 0.0, 1.0)),
+        "schedule": _schedule(defaults.get("schedule", "constant")),
         "sweep_seeds": SERVICE_CARD["sweep_seeds"],
         "n_seeds": SERVICE_CARD["n_seeds"],
     }

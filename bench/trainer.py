@@ -28,6 +28,24 @@ class RunConfig:
     batch_size: int
     weight_decay: float = 0.0
     loss: str = "mse"
+    schedule: str = "constant"
+
+
+def lr_factor(schedule: str, step: int, total: int) -> float:
+    """The learning rate's multiplier at ``step`` (0-based) of ``total`` training steps:
+    ``constant`` 1; ``cosine`` decays from 1 to 0 over the run (half a cosine, no warm-up), so
+    the last steps move the weights little and the run ends less at the mercy of its last
+    minibatches (tracks/*/card.json ``defaults.schedule``; docs/tracks.md, "Power")."""
+    if schedule == "constant":
+        return 1.0
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * step / total))
+    raise ValueError(f"unknown learning-rate schedule {schedule!r}")
+
+
+def steps_per_run(cfg: RunConfig, n_train: int) -> int:
+    """Optimizer steps of one run: every minibatch of every epoch (the last may be short)."""
+    return cfg.epochs * -(-n_train // cfg.batch_size)
 
 
 @dataclass
@@ -189,6 +207,7 @@ def train(
     n = x_train.shape[0]
     diverged = False
     last = math.nan
+    total, step = steps_per_run(cfg, n), 0
     model.train()
     for _ in range(cfg.epochs):
         perm = torch.randperm(n, generator=order).to(x_train.device)
@@ -200,7 +219,10 @@ def train(
                 break
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # type: ignore[no-untyped-call]
+            for group in optimizer.param_groups:
+                group["lr"] = cfg.lr * lr_factor(cfg.schedule, step, total)
             optimizer.step()
+            step += 1
             last = float(loss.detach())
         if diverged:
             break

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bench.trainer import EVAL_CHUNK, RunConfig, RunResult, _loss_fn
+from bench.trainer import EVAL_CHUNK, RunConfig, RunResult, _loss_fn, lr_factor, steps_per_run
 
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 PROBE_BATCH = 8
@@ -319,10 +319,10 @@ def train_group(
     start = time.perf_counter()
     first = configs[0]
     for cfg in configs[1:]:
-        if (cfg.epochs, cfg.batch_size, cfg.weight_decay, cfg.loss) != (
-            first.epochs, first.batch_size, first.weight_decay, first.loss
+        if (cfg.epochs, cfg.batch_size, cfg.weight_decay, cfg.loss, cfg.schedule) != (
+            first.epochs, first.batch_size, first.weight_decay, first.loss, first.schedule
         ):
-            raise NotVectorizable("the runs differ in epochs, batch size, weight decay or loss")
+            raise NotVectorizable("the runs differ in epochs, batch size, weight decay, loss or schedule")
     reason = _static_reason(models)
     if reason is not None:
         raise NotVectorizable(reason)
@@ -349,6 +349,7 @@ def train_group(
     alive = torch.ones(n_runs, dtype=torch.bool, device=device)
     any_dead = False
     t = 0
+    total = steps_per_run(first, n)
     for model in models:
         model.train()
     with _math_attention(), torch.no_grad():
@@ -375,7 +376,7 @@ def train_group(
                 exp_avg_sq.mul_(BETA2).addcmul_(g, g, value=1 - BETA2)
                 bias_correction1 = 1 - BETA1**t
                 bias_correction2_sqrt = (1 - BETA2**t) ** 0.5
-                step_size = neg_lrs / bias_correction1
+                step_size = neg_lrs * lr_factor(first.schedule, t - 1, total) / bias_correction1
                 denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(EPS)
                 flat.add_(step_size * exp_avg / denom)
                 if any_dead:

@@ -305,7 +305,8 @@ def main() -> int:
     from bench import options as engine_options
 
     engine_options.configure(dataclasses.replace(
-        engine_options.current(), cache_dir=Path(tempfile.mkdtemp(prefix="ideabench-null-stream-"))))
+        engine_options.current(), engine=dataclasses.replace(
+            engine_options.current().engine, cache_dir=Path(tempfile.mkdtemp(prefix="ideabench-null-stream-")))))
     jobs = [(NULL_KINDS[i % len(NULL_KINDS)], i) for i in range(args.nulls)]
     jobs += [("gain", i) for i in range(args.gains)]
     jobs.sort(key=lambda job: job[1] % args.epochs)  # one epoch after another: its cache stays warm

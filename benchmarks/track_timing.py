@@ -72,7 +72,8 @@ def main() -> int:
     from bench import options as engine_options
 
     engine_options.configure(dataclasses.replace(
-        engine_options.current(), cache_dir=Path(tempfile.mkdtemp(prefix="ideabench-track-timing-"))))
+        engine_options.current(), engine=dataclasses.replace(
+            engine_options.current().engine, cache_dir=Path(tempfile.mkdtemp(prefix="ideabench-track-timing-")))))
     from bench.catalog import unavailable_reason
 
     machine = f"{os.cpu_count()}-core {platform.machine()} CPU"

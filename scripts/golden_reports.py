@@ -67,6 +67,8 @@ def cases() -> dict[str, JudgeRequest]:
         "correlated_tokens_example": JudgeRequest(track="correlated_tokens", idea_code=_example("correlated_tokens")),
         # (attention: the children's kernel settings show here)
         "sequence_example": JudgeRequest(track="sequence", idea_code=_example("sequence")),
+        "dynamics_example": JudgeRequest(track="dynamics", idea_code=_example("dynamics")),
+        "vision_example": JudgeRequest(track="vision", idea_code=_example("vision")),
         "correlated_tokens_set_model": JudgeRequest(
             track="correlated_tokens", idea_code=(ROOT / "examples/ideas/set_model_correlated_tokens.py").read_text()),
     }

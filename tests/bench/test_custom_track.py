@@ -47,6 +47,10 @@ def _code(exc: pytest.ExceptionInfo[BenchError]) -> str:
         (lambda s: s.replace('"tiny_quadratic"', '"Tiny Quadratic!"'), "invalid_track", "name"),
         (lambda s: s.replace('{"name": "mse"}', '{"name": "accuracy"}'), "invalid_track", "metric"),
         (lambda s: s.replace('"lr_grid": [0.01, 0.03]', '"lr_grid": [0.01]'), "invalid_track", "lr_grid"),
+        (lambda s: s.replace('"lr_grid": [0.01, 0.03]', '"lr_grid": [0.01, 0.03], "schedule": "warmup"'),
+         "invalid_track", "schedule"),
+        (lambda s: s.replace('"lr_grid": [0.01, 0.03]', '"lr_grid": [0.01, 0.03], "schedule": ["cosine"]'),
+         "invalid_track", "schedule"),
         (lambda s: s.replace("def build_baseline", "def build_other"), "invalid_track", "build_baseline"),
         (lambda s: s.replace('"domain": "test fixtures",', ""), "invalid_track", "domain"),
         (lambda s: s + "\ndef broken(:\n", "invalid_code", "compile"),
@@ -66,6 +70,9 @@ def test_static_check_fills_the_service_side_of_the_card() -> None:
     assert card["defaults"]["n_seeds"] == 8 and card["defaults"]["sweep_seeds"] == 2
     assert card["smallest_effect_rel_pct"] == 2.0 and card["metric"]["direction"] == "lower"
     assert card["metric"]["loss"] == "mse" and card["kind"] == "custom"
+    assert card["defaults"]["schedule"] == "constant"
+    cosine = parse_track_source(TINY.replace('"lr_grid": [0.01, 0.03]', '"lr_grid": [0.01, 0.03], "schedule": "cosine"'))
+    assert cosine["defaults"]["schedule"] == "cosine"
 
 
 @pytest.mark.slow

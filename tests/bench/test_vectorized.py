@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from bench.trainer import RunConfig, train
+from bench.trainer import RunConfig, lr_factor, steps_per_run, train
 from bench.vectorized import NotVectorizable, probe, train_group
 from tests.conftest import use_cache
 
@@ -76,15 +76,17 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_vectorized_matches_one_at_a_time(case: str) -> None:
+@pytest.mark.parametrize(("case", "schedule"), [*((c, "constant") for c in sorted(CASES)), ("mlp", "cosine"),
+                                                ("gru", "cosine")])
+def test_vectorized_matches_one_at_a_time(case: str, schedule: str) -> None:
     factory, loss, epochs = CASES[case]
     datasets = _datasets(case, 2)
     lrs = [0.003, 0.01, 0.03, 0.003, 0.01, 0.03]
     data_index = [0, 0, 0, 1, 1, 1]
     init_seeds = [11, 12, 13, 21, 22, 23]
     order_seeds = [100 + i for i in data_index]
-    configs = [RunConfig(lr=lr, epochs=epochs, batch_size=32, weight_decay=1e-4, loss=loss) for lr in lrs]
+    configs = [RunConfig(lr=lr, epochs=epochs, batch_size=32, weight_decay=1e-4, loss=loss, schedule=schedule)
+               for lr in lrs]
     one_by_one = [
         train(_build(factory, init_seeds[r]), configs[r], datasets[data_index[r]][0], datasets[data_index[r]][1],
               datasets[data_index[r]][2], order_seed=order_seeds[r])
@@ -189,3 +191,30 @@ def test_the_warm_up_command_succeeds() -> None:
     assert warm({}) == {}  # it once failed on every call (a GRU with unbatched weights), unnoticed
     assert "torch._dynamo" in sys.modules
     assert warm({"export": True}) == {}  # a capture child's: one tiny export
+
+
+def test_the_cosine_schedule_decays_the_rate_to_nothing_over_the_run() -> None:
+    assert [lr_factor("constant", t, 10) for t in (0, 5, 9)] == [1.0, 1.0, 1.0]
+    assert lr_factor("cosine", 0, 10) == 1.0
+    assert lr_factor("cosine", 5, 10) == pytest.approx(0.5)
+    assert 0.0 < lr_factor("cosine", 9, 10) < 0.03  # the last step still moves, a little
+    factors = [lr_factor("cosine", t, 40) for t in range(40)]
+    assert factors == sorted(factors, reverse=True)
+    assert steps_per_run(RunConfig(lr=0.1, epochs=3, batch_size=32), 100) == 12  # 4 batches, the last short
+    with pytest.raises(ValueError, match="schedule"):
+        lr_factor("linear", 0, 10)
+
+
+def test_a_group_never_mixes_schedules() -> None:
+    datasets = _datasets("mlp", 1)
+    configs = [RunConfig(lr=0.01, epochs=1, batch_size=32, schedule=s) for s in ("constant", "cosine")]
+    with pytest.raises(NotVectorizable, match="schedule"):
+        train_group([_build(_mlp, 1), _build(_mlp, 2)], configs, datasets, [0, 0], [1, 1])
+
+
+def test_the_schedule_changes_what_a_run_learns() -> None:
+    """The trainer really applies it: the same run under the two schedules ends elsewhere."""
+    x, y, x_eval = _datasets("mlp", 1)[0]
+    runs = [train(_build(_mlp, 5), RunConfig(lr=0.03, epochs=3, batch_size=32, schedule=s), x, y, x_eval,
+                  order_seed=1) for s in ("constant", "cosine")]
+    assert float((runs[0].predictions - runs[1].predictions).abs().max()) > 1e-3

@@ -336,3 +336,20 @@ def test_cifar_inputs_are_standardised(monkeypatch: pytest.MonkeyPatch, cifar_di
     # Uniform random bytes: each channel's value is ((v / 255) - mean) / std.
     lowest = (0.0 - np.array(cifar.MEAN)) / np.array(cifar.STD)
     assert np.allclose(splits.x_train.amin(dim=(0, 2, 3)).numpy(), lowest, atol=1e-5)
+
+
+def test_repeated_test_rows_are_fresh_measurements_of_distinct_first_rows() -> None:
+    """tabular@3 measures each test patient 16 times and vision@3 redraws each test digit 4
+    times (docs/tracks.md, "Power"): the copies share inputs (tabular) or labels (vision), never
+    a measurement, and the first rows (a probe's batch) are distinct patients and digits."""
+    tabular, vision = load_track("tabular"), load_track("vision")
+    t = tabular.make_splits(3, 5)
+    patients, draws = tabular.card["sizes"]["test_patients"], tabular.card["teacher"]["test_draws"]
+    x, y = t.x_test.view(draws, patients, -1), t.y_test.view(draws, patients)
+    assert torch.equal(x, x[:1].expand_as(x)) and len(torch.unique(x[0], dim=0)) == patients
+    assert bool((y.std(dim=0) > 0.3).all())  # each copy its own noise (sd 1 before standardising)
+    v = vision.make_splits(3)
+    images, copies = vision.card["sizes"]["test_images"], vision.card["redraw"]["test_draws"]
+    assert torch.equal(v.y_test.view(copies, images), v.y_test[:images].repeat(copies, 1))
+    vx = v.x_test.view(copies, images, -1)
+    assert bool(((vx[1:] - vx[:1]).abs().amax(dim=2) > 0.05).all())  # every copy redrawn anew

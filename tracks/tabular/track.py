@@ -61,19 +61,28 @@ def make_splits(split_seed: int, task_seed: int | None = None) -> Splits:
     on the train rows."""
     features, _ = _diabetes()
     mean = teacher(task_seed)
-    sizes = CARD["sizes"]
+    sizes, noise_sd = CARD["sizes"], float(CARD["teacher"]["noise_sd"])
     gen = torch.Generator().manual_seed(CARD["data_seed_base"] * 1_000_003 + split_seed)
     order = torch.randperm(len(mean), generator=gen).numpy()
     noise = torch.randn(len(mean), generator=gen, dtype=torch.float64).numpy()
     x = features[order]
-    y = (mean[order] + float(CARD["teacher"]["noise_sd"]) * noise)[:, None]
+    y = (mean[order] + noise_sd * noise)[:, None]
     a, b = sizes["train"], sizes["train"] + sizes["val"]
-    c = b + sizes["test"]
-    x = (x - x[:a].mean(0)) / x[:a].std(0)
-    y = (y - y[:a].mean(0)) / y[:a].std(0)
-    xt = torch.from_numpy(x).to(torch.float32)
-    yt = torch.from_numpy(y).to(torch.float32)
-    return Splits(xt[:a], yt[:a], xt[a:b], yt[a:b], xt[b:c], yt[b:c])
+    c = b + sizes["test_patients"]
+    draws = int(CARD["teacher"]["test_draws"])
+    # Each test patient measured ``draws`` times, each with its own noise (version 3): the same
+    # expected MSE as one measurement, with the noise's share of its sampling error cut. The
+    # patients cycle, so any first rows (a probe's batch) are distinct patients.
+    x_test = np.tile(x[b:c], (draws, 1))
+    y_test = (np.tile(mean[order][b:c], draws) + noise_sd * torch.randn(
+        (c - b) * draws, generator=gen, dtype=torch.float64).numpy())[:, None]
+    x_mean, x_sd, y_mean, y_sd = x[:a].mean(0), x[:a].std(0), y[:a].mean(0), y[:a].std(0)
+
+    def tensor(v: np.ndarray, m: np.ndarray, s: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy((v - m) / s).to(torch.float32)
+
+    return Splits(tensor(x[:a], x_mean, x_sd), tensor(y[:a], y_mean, y_sd), tensor(x[a:b], x_mean, x_sd),
+                  tensor(y[a:b], y_mean, y_sd), tensor(x_test, x_mean, x_sd), tensor(y_test, y_mean, y_sd))
 
 
 def build_baseline(spec: dict[str, Any]) -> nn.Module:

@@ -1,0 +1,221 @@
+"""Where a track's paired differences vary: init, data order, split, evaluation (issue 29.1).
+
+The protocol's MDE is about 1.15 times the sd of the eight paired differences ``idea -
+baseline`` (``bench.stats.minimum_detectable_effect``). This script measures what that sd is
+made of, for honest ideas, with the bench's own pieces: protocol seeds expanded by
+``bench.seeding.run_seeds`` (a public secret), the track's splits (``bench.data.splits_for``),
+the bench's initial values (``bench.redraw``) and its trainer (``bench.trainer.train``, with
+the card's learning-rate schedule), one torch thread per process, two processes. Each arm runs at its own best learning rate of the
+card's grid (mean validation metric over the sweep seeds, as the protocol picks it).
+
+Designs, ``--pairs`` pairs each; pair k uses protocol seed k's split / order / init seeds
+where the design lets that seed vary, and pair 0's where it holds it fixed:
+
+* ``protocol``: all three vary (what a job does);
+* ``init``: only the initial values vary;
+* ``order``: only the minibatch order varies;
+* ``split``: only the split (and so the training rows and the evaluated rows) varies.
+
+``eval`` is the evaluation's own noise inside one pair: the sd of the per-row differences
+over the square root of the evaluated rows (the part a larger test set would remove).
+Every figure is a percentage of the baseline's mean test metric; ``mde8`` is the MDE at
+eight pairs for that design's sd. The estimates carry the sampling error of ``--pairs``
+values (about 20 % of the sd at 12).
+
+    .venv/bin/python benchmarks/variance_components.py [--tracks vision tabular] [--pairs 12]
+        [--idea examples/ideas/kinetic_mixing_dynamics.py]
+
+It prints one JSON object per track and idea, then a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+BUILT_IN = ("tabular", "correlated_tokens", "dynamics", "sequence", "vision")
+DESIGNS = ("protocol", "init", "order", "split")
+SEED_BASE = 1_500  # protocol seeds of this study (below the confirmation seeds, which need a job key)
+_ARM: dict[str, Any] = {}
+
+
+def _start(track_name: str, idea_source: str) -> None:
+    """A worker process: one torch thread, the track and the idea."""
+    import torch
+
+    from bench.registry import load_track
+    from bench.seeding import public_secret, task_seed
+
+    torch.set_num_threads(1)
+    track = load_track(track_name)
+    module = types.ModuleType("studied_idea")
+    exec(compile(idea_source, "idea.py", "exec"), module.__dict__)
+    secret = public_secret()
+    _ARM.update(track=track, builders={"baseline": track.build_baseline, "idea": module.build_model},
+                secret=secret, task=task_seed(track.name, secret))
+
+
+def _row_losses(metric: str, pred: Any, target: Any) -> Any:
+    """Each evaluated row's loss (float64), whose mean is the track's metric."""
+    import numpy as np
+
+    if metric == "cross_entropy":
+        z = pred.astype(np.float64)
+        z_max = z.max(axis=1, keepdims=True)
+        log_norm = np.log(np.exp(z - z_max).sum(axis=1)) + z_max[:, 0]
+        return log_norm - z[np.arange(len(target)), target]
+    diff = (pred.astype(np.float64) - target.astype(np.float64)).reshape(len(target), -1)
+    return (diff * diff).mean(axis=1)
+
+
+def _run(arm: str, lr: float, hparams: dict[str, Any], seeds: tuple[int, int, int], split: str) -> Any:
+    """One training run of ``arm`` with (split, order, init) protocol seeds: per-row losses on
+    ``split`` (None when the run diverged)."""
+    import numpy as np
+    import torch
+
+    from bench.data import splits_for
+    from bench.redraw import redraw
+    from bench.seeding import run_seeds
+    from bench.trainer import RunConfig, build_checked, train
+
+    track, secret = _ARM["track"], _ARM["secret"]
+    card = track.card
+    expand = [run_seeds(s, secret, track=track.name) for s in seeds]
+    split_seed, order_seed, init_seed = expand[0].split, expand[1].order, expand[2].init
+    splits, _ = splits_for(track, split_seed, _ARM["task"])
+    spec = dict(track.spec, hparams=dict(hparams))
+    model = build_checked(_ARM["builders"][arm], spec, init_seed=init_seed, param_cap=int(card["param_cap"]),
+                          device=torch.device("cpu"), role=arm)
+    parameters = dict(model.named_parameters())
+    fresh = redraw({name: value.detach() for name, value in parameters.items()}, list(parameters), init_seed)
+    with torch.no_grad():
+        for name, value in parameters.items():
+            value.copy_(fresh[name])
+    defaults = card["defaults"]
+    # (the schedule only where the card names one: the script also measures checkouts before it)
+    schedule = {"schedule": defaults["schedule"]} if "schedule" in defaults else {}
+    cfg = RunConfig(lr=lr, epochs=int(defaults["epochs"]), batch_size=int(defaults["batch_size"]),
+                    weight_decay=float(defaults.get("weight_decay", 0.0)), loss=card["metric"]["loss"], **schedule)
+    x_eval, y_eval = (splits.x_val, splits.y_val) if split == "val" else (splits.x_test, splits.y_test)
+    result = train(model, cfg, splits.x_train, splits.y_train, x_eval, order_seed=order_seed)
+    pred = result.predictions.numpy()
+    if result.diverged or not np.all(np.isfinite(pred)):
+        return None
+    return _row_losses(card["metric"]["name"], pred, y_eval.numpy())
+
+
+def study(track_name: str, idea_path: Path, pairs: int) -> dict[str, Any]:
+    """The sd of the paired differences under each design, for one idea on one track."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    import numpy as np
+
+    from bench.contract import check_hparams
+    from bench.protocol import _grid
+    from bench.registry import load_track
+    from bench.seeding import sweep_seeds
+    from bench.stats import minimum_detectable_effect
+
+    source = idea_path.read_text()
+    module = types.ModuleType("studied_idea")
+    exec(compile(source, str(idea_path), "exec"), module.__dict__)
+    card = load_track(track_name).card
+    sign = 1.0 if card["metric"]["direction"] == "lower" else -1.0
+    grids = {"baseline": [{}], "idea": _grid(check_hparams(getattr(module, "HPARAMS", {}) or {},
+                                                           max_configs=int(card.get("max_configs", 12))))}
+    start = time.perf_counter()
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(2, mp_context=context, initializer=_start, initargs=(track_name, source)) as pool:
+        best: dict[str, tuple[float, dict[str, Any]]] = {}
+        for arm, grid in grids.items():
+            configs = [(lr, hp) for lr in card["defaults"]["lr_grid"] for hp in grid]
+            futures = {(lr, json.dumps(hp, sort_keys=True)): [pool.submit(_run, arm, lr, hp, (s, s, s), "val")
+                                                              for s in sweep_seeds(int(card["defaults"]["sweep_seeds"]))]
+                       for lr, hp in configs}
+            means = {}
+            for key, runs in futures.items():
+                values = [f.result() for f in runs]
+                means[key] = math.inf if any(v is None for v in values) else sign * statistics.fmean(
+                    float(v.mean()) for v in values)
+            lr, hp = min(means, key=lambda k: means[k])
+            best[arm] = (lr, json.loads(hp))
+
+        def seeds(design: str, k: int) -> tuple[int, int, int]:
+            s, zero = SEED_BASE + k, SEED_BASE
+            return {"protocol": (s, s, s), "init": (zero, zero, s), "order": (zero, s, zero),
+                    "split": (s, zero, zero)}[design]
+
+        jobs = {(design, k, arm): pool.submit(_run, arm, *best[arm], seeds(design, k), "test")
+                for design in DESIGNS for k in range(pairs) for arm in ("baseline", "idea")}
+        out: dict[str, Any] = {"track": track_name, "idea": idea_path.name, "pairs": pairs,
+                               "lr": {arm: best[arm][0] for arm in best}, "hparams": best["idea"][1]}
+        baseline_means = []
+        for design in DESIGNS:
+            diffs, within = [], []
+            for k in range(pairs):
+                base, idea = jobs[(design, k, "baseline")].result(), jobs[(design, k, "idea")].result()
+                if base is None or idea is None:
+                    continue
+                diffs.append(float(idea.mean() - base.mean()))
+                within.append(float(np.std(idea - base, ddof=1) / math.sqrt(len(base))))
+                baseline_means.append(float(base.mean()))
+            if len(diffs) < 3:
+                out[design] = None
+                continue
+            sd = statistics.stdev(diffs)
+            out[design] = {"mean": statistics.fmean(diffs), "sd": sd, "eval": math.sqrt(statistics.fmean(
+                w * w for w in within)), "mde8": minimum_detectable_effect(sd, 8), "diverged": pairs - len(diffs)}
+        scale = abs(statistics.fmean(baseline_means))
+        out["baseline_mean"] = scale
+        for design in DESIGNS:
+            if out[design] is not None:
+                out[design] = {k: (round(100.0 * v / scale, 2) if k != "diverged" else v)
+                               for k, v in out[design].items()}
+        out["seconds"] = round(time.perf_counter() - start, 1)
+    return out
+
+
+def ideas_for(track_name: str) -> list[Path]:
+    """The track's example idea and the seed ideas written for it (``examples/ideas``)."""
+    root = Path(__file__).resolve().parents[1]
+    found = [root / "tracks" / track_name / "example_idea.py"]
+    for path in sorted((root / "examples" / "ideas").glob("*.py")):
+        if f"the {track_name} track" in path.read_text() or path.stem.endswith(track_name):
+            found.append(path)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tracks", nargs="+", default=list(BUILT_IN))
+    parser.add_argument("--pairs", type=int, default=12)
+    parser.add_argument("--idea", type=Path, action="append", help="an idea file (default: the track's examples)")
+    args = parser.parse_args()
+    rows = []
+    for name in args.tracks:
+        for idea in args.idea or ideas_for(name):
+            result = study(name, idea, args.pairs)
+            print(json.dumps(result), flush=True)
+            rows.append(result)
+    print("\n| track | idea | mean diff | protocol sd | init sd | order sd | split sd | eval sd | MDE at 8 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        def cell(design: str, key: str = "sd", r: dict[str, Any] = r) -> str:
+            return "-" if r[design] is None else f"{r[design][key]:.1f} %"
+        print(f"| {r['track']} | {r['idea']} | {cell('protocol', 'mean')} | {cell('protocol')} | {cell('init')} | "
+              f"{cell('order')} | {cell('split')} | {cell('protocol', 'eval')} | {cell('protocol', 'mde8')} |")
+
+
+if __name__ == "__main__":
+    main()
