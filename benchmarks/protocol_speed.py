@@ -145,7 +145,8 @@ def _arm_runs(arm: str, runs: list[tuple[float, dict[str, Any], int, str, bool]]
             for name, value in parameters.items():
                 value.copy_(fresh[name])
         cfg = RunConfig(lr=lr, epochs=int(defaults["epochs"]), batch_size=int(defaults["batch_size"]),
-                        weight_decay=float(defaults.get("weight_decay", 0.0)), loss=card["metric"]["loss"])
+                        weight_decay=float(defaults.get("weight_decay", 0.0)), loss=card["metric"]["loss"],
+                        schedule=defaults.get("schedule", "constant"))
         x_eval, y_eval = (splits.x_val, splits.y_val) if split == "val" else (splits.x_test, splits.y_test)
         result = train(model, cfg, splits.x_train, splits.y_train, x_eval, order_seed=seeds.order)
         value = score(card["metric"]["name"], result.predictions.numpy(), y_eval.numpy())

@@ -17,7 +17,9 @@ where the design lets that seed vary, and pair 0's where it holds it fixed:
 * ``split``: only the split (and so the training rows and the evaluated rows) varies.
 
 ``eval`` is the evaluation's own noise inside one pair: the sd of the per-row differences
-over the square root of the evaluated rows (the part a larger test set would remove).
+over the square root of the evaluated rows (the part a larger test set would remove); where
+the test rows cycle through fewer patients or digits (the card's ``test_patients``,
+``test_images``), the sd of each one's mean difference over the square root of their number.
 Every figure is a percentage of the baseline's mean test metric; ``mde8`` is the MDE at
 eight pairs for that design's sd. The estimates carry the sampling error of ``--pairs``
 values (about 20 % of the sd at 12).
@@ -161,6 +163,8 @@ def study(track_name: str, idea_path: Path, pairs: int) -> dict[str, Any]:
         out: dict[str, Any] = {"track": track_name, "idea": idea_path.name, "pairs": pairs,
                                "lr": {arm: best[arm][0] for arm in best}, "hparams": best["idea"][1]}
         baseline_means = []
+        sizes = card["sizes"]
+        distinct = int(sizes.get("test_patients") or sizes.get("test_images") or sizes["test"])  # rows cycle them
         for design in DESIGNS:
             diffs, within = [], []
             for k in range(pairs):
@@ -168,7 +172,10 @@ def study(track_name: str, idea_path: Path, pairs: int) -> dict[str, Any]:
                 if base is None or idea is None:
                     continue
                 diffs.append(float(idea.mean() - base.mean()))
-                within.append(float(np.std(idea - base, ddof=1) / math.sqrt(len(base))))
+                # rows of one patient or digit (tabular's measurements, vision's redraws) move
+                # together: the evaluation's noise is that of their means, one per cluster
+                clusters = (idea - base).reshape(-1, distinct).mean(axis=0)
+                within.append(float(np.std(clusters, ddof=1) / math.sqrt(distinct)))
                 baseline_means.append(float(base.mean()))
             if len(diffs) < 3:
                 out[design] = None

@@ -341,7 +341,7 @@ def test_cifar_inputs_are_standardised(monkeypatch: pytest.MonkeyPatch, cifar_di
 def test_repeated_test_rows_are_fresh_measurements_of_distinct_first_rows() -> None:
     """tabular@3 measures each test patient 16 times and vision@3 redraws each test digit 4
     times (docs/tracks.md, "Power"): the copies share inputs (tabular) or labels (vision), never
-    a measurement, and the first rows (a probe's batch) are distinct patients and digits."""
+    a measurement, and the rows cycle: the first 100 (500) are every patient (digit) once."""
     tabular, vision = load_track("tabular"), load_track("vision")
     t = tabular.make_splits(3, 5)
     patients, draws = tabular.card["sizes"]["test_patients"], tabular.card["teacher"]["test_draws"]

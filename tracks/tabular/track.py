@@ -72,7 +72,8 @@ def make_splits(split_seed: int, task_seed: int | None = None) -> Splits:
     draws = int(CARD["teacher"]["test_draws"])
     # Each test patient measured ``draws`` times, each with its own noise (version 3): the same
     # expected MSE as one measurement, with the noise's share of its sampling error cut. The
-    # patients cycle, so any first rows (a probe's batch) are distinct patients.
+    # patients cycle: the first 100 rows are the 100 patients (a 256-row probe batch holds
+    # each two or three times).
     x_test = np.tile(x[b:c], (draws, 1))
     y_test = (np.tile(mean[order][b:c], draws) + noise_sd * torch.randn(
         (c - b) * draws, generator=gen, dtype=torch.float64).numpy())[:, None]
