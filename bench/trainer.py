@@ -194,7 +194,7 @@ def train(
     *,
     order_seed: int,
 ) -> RunResult:
-    """Train ``model`` with Adam and return its predictions on ``x_eval``.
+    """Train ``model`` with Adam (its rate under ``cfg.schedule``) and return its predictions on ``x_eval``.
 
     The minibatch order comes from its own generator seeded by ``order_seed``, so
     both arms of a pair see the same batches. A non-finite loss stops training

@@ -44,26 +44,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from protocol_speed import _ARM, _arm_start  # noqa: E402 - (each worker: one torch thread, the track, the idea)
+
 BUILT_IN = ("tabular", "correlated_tokens", "dynamics", "sequence", "vision")
 DESIGNS = ("protocol", "init", "order", "split")
 SEED_BASE = 1_500  # protocol seeds of this study (below the confirmation seeds, which need a job key)
-_ARM: dict[str, Any] = {}
-
-
-def _start(track_name: str, idea_source: str) -> None:
-    """A worker process: one torch thread, the track and the idea."""
-    import torch
-
-    from bench.registry import load_track
-    from bench.seeding import public_secret, task_seed
-
-    torch.set_num_threads(1)
-    track = load_track(track_name)
-    module = types.ModuleType("studied_idea")
-    exec(compile(idea_source, "idea.py", "exec"), module.__dict__)
-    secret = public_secret()
-    _ARM.update(track=track, builders={"baseline": track.build_baseline, "idea": module.build_model},
-                secret=secret, task=task_seed(track.name, secret))
 
 
 def _row_losses(metric: str, pred: Any, target: Any) -> Any:
@@ -138,7 +123,7 @@ def study(track_name: str, idea_path: Path, pairs: int) -> dict[str, Any]:
                                                            max_configs=int(card.get("max_configs", 12))))}
     start = time.perf_counter()
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(2, mp_context=context, initializer=_start, initargs=(track_name, source)) as pool:
+    with ProcessPoolExecutor(2, mp_context=context, initializer=_arm_start, initargs=(track_name, source)) as pool:
         best: dict[str, tuple[float, dict[str, Any]]] = {}
         for arm, grid in grids.items():
             configs = [(lr, hp) for lr in card["defaults"]["lr_grid"] for hp in grid]

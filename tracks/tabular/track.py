@@ -8,7 +8,8 @@ the linear fit's 0.51: issue 25.4, tests/security/test_public_data.py). Version 
 secret), a teacher that is close to linear with a smooth nonlinear part, and per split seed
 the outcome's noise; knowing the public rows tells a file nothing about any label. Each split
 seed permutes the rows and cuts train / validation / test; features and outcome are then
-standardised with the mean and standard deviation of that seed's training rows.
+standardised with the mean and standard deviation of that seed's training rows. Version 3
+measures each test patient 16 times and trains with the cosine schedule (docs/tracks.md, "Power").
 """
 
 from __future__ import annotations

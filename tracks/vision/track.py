@@ -6,6 +6,7 @@ permutes the rows and cuts them into train / validation / test, then redraws eve
 pixel noise, all drawn from the split seed (secret to the submitter). No evaluated image is a
 public one, so a file that embeds the public images (an exact pixel hash with each label
 packed in fits vision@1's buffer cap, and beat the baseline: issue 25.4) finds none of them.
+Version 3 redraws each test image 4 times (docs/tracks.md, "Power").
 """
 
 from __future__ import annotations
