@@ -51,12 +51,18 @@ def mse(pred: np.ndarray, target: np.ndarray) -> float:
     return float(np.mean(diff * diff))
 
 
-def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
-    """Mean cross-entropy of ``logits`` (N, C) against int class ``labels`` (N,)."""
+def cross_entropy_rows(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Each row's cross-entropy (float64) of ``logits`` (N, C) against int class ``labels`` (N,)."""
     z = logits.astype(np.float64)
     z_max = z.max(axis=1, keepdims=True)
     log_norm = np.log(np.exp(z - z_max).sum(axis=1)) + z_max[:, 0]
-    return float(np.mean(log_norm - z[np.arange(len(labels)), labels]))
+    rows: np.ndarray = log_norm - z[np.arange(len(labels)), labels]
+    return rows
+
+
+def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
+    """Mean cross-entropy of ``logits`` (N, C) against int class ``labels`` (N,)."""
+    return float(np.mean(cross_entropy_rows(logits, labels)))
 
 
 def error_rate(logits: np.ndarray, labels: np.ndarray) -> float:

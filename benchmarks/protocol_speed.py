@@ -116,40 +116,47 @@ def _arm_start(track_name: str, idea: str) -> None:
                 builders={"baseline": track.build_baseline, "idea": module.build_model})
 
 
-def _arm_runs(arm: str, runs: list[tuple[float, dict[str, Any], int, str, bool]]) -> list[tuple[float, float | None]]:
-    """Train ``runs`` (lr, hparams, protocol seed, eval split, measure the mechanism) of ``arm``
-    one after another in this process: each run's score (nan when diverged) and measurement."""
+def trained(arm: str, lr: float, hparams: dict[str, Any], seeds: Any, split: str) -> tuple[Any, Any, Any]:
+    """One run of ``arm`` in an arm process as the engine trains it (the bench's initial values,
+    the card's trainer settings and schedule), on ``seeds`` (split / order / init): the run's
+    result, the splits and the evaluated labels."""
     import torch
 
     from bench.data import splits_for
-    from bench.metrics import score
     from bench.redraw import redraw
-    from bench.seeding import run_seeds
     from bench.trainer import RunConfig, build_checked, train
 
-    track, secret, task = _ARM["track"], _ARM["secret"], _ARM["task"]
-    card = track.card
+    track, card = _ARM["track"], _ARM["track"].card
     defaults = card["defaults"]
+    splits, _ = splits_for(track, seeds.split, _ARM["task"])
+    spec = dict(track.spec, hparams=dict(hparams))
+    model = build_checked(_ARM["builders"][arm], spec, init_seed=seeds.init, param_cap=int(card["param_cap"]),
+                          device=torch.device("cpu"), role=arm)
+    # The bench's initial values (bench.redraw), as the engine trains: the same models
+    parameters = dict(model.named_parameters())
+    fresh = redraw({name: value.detach() for name, value in parameters.items()}, list(parameters), seeds.init)
+    with torch.no_grad():
+        for name, value in parameters.items():
+            value.copy_(fresh[name])
+    cfg = RunConfig(lr=lr, epochs=int(defaults["epochs"]), batch_size=int(defaults["batch_size"]),
+                    weight_decay=float(defaults.get("weight_decay", 0.0)), loss=card["metric"]["loss"],
+                    schedule=defaults.get("schedule", "constant"))
+    x_eval, y_eval = (splits.x_val, splits.y_val) if split == "val" else (splits.x_test, splits.y_test)
+    return train(model, cfg, splits.x_train, splits.y_train, x_eval, order_seed=seeds.order), splits, y_eval
+
+
+def _arm_runs(arm: str, runs: list[tuple[float, dict[str, Any], int, str, bool]]) -> list[tuple[float, float | None]]:
+    """Train ``runs`` (lr, hparams, protocol seed, eval split, measure the mechanism) of ``arm``
+    one after another in this process: each run's score (nan when diverged) and measurement."""
+    from bench.metrics import score
+    from bench.seeding import run_seeds
+
+    track = _ARM["track"]
     measure = getattr(_ARM["module"], "measure", None) if getattr(_ARM["module"], "MECHANISM", None) else None
     out: list[tuple[float, float | None]] = []
     for lr, hp, seed, split, wants_measure in runs:
-        seeds = run_seeds(seed, secret, JOB_KEY, track=track.name)
-        splits, _ = splits_for(track, seeds.split, task)
-        spec = dict(track.spec, hparams=dict(hp))
-        model = build_checked(_ARM["builders"][arm], spec, init_seed=seeds.init, param_cap=int(card["param_cap"]),
-                              device=torch.device("cpu"), role=arm)
-        # The bench's initial values (bench.redraw), as the engine trains: the same models
-        parameters = dict(model.named_parameters())
-        fresh = redraw({name: value.detach() for name, value in parameters.items()}, list(parameters), seeds.init)
-        with torch.no_grad():
-            for name, value in parameters.items():
-                value.copy_(fresh[name])
-        cfg = RunConfig(lr=lr, epochs=int(defaults["epochs"]), batch_size=int(defaults["batch_size"]),
-                        weight_decay=float(defaults.get("weight_decay", 0.0)), loss=card["metric"]["loss"],
-                        schedule=defaults.get("schedule", "constant"))
-        x_eval, y_eval = (splits.x_val, splits.y_val) if split == "val" else (splits.x_test, splits.y_test)
-        result = train(model, cfg, splits.x_train, splits.y_train, x_eval, order_seed=seeds.order)
-        value = score(card["metric"]["name"], result.predictions.numpy(), y_eval.numpy())
+        result, splits, y_eval = trained(arm, lr, hp, run_seeds(seed, _ARM["secret"], JOB_KEY, track=track.name), split)
+        value = score(track.card["metric"]["name"], result.predictions.numpy(), y_eval.numpy())
         if result.diverged or not math.isfinite(value):
             value = math.nan
         measured = None

@@ -44,7 +44,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from protocol_speed import _ARM, _arm_start  # noqa: E402 - (each worker: one torch thread, the track, the idea)
+import numpy as np  # noqa: E402
+from protocol_speed import _ARM, _arm_start, trained  # noqa: E402 - (a worker: one torch thread, the track, the idea)
 
 BUILT_IN = ("tabular", "correlated_tokens", "dynamics", "sequence", "vision")
 DESIGNS = ("protocol", "init", "order", "split")
@@ -53,13 +54,10 @@ SEED_BASE = 1_500  # protocol seeds of this study (below the confirmation seeds,
 
 def _row_losses(metric: str, pred: Any, target: Any) -> Any:
     """Each evaluated row's loss (float64), whose mean is the track's metric."""
-    import numpy as np
+    from bench.metrics import cross_entropy_rows
 
     if metric == "cross_entropy":
-        z = pred.astype(np.float64)
-        z_max = z.max(axis=1, keepdims=True)
-        log_norm = np.log(np.exp(z - z_max).sum(axis=1)) + z_max[:, 0]
-        return log_norm - z[np.arange(len(target)), target]
+        return cross_entropy_rows(pred, target)
     diff = (pred.astype(np.float64) - target.astype(np.float64)).reshape(len(target), -1)
     return (diff * diff).mean(axis=1)
 
@@ -67,46 +65,22 @@ def _row_losses(metric: str, pred: Any, target: Any) -> Any:
 def _run(arm: str, lr: float, hparams: dict[str, Any], seeds: tuple[int, int, int], split: str) -> Any:
     """One training run of ``arm`` with (split, order, init) protocol seeds: per-row losses on
     ``split`` (None when the run diverged)."""
-    import numpy as np
-    import torch
+    from bench.seeding import RunSeeds, run_seeds
 
-    from bench.data import splits_for
-    from bench.redraw import redraw
-    from bench.seeding import run_seeds
-    from bench.trainer import RunConfig, build_checked, train
-
-    track, secret = _ARM["track"], _ARM["secret"]
-    card = track.card
-    expand = [run_seeds(s, secret, track=track.name) for s in seeds]
-    split_seed, order_seed, init_seed = expand[0].split, expand[1].order, expand[2].init
-    splits, _ = splits_for(track, split_seed, _ARM["task"])
-    spec = dict(track.spec, hparams=dict(hparams))
-    model = build_checked(_ARM["builders"][arm], spec, init_seed=init_seed, param_cap=int(card["param_cap"]),
-                          device=torch.device("cpu"), role=arm)
-    parameters = dict(model.named_parameters())
-    fresh = redraw({name: value.detach() for name, value in parameters.items()}, list(parameters), init_seed)
-    with torch.no_grad():
-        for name, value in parameters.items():
-            value.copy_(fresh[name])
-    defaults = card["defaults"]
-    # (the schedule only where the card names one: the script also measures checkouts before it)
-    schedule = {"schedule": defaults["schedule"]} if "schedule" in defaults else {}
-    cfg = RunConfig(lr=lr, epochs=int(defaults["epochs"]), batch_size=int(defaults["batch_size"]),
-                    weight_decay=float(defaults.get("weight_decay", 0.0)), loss=card["metric"]["loss"], **schedule)
-    x_eval, y_eval = (splits.x_val, splits.y_val) if split == "val" else (splits.x_test, splits.y_test)
-    result = train(model, cfg, splits.x_train, splits.y_train, x_eval, order_seed=order_seed)
+    name = _ARM["track"].name
+    expand = [run_seeds(s, _ARM["secret"], track=name) for s in seeds]
+    mixed = RunSeeds(seed=seeds[0], split=expand[0].split, order=expand[1].order, init=expand[2].init)
+    result, _, y_eval = trained(arm, lr, hparams, mixed, split)
     pred = result.predictions.numpy()
     if result.diverged or not np.all(np.isfinite(pred)):
         return None
-    return _row_losses(card["metric"]["name"], pred, y_eval.numpy())
+    return _row_losses(_ARM["track"].card["metric"]["name"], pred, y_eval.numpy())
 
 
 def study(track_name: str, idea_path: Path, pairs: int) -> dict[str, Any]:
     """The sd of the paired differences under each design, for one idea on one track."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
-
-    import numpy as np
 
     from bench.contract import check_hparams
     from bench.protocol import _grid
