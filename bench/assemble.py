@@ -7,7 +7,7 @@ way into ``build_report``; nothing here reaches back into the running job.
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
@@ -76,6 +76,9 @@ class Outcome:
     # On a custom track: on how many test seeds the baseline beat the bench's reference fits
     # (seeds, not_beaten, margin; _Job.reference_check).
     references: dict[str, Any] | None = None
+    # Runs per seed each test stage's looks made (``screening``: [n], ``confirmation``: one per
+    # look): the card's repeats, or 1 where the first runs were futile (bench.decide.repeats_futile).
+    repeats_made: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def lower_is_better(self) -> bool:
@@ -114,16 +117,27 @@ def _bound(value: float | None, unbounded: str) -> str:
     return unbounded if value is None else f"{value:.4g}"
 
 
+def _runs_each(looks: list[int]) -> str:
+    """" (each the mean of 4 runs per arm)" where a stage's looks ran seeds more than once."""
+    if not any(n > 1 for n in looks):
+        return ""
+    if len(set(looks)) == 1:
+        return f" (each the mean of {looks[0]} runs per arm)"
+    return f" (each the mean of up to {max(looks)} runs per arm)"
+
+
 def summary_text(
     track_id: str, metric: str, comparison: Comparison, verdicts: dict[str, Any],
     mechanism: dict[str, Any] | None, n_params: dict[str, int], confirmation: model.Confirmation | None = None,
-    matched: tuple[float, Comparison] | None = None,
+    matched: tuple[float, Comparison] | None = None, repeats_made: dict[str, list[int]] | None = None,
 ) -> str:
-    """One plain-language paragraph in the style of the seed reports' ``verdict``."""
+    """One plain-language paragraph in the style of the seed reports' ``verdict``; where a
+    card's repeats ran (``repeats_made``), what each seed's value is."""
     c = comparison
     better = "lower" if c.delta_mean < 0 else "higher"
+    made = repeats_made or {}
     text = (
-        f"On {track_id}, across {c.n_pairs} paired seeds the idea reached {metric} "
+        f"On {track_id}, across {c.n_pairs} paired seeds{_runs_each(made.get('screening', []))} the idea reached {metric} "
         f"{c.idea_mean:.6g} versus the baseline's {c.baseline_mean:.6g} "
         f"(paired delta {c.delta_mean:+.6g}, {better}; {c.rel_delta_pct:+.2f}%), "
         f"winning {c.idea_wins}/{c.n_pairs} pairs; exact sign-flip p={c.p_value:.4g}, "
@@ -140,7 +154,7 @@ def summary_text(
         kc = confirmation.comparison
         looks = confirmation.looks or []
         text += (
-            f"Confirmation on {kc.n_pairs} fresh seeds of this job"
+            f"Confirmation on {kc.n_pairs} fresh seeds of this job{_runs_each(made.get('confirmation', []))}"
             f"{f' (in {len(looks)} looks)' if len(looks) > 1 else ''}: delta {kc.delta_mean:+.6g}, "
             f"the idea won {kc.idea_wins}/{kc.n_pairs}, p={confirmation.p_value:.4g} "
             f"(one-sided, adjusted for its looks): "
@@ -354,7 +368,11 @@ def build_report(outcome: Outcome) -> Report:
         seed_commitment=screening.seed_commitment,
         public_data=settings.public_data,
         lr_grid=outcome.lr_grids["idea"],
-        budget={"configs": budget, "sweep_seeds": len(outcome.sweep_seeds)},
+        budget={"configs": budget, "sweep_seeds": len(outcome.sweep_seeds),
+                # runs per arm and test seed (the card's defaults.repeats; shown when more than one), and
+                # how many each test stage's looks made: all, or 1 where the first runs were futile
+                **({"repeats": settings.defaults.repeats, "repeats_made": outcome.repeats_made}
+                   if settings.defaults.repeats > 1 else {})},
         wall_time_s={**wall, "total": outcome.wall_s},
         versions=_versions(),
         device=outcome.device,
@@ -374,7 +392,8 @@ def build_report(outcome: Outcome) -> Report:
     matched = None if outcome.screening.matched_lr is None else (outcome.screening.matched_lr, tests[1])
     return Report(
         worked=verdicts["worked"],
-        summary=summary_text(track_id, metric_name, comparison, verdicts, mechanism, n_params, replication, matched),
+        summary=summary_text(track_id, metric_name, comparison, verdicts, mechanism, n_params, replication, matched,
+                             outcome.repeats_made),
         metrics=metrics,
         system_verdict=verdicts["system_verdict"],
         practical_verdict=verdicts["practical_verdict"],

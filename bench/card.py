@@ -55,6 +55,9 @@ class Defaults(_Frozen):
     schedule: Literal["constant", "cosine"] = "constant"  # the learning rate over a run (bench.trainer.lr_factor)
     sweep_seeds: int = Field(default=2, ge=1)
     n_seeds: int = Field(default=8, ge=2)
+    # runs per arm and test seed, their values averaged: the seed's split, each its own order
+    # and init (issue 29.1: training noise over the square root of it; bench.seeding.run_seeds)
+    repeats: int = Field(default=1, ge=1, le=8)
 
 
 PARAM_PARITY_RATIO = 1.10  # the idea may hold 10 % more parameters than the baseline

@@ -200,8 +200,10 @@ class ArmRunner:
             self.data[data_dir] = arrays
         return self.data[data_dir]
 
-    def _build(self, hparams: dict[str, Any], init_seed: int) -> Any:
-        """The captured model of config ``hparams`` with the init of ``init_seed``."""
+    def _build(self, hparams: dict[str, Any], init_seed: int, build_init: int | None = None) -> Any:
+        """The captured model of config ``hparams`` with the init of ``init_seed``: the build
+        captured for it, or for ``build_init`` (a seed's repeat run: that seed's build, its own
+        initial values)."""
         import numpy as np
 
         from bench.capture import graph_path, tensor_path
@@ -209,7 +211,7 @@ class ArmRunner:
         from bench.redraw import redraw
 
         config = self.configs.index(json.dumps(hparams, sort_keys=True))
-        seed = self.init_seeds.index(init_seed)
+        seed = self.init_seeds.index(init_seed if build_init is None else build_init)
         if config not in self.graphs:
             self.graphs[config] = {
                 mode: build_graph(json.loads((self.capture_dir / graph_path(config, mode)).read_text()), self.device)
@@ -383,7 +385,7 @@ class ArmRunner:
         from bench.trainer import train
 
         arrays = self._arrays(run["data_dir"])
-        model = self._build(run["cfg"].get("hparams", {}), run["init_seed"])
+        model = self._build(run["cfg"].get("hparams", {}), run["init_seed"], run.get("build_init"))
         x_eval = arrays["x_val" if run["eval"] == "val" else "x_test"]
         try:
             result = train(
@@ -409,7 +411,7 @@ class ArmRunner:
                 x_eval = arrays["x_val" if run["eval"] == "val" else "x_test"]
                 datasets.append((arrays["x_train"], arrays["y_train"], x_eval))
             index.append(dirs[key])
-        models = [self._build(run["cfg"].get("hparams", {}), run["init_seed"]) for run in group]
+        models = [self._build(run["cfg"].get("hparams", {}), run["init_seed"], run.get("build_init")) for run in group]
         try:
             results = train_group(
                 models, [self._config(run) for run in group], datasets, index,

@@ -53,6 +53,17 @@ def fill_diverged(values: Sequence[float], fill: float) -> list[float]:
     return [v if math.isfinite(v) else fill for v in values]
 
 
+def seed_means(seeds: Sequence[int], values: Sequence[float]) -> list[float]:
+    """One value per seed, in the seeds' first order: the mean of that seed's runs (a card's
+    ``defaults.repeats`` runs each; one run's value as it is). Averaging before the paired test
+    keeps its unit the seed (the split every run of it shares): the pairs stay ``n_seeds`` and
+    only their training noise shrinks."""
+    by_seed: dict[int, list[float]] = {}
+    for seed, value in zip(seeds, values, strict=True):
+        by_seed.setdefault(seed, []).append(value)
+    return [runs[0] if len(runs) == 1 else math.fsum(runs) / len(runs) for runs in by_seed.values()]
+
+
 def too_many_diverged(diverged: int, runs: int) -> bool:
     """More than ``MAX_DIVERGED_SHARE`` of ``runs`` diverged: the comparison means nothing."""
     return diverged > MAX_DIVERGED_SHARE * runs
@@ -183,6 +194,15 @@ def stage_comparisons(values: Mapping[str, Sequence[float]], lower_is_better: bo
     one when run), in ``BASELINE_KEYS`` order."""
     return [compare(list(values[key]), list(values["idea"]), lower_is_better=lower_is_better)
             for key in BASELINE_KEYS if key in values]
+
+
+def repeats_futile(first: Sequence[Comparison], lower_is_better: bool) -> bool:
+    """A test stage's first runs (one a seed) show the idea no better than some baseline it must
+    beat (its mean gain is not positive): the seeds' repeat runs (a card's ``defaults.repeats``)
+    are not made. A win needs all of them significant, which these runs already make unlikely;
+    stopping here can only turn a would-be win into none, so the stage's test keeps its level.
+    Most ideas that do not help end here, at a K-th of the stage's training."""
+    return any(effect(c, lower_is_better) <= 0 for c in first)
 
 
 def stage_p(comparisons: Sequence[Comparison]) -> float:

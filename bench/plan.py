@@ -15,6 +15,11 @@ A job trains, per arm:
 - **confirmation**: only after a screened win, the same on ``n_seeds`` fresh seeds per look,
   at most ``CONFIRMATION_LOOKS`` looks.
 
+On a card with ``repeats`` K > 1 the test stages (screening, matched, confirmation) train
+each seed once, then K - 1 times more unless those first runs are futile
+(``bench.decide.repeats_futile``): the screening's repeats are counted at most
+(``repeats_max``), the confirmation's within ``confirmation_max``.
+
 No torch, no files: plain numbers in, numbers out.
 """
 
@@ -62,6 +67,7 @@ class RunPlan:
     screening: int
     matched_max: int
     confirmation_max: int
+    repeats_max: int = 0
 
     @property
     def planned(self) -> int:
@@ -71,16 +77,17 @@ class RunPlan:
     @property
     def at_most(self) -> int:
         """Runs the job may make, a confirmation with two looks included."""
-        return self.planned + self.edges_max + self.matched_max + self.confirmation_max
+        return self.planned + self.edges_max + self.matched_max + self.repeats_max + self.confirmation_max
 
 
 def plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int = 1, baseline_configs: int = 1,
-         *, baseline_swept: bool = True, idea_factor: int = 1) -> RunPlan:
+         *, baseline_swept: bool = True, idea_factor: int = 1, repeats: int = 1) -> RunPlan:
     """The run plan of a job whose lr grid has ``n_lrs`` values, with ``sweep_seeds`` sweep
     seeds, ``n_seeds`` screening seeds and the arms' grid sizes; ``baseline_swept`` False: a
     matched baseline whose config its check chose sweeps nothing (``protocol._Job.swept``);
     ``idea_factor``: a matched baseline's check, its "idea" sweeping as many lrs more as the
-    idea it is checked for needs (``protocol._Job.budget_factor``)."""
+    idea it is checked for needs (``protocol._Job.budget_factor``); ``repeats``: runs per test
+    seed."""
     factors = {"idea": (idea_factor, max(1, idea_configs))}
     if baseline_swept:
         factors["baseline"] = (budget_factor(idea_configs, baseline_configs, n_lrs, idea_factor),
@@ -89,21 +96,22 @@ def plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int = 1, base
     sweep = sum(dense_size(n_lrs, factor) * configs * sweep_seeds for factor, configs in factors.values())
     edges = sum(2 * factor * configs * sweep_seeds for factor, configs in factors.values())
     return RunPlan(sweep=sweep, edges_max=edges, screening=2 * n_seeds, matched_max=n_seeds,
-                   confirmation_max=3 * CONFIRMATION_LOOKS * n_seeds)
+                   confirmation_max=3 * CONFIRMATION_LOOKS * n_seeds * repeats, repeats_max=3 * n_seeds * (repeats - 1))
 
 
-def matched_plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int, matched_configs: int) -> RunPlan:
+def matched_plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int, matched_configs: int,
+                 repeats: int = 1) -> RunPlan:
     """A matched baseline's whole job: its check first (the matched baseline's ``matched_configs``
     as the idea, against the track's baseline, never confirmed: ``protocol.check_matched_baseline``),
     then the job, whose baseline sweeps nothing (``protocol._Job.swept``). The check sweeps on a
     grid dense enough for ``idea_configs``, and both of its edge steps always (its job's idea may
     extend either way): both tuning budgets equal (PROTOCOL.md 1)."""
     check = plan(n_lrs, sweep_seeds, n_seeds, matched_configs, 1,
-                 idea_factor=budget_factor(idea_configs, matched_configs, n_lrs))
-    job = plan(n_lrs, sweep_seeds, n_seeds, idea_configs, matched_configs, baseline_swept=False)
+                 idea_factor=budget_factor(idea_configs, matched_configs, n_lrs), repeats=repeats)
+    job = plan(n_lrs, sweep_seeds, n_seeds, idea_configs, matched_configs, baseline_swept=False, repeats=repeats)
     return RunPlan(sweep=check.sweep + check.edges_max + job.sweep, edges_max=job.edges_max,
                    screening=check.screening + job.screening, matched_max=check.matched_max + job.matched_max,
-                   confirmation_max=job.confirmation_max)
+                   confirmation_max=job.confirmation_max, repeats_max=check.repeats_max + job.repeats_max)
 
 
 def plan_for_card(card: dict[str, Any], idea_configs: int = 1, n_seeds: int | None = None,
@@ -113,5 +121,5 @@ def plan_for_card(card: dict[str, Any], idea_configs: int = 1, n_seeds: int | No
     defaults = TrackSettings.of(card).defaults
     sizes = (len(defaults.lr_grid), defaults.sweep_seeds, n_seeds or defaults.n_seeds)
     if matched_configs is not None:
-        return matched_plan(*sizes, idea_configs, matched_configs)
-    return plan(*sizes, idea_configs, baseline_configs)
+        return matched_plan(*sizes, idea_configs, matched_configs, repeats=defaults.repeats)
+    return plan(*sizes, idea_configs, baseline_configs, repeats=defaults.repeats)

@@ -62,7 +62,9 @@ from bench.decide import (
     fill_diverged,
     matched_config,
     parity_error,
+    repeats_futile,
     report_cfg,
+    seed_means,
     stage_better,
     stage_comparisons,
     stage_p,
@@ -187,6 +189,7 @@ class RunRecord:
     seconds: float = 0.0
     n_params: int = 0
     run_id: str = ""
+    repeat: int = 0  # the seed's r-th run of a test stage (the card's defaults.repeats; 0: the seed's own)
 
 
 class _Tracker:
@@ -312,6 +315,7 @@ class _Job:
         self.flops: dict[str, float] = {}  # forward FLOPs per example per arm (trusted count)
         self.lr_grids: dict[str, list[float]] = {}  # each arm's swept learning rates
         self.runs: list[RunRecord] = []
+        self.repeats_made: dict[str, list[int]] = {}  # runs per seed of each test stage's looks (``final``)
         self.warnings: list[str] = []
         self._counter = itertools.count()
         self._groups = itertools.count()
@@ -333,10 +337,11 @@ class _Job:
         a fork server's sandbox) learns no seed of the job's draw from the names (red team 2)."""
         return hmac.new(self.data_token, str(seed).encode(), hashlib.sha256).hexdigest()[:24]
 
-    def seeds(self, seed: int) -> RunSeeds:
+    def seeds(self, seed: int, repeat: int = 0) -> RunSeeds:
         """The split / order / init seeds of protocol seed ``seed`` in this job's epoch (a
-        confirmation seed's under the captured models' key)."""
-        return run_seeds(seed, self.secret, self.model_key or None, track=self.seed_track)
+        confirmation seed's under the captured models' key); of its ``repeat``-th run, the
+        same split with that run's own order and init."""
+        return run_seeds(seed, self.secret, self.model_key or None, track=self.seed_track, repeat=repeat)
 
     def build_seed(self, arm: str, seed: int) -> int:
         """The seed ``arm``'s file builds protocol seed ``seed``'s model with (``seeding.build_seed``
@@ -593,7 +598,7 @@ class _Job:
         return diverged_score(values, self.ceiling, self.lower_is_better)
 
     def _describe(self, record: RunRecord) -> dict[str, Any]:
-        seeds = self.seeds(record.seed)
+        seeds = self.seeds(record.seed, record.repeat)
         described = {
             "cfg": record.cfg, "seed": record.seed, "seeds": [seeds.split, seeds.order, seeds.init],
             "eval": record.split, "loss": self.card["metric"]["loss"],
@@ -609,7 +614,7 @@ class _Job:
         (``bench.metrics.check_rows_alone``): drawn from the run's secret order seed."""
         target = self.data(record.seed)
         n = len(target.y_val if record.split == "val" else target.y_test)
-        rng = np.random.default_rng([self.seeds(record.seed).order, 0x726F7773])
+        rng = np.random.default_rng([self.seeds(record.seed, record.repeat).order, 0x726F7773])
         return sorted(int(i) for i in rng.choice(n, size=min(ROW_CHECKS, n), replace=False))
 
     def _score(self, record: RunRecord, pred: np.ndarray, diverged: bool, seconds: float, n_params: int,
@@ -652,7 +657,6 @@ class _Job:
             seen[key] = seen.get(key, 0) + 1
             # At most MAX_GROUP runs per group: the child stacks the group's data.
             groups.setdefault(f"{key}#{(seen[key] - 1) // MAX_GROUP}", []).append(record)
-        keep = self.mechanism is not None
         cache_keys: dict[str, str] = {}
         cacheable = self.cached is not None and records[0].stage != "confirmation"  # fresh seeds: never again
         for members in groups.values():
@@ -660,14 +664,16 @@ class _Job:
             if cacheable and members[0].arm == "baseline":
                 cache_keys.update(self.cache_keys(members))
             for record in members:
-                seeds = self.seeds(record.seed)
+                seeds = self.seeds(record.seed, record.repeat)
                 batches[record.arm].append({
                     "run_id": record.run_id, "cfg": record.cfg, "eval": record.split,
                     "data_dir": str(self.data(record.seed).data_dir), "init_seed": seeds.init,
                     "order_seed": seeds.order, "loss": self.card["metric"]["loss"],
                     "schedule": self.settings.defaults.schedule,
-                    "keep": record.stage == "screening" and keep, "group": group_id,
+                    "keep": self.kept_for_mechanism(record), "group": group_id,
                     "rows": self.checked_rows(record),
+                    # a repeat run starts from its seed's captured build, with its own initial values
+                    **({"build_init": self.seeds(record.seed).init} if record.repeat else {}),
                 })
 
         def on_run_for(arm: str) -> Callable[[Trained], None]:
@@ -680,7 +686,7 @@ class _Job:
                 self._score(record, pred, trained.diverged, trained.seconds, trained.n_params, cached=trained.cached)
                 if not record.diverged and not trained.cached:  # (a cached run's rows were checked when it trained)
                     check_rows_alone(pred, self.checked_rows(record), trained.read_rows(), arm)
-                if keep and record.stage == "screening":  # the trained tensors, for the mechanism
+                if self.kept_for_mechanism(record):  # the trained tensors, for the mechanism
                     state = trained.read_state(self.capture_info[arm].shapes[self._config_index(record)])
                     with self._lock:
                         self.kept[record.run_id] = state
@@ -697,6 +703,11 @@ class _Job:
 
         self.both(run_arm)
         self.runs.extend(records)
+
+    def kept_for_mechanism(self, record: RunRecord) -> bool:
+        """Whether ``record``'s trained tensors are kept for the mechanism: a screening run, its
+        seed's own (one model per seed is measured, whatever the repeats)."""
+        return self.mechanism is not None and record.stage == "screening" and record.repeat == 0
 
     def cache_keys(self, members: list[RunRecord]) -> dict[str, str]:
         """The baseline cache's key of each run of one batch group: the track, the run (config,
@@ -882,16 +893,28 @@ class _Job:
         (``bench.decide.matched_config``)."""
         return matched_config(self.best("baseline").config, self.best("idea").config)
 
-    def runs_per_seed(self) -> int:
-        """Runs of one final seed: both arms, and the baseline at the idea's lr when it differs."""
-        return len(ARMS) + (self.matched_cfg() is not None)
+    def runs_per_seed(self, repeats: int = 1) -> int:
+        """Runs of one final seed: both arms, and the baseline at the idea's lr when it differs,
+        each ``repeats`` times."""
+        return (len(ARMS) + (self.matched_cfg() is not None)) * repeats
 
-    def final(self, seeds: list[int], stage: str) -> dict[str, list[RunRecord]]:
+    def final(self, seeds: list[int], stage: str,
+              prior: dict[str, list[RunRecord]] | None = None) -> dict[str, list[RunRecord]]:
         """Train each arm's best config (no re-tuning) on fresh paired ``seeds``, scored on test;
         and the baseline at the idea's learning rate too when it differs (``matched``).
 
-        ``stage`` screening: the protocol's final seeds; confirmation: seeds of this job alone."""
+        ``stage`` screening: the protocol's final seeds; confirmation: seeds of this job alone.
+
+        On a card with ``repeats`` K > 1, each seed's first runs come first; unless they are
+        futile (``bench.decide.repeats_futile``: the idea no better than a baseline it must
+        beat), each seed then runs K - 1 times more and ``stage_values`` averages a seed's runs
+        (``self.repeats_made`` records which). Futility is judged on what the look's test will
+        be run on: with ``prior`` (the confirmation's first look, when this is its second) the
+        pooled pairs, so a stop means the pooled gain is not positive and no win was possible
+        (its p above a half). A stop can only take wins away, so the test keeps its level; a
+        matched baseline's check always runs all K (it estimates)."""
         self.tracker.stage = "final" if stage == "screening" else stage
+        repeats = self.settings.defaults.repeats
         cfgs = {arm: dict(self.best(arm).config) for arm in ARMS}
         matched = self.matched_cfg()
         if stage == "screening":
@@ -903,6 +926,28 @@ class _Job:
         records = {key: [RunRecord("baseline" if key == "matched" else key, cfg, seed, "test", stage)
                          for seed in seeds] for key, cfg in cfgs.items()}
         self.train([r for seed_runs in zip(*records.values(), strict=True) for r in seed_runs])
+        self.check_diverged(records, stage)  # (before any repeat is trained: a quarter of the first runs ends it)
+        pooled = records if prior is None else {key: prior[key] + records[key] for key in records}
+        made = 1
+        if repeats > 1 and (self.request.checking_matched or not repeats_futile(
+                stage_comparisons(self.stage_values(pooled), self.lower_is_better), self.lower_is_better)):
+            more = {key: [RunRecord(first.arm, first.cfg, first.seed, "test", stage, repeat=r)
+                          for first in firsts for r in range(1, repeats)] for key, firsts in records.items()}
+            self.tracker.add_total(sum(len(runs) for runs in more.values()),
+                                   "repeats" if stage == "screening" else "confirmation")
+            self.train([r for seed_runs in zip(*more.values(), strict=True) for r in seed_runs])
+            records = {key: sorted(records[key] + more[key], key=lambda r: (seeds.index(r.seed), r.repeat))
+                       for key in records}
+            made = repeats
+        if stage == "screening":
+            self.tracker.expect("repeats", 0)
+        self.repeats_made.setdefault(stage, []).append(made)
+        self.check_diverged(records, stage)
+        return records
+
+    @staticmethod
+    def check_diverged(records: dict[str, list[RunRecord]], stage: str) -> None:
+        """More than a quarter of any key's runs of this look diverged: the comparison means nothing."""
         for key, runs in records.items():
             count = sum(r.diverged for r in runs)
             if too_many_diverged(count, len(runs)):
@@ -912,7 +957,6 @@ class _Job:
                     f"{count} of the {who} {len(runs)} {stage} runs diverged (NaN/inf loss or "
                     f"predictions); above a quarter the comparison means nothing.",
                 )
-        return records
 
     def stage_seeds(self, stage: str) -> list[int]:
         """The protocol seeds of ``stage`` (sweep, screening, confirmation), in order."""
@@ -937,10 +981,11 @@ class _Job:
         })
 
     def stage_values(self, runs: dict[str, list[RunRecord]]) -> dict[str, list[float]]:
-        """Test values of one stage (both arms, and ``matched`` when run), diverged runs filled
-        (``diverged_score``)."""
+        """Test values of one stage per seed (both arms, and ``matched`` when run), diverged runs
+        filled (``diverged_score``), a seed's repeat runs averaged (``bench.decide.seed_means``)."""
         fill = self.diverged_value(runs["idea"][0].stage)
-        return {key: fill_diverged([r.value for r in records], fill) for key, records in runs.items()}
+        return {key: seed_means([r.seed for r in records], fill_diverged([r.value for r in records], fill))
+                for key, records in runs.items()}
 
     def reference_check(self, stages: list[dict[str, list[RunRecord]] | None]) -> dict[str, Any] | None:
         """On a custom track: on how many of its test seeds the baseline beat the bench's
@@ -980,7 +1025,8 @@ class _Job:
         nor futile (``stats.confirmation_continues``)."""
         seeds = confirmation_seeds(CONFIRMATION_LOOKS * n_seeds)
         self.capture_confirmation(seeds[:n_seeds])
-        self.tracker.expect("confirmation", self.runs_per_seed() * len(seeds))  # now that matched is known
+        # now that matched is known: at most every seed's runs, repeats included
+        self.tracker.expect("confirmation", self.runs_per_seed(self.settings.defaults.repeats) * len(seeds))
         runs = self._confirmation_look(seeds[:n_seeds], "screening found a win: confirming it on fresh seeds")
         self.first_look = self.stage(runs)  # as decided now: the report shows this look
         if not confirmation_continues(self.p_better(runs), ALPHA):
@@ -988,7 +1034,7 @@ class _Job:
         else:
             self.capture_confirmation(seeds[n_seeds:])
             more = self._confirmation_look(seeds[n_seeds:], f"the confirmation's first look was close: "
-                                           f"{n_seeds} more fresh seeds")
+                                           f"{n_seeds} more fresh seeds", prior=runs)
             runs = {key: runs[key] + more[key] for key in runs}
         return runs
 
@@ -1034,14 +1080,15 @@ class _Job:
         self.both(rebuild)
         self.capture_seeds = self.capture_seeds + seeds
 
-    def _confirmation_look(self, seeds: list[int], message: str) -> dict[str, list[RunRecord]]:
+    def _confirmation_look(self, seeds: list[int], message: str,
+                           prior: dict[str, list[RunRecord]] | None = None) -> dict[str, list[RunRecord]]:
         self.tracker.add_total(self.runs_per_seed() * len(seeds), "confirmation")
         self.tracker.stage = "confirmation"
         self.tracker.emit(message)
         custom = self.request.custom_track
         if custom is not None:
             self.executor.make_data(custom, [self.seeds(s).split for s in seeds])
-        return self.final(seeds, "confirmation")
+        return self.final(seeds, "confirmation", prior)
 
     def _probe_arm(self, arm: str, finals: list[RunRecord]) -> list[float]:
         """The declared service probe on the arm's final models, in its trusted trainer."""
@@ -1072,6 +1119,7 @@ class _Job:
         self.tracker.stage = "mechanism"
         self.tracker.emit("measuring the mechanism signature")
         assert self.mechanism is not None
+        finals = {key: [r for r in records if self.kept_for_mechanism(r)] for key, records in finals.items()}
         if "probe" in self.mechanism:
             return self.both(lambda arm: self._probe_arm(arm, finals[arm]))
 
@@ -1092,7 +1140,7 @@ class _Job:
     def stage(self, runs: dict[str, list[RunRecord]]) -> Stage:
         """One test stage's runs as the report needs them."""
         return Stage(
-            values=self.stage_values(runs), seeds=[r.seed for r in runs["idea"]],
+            values=self.stage_values(runs), seeds=list(dict.fromkeys(r.seed for r in runs["idea"])),
             diverged={key: sum(r.diverged for r in records) for key, records in runs.items()},
             seconds={key: float(sum(r.seconds for r in records)) for key, records in runs.items()},
             matched_lr=runs["matched"][0].cfg["lr"] if "matched" in runs else None,
@@ -1128,7 +1176,7 @@ class _Job:
             data_checksum=digest.hexdigest(), sweep_seeds=list(self.sweep_seed_list),
             isolation=self.executor.isolation(),
             execution=self.execution(), warnings=list(self.warnings), device=device, wall_s=wall_s,
-            references=references,
+            references=references, repeats_made={stage: list(looks) for stage, looks in self.repeats_made.items()},
         )
 
     def capture_blocks(self) -> dict[str, dict[str, Any]]:
@@ -1174,7 +1222,9 @@ def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, se
     sizes = (len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
              len(job.grids["idea"]), len(job.grids["baseline"]))
     # a matched baseline's job: its check against the track's baseline comes first
-    planned = plan_mod.plan(*sizes) if job.request.baseline_code is None else plan_mod.matched_plan(*sizes)
+    repeats = job.settings.defaults.repeats
+    planned = (plan_mod.plan(*sizes, repeats=repeats) if job.request.baseline_code is None
+               else plan_mod.matched_plan(*sizes, repeats=repeats))
     return {
         "passed": True,
         "track": f"{job.track.name}@{job.track.version}",
@@ -1470,10 +1520,12 @@ def _judge(
             # confirmation runs are added when the protocol decides to make them
             planned = plan_mod.plan(len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
                                     len(job.grids["idea"]), len(job.grids["baseline"]),
-                                    baseline_swept=job.swept("baseline"), idea_factor=job.budget_factor("idea"))
+                                    baseline_swept=job.swept("baseline"), idea_factor=job.budget_factor("idea"),
+                                    repeats=job.settings.defaults.repeats)
             job.tracker.add_total(planned.planned)
             job.tracker.expect("edges", planned.edges_max)
             job.tracker.expect("matched", planned.matched_max)
+            job.tracker.expect("repeats", planned.repeats_max)
             if request.confirm:
                 job.tracker.expect("confirmation", planned.confirmation_max)
             # The sweep's and the screening's seeds, built in a secret order (a file that counts

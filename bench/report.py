@@ -340,6 +340,17 @@ def withhold_reusable_seeds(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "bench_report": out}
 
 
+def runs_made(bench_report: dict[str, Any]) -> int:
+    """The training runs a report's job made, both arms: the sweep's, the screening's (each
+    value the mean of ``budget.repeats_made.screening`` runs; the baseline at the idea's rate included) and
+    the confirmation's (cache hits included: ``execution.baseline_cache_hits`` counts those)."""
+    sweep = sum(len(row["per_seed"]) for arm in ("baseline", "idea") for row in bench_report[arm]["sweep"])
+    made = (bench_report.get("budget") or {}).get("repeats_made", {}).get("screening", [1])[0]
+    screening = int(made) * sum(len(values) for values in bench_report["screening"]["per_seed"].values())
+    confirmation = int(bench_report["confirmation"]["n_runs"]) if bench_report["confirmation"] else 0
+    return sweep + screening + confirmation
+
+
 def report_json_schema() -> dict[str, Any]:
     """The JSON schema of ``Report`` (validation mode)."""
     return Report.model_json_schema()

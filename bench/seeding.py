@@ -153,7 +153,7 @@ def build_seed(secret: SeedSecret, init: int, *, bench: bool, shared: bool, trac
     return secret.derive("build", track, job_key, seed)
 
 
-def run_seeds(seed: int, secret: SeedSecret, job_key: str | None = None, *, track: str) -> RunSeeds:
+def run_seeds(seed: int, secret: SeedSecret, job_key: str | None = None, *, track: str, repeat: int = 0) -> RunSeeds:
     """Expand one protocol seed of ``track`` (a built-in track's name, a custom track's
     ``name@version``) into split / order / init seeds under ``secret``. The track is in the
     labels (issue 25.8): what one track's data could reveal of its split seeds (a custom track
@@ -163,6 +163,10 @@ def run_seeds(seed: int, secret: SeedSecret, job_key: str | None = None, *, trac
     on that); a confirmation seed (``>= CONFIRM_SEED_BASE``) is drawn for one model alone: its
     labels hold ``job_key`` (the models' ``model_key``), so its data, order and init are fresh
     to those models.
+
+    ``repeat`` r > 0: the r-th repeat run of the seed (a card's ``defaults.repeats``): the same
+    split, its own order and init seeds, drawn under the same labels and ``r``; repeat 0 is
+    the seed's own run.
     """
     if seed >= CONFIRM_SEED_BASE:
         if not job_key:
@@ -171,6 +175,8 @@ def run_seeds(seed: int, secret: SeedSecret, job_key: str | None = None, *, trac
     else:
         labels = ("run", track, seed)
     split, order, init = (secret.derive(*labels, stream) for stream in ("split", "order", "init"))
+    if repeat:
+        order, init = (secret.derive(*labels, stream, "repeat", repeat) for stream in ("order", "init"))
     return RunSeeds(seed=seed, split=split, order=order, init=init)
 
 

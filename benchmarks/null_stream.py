@@ -108,12 +108,25 @@ def clopper_pearson(hits: int, n: int, level: float = 0.95) -> tuple[float, floa
 
 def runs_trained(report: dict[str, Any]) -> tuple[int, int]:
     """(all runs trained, of them the confirmation's) of one report (cache hits excluded)."""
+    from bench.report import runs_made
+
     br = report["bench_report"]
-    sweep = sum(len(row["per_seed"]) for arm in ("baseline", "idea") for row in br[arm]["sweep"])
-    screening = sum(len(values) for values in br["screening"]["per_seed"].values())  # (matched included)
     confirmation = int(br["confirmation"]["n_runs"]) if br["confirmation"] else 0
-    total = sweep + screening + confirmation
-    return total - int(br["execution"]["baseline_cache_hits"]), confirmation
+    return runs_made(br) - int(br["execution"]["baseline_cache_hits"]), confirmation
+
+
+REPEATS = {"smoke": 1}  # the smoke card's defaults.repeats for this run (--repeats)
+
+
+def smoke_track() -> Any:
+    """The smoke track, its card's ``defaults.repeats`` set by ``--repeats`` (1: the card's own)."""
+    from bench.registry import load_track
+
+    track = load_track("smoke")
+    if REPEATS["smoke"] == 1:
+        return track
+    return dataclasses.replace(track, card={**track.card, "defaults": {**track.card["defaults"],
+                                                                       "repeats": REPEATS["smoke"]}})
 
 
 def run_one(kind: str, index: int, epoch: int, code: str | None = None) -> dict[str, Any]:
@@ -137,7 +150,7 @@ def run_one(kind: str, index: int, epoch: int, code: str | None = None) -> dict[
 
     started = time.monotonic()
     try:
-        report = judge(request, on_progress, keep_warm=True).model_dump(mode="json")
+        report = judge(request, on_progress, keep_warm=True, track=smoke_track()).model_dump(mode="json")
     except BenchError as exc:  # a gain's sandbagged matched baseline: refused (baseline_inferior)
         return {"kind": kind, "epoch": epoch, "refused": exc.code.value, "screened": False,
                 "screened_guarded": False, "helps": False, "worked": False, "runs": 0, "confirmation_runs": 0,
@@ -295,7 +308,9 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=0, help="adaptive agents, one per epoch in turn")
     parser.add_argument("--rows", help="also write every job's row here (JSON lines)")
     parser.add_argument("--summarize", metavar="ROWS", help="only summarize the rows of an earlier run")
+    parser.add_argument("--repeats", type=int, default=1, help="the smoke card's defaults.repeats (runs per test seed)")
     args = parser.parse_args()
+    REPEATS["smoke"] = args.repeats
     if args.summarize:
         rows = [json.loads(line) for line in Path(args.summarize).read_text().splitlines() if line.strip()]
         for row in rows:  # rows of a run from before the lr guard have no screened_guarded

@@ -116,10 +116,13 @@ def _arm_start(track_name: str, idea: str) -> None:
                 builders={"baseline": track.build_baseline, "idea": module.build_model})
 
 
-def trained(arm: str, lr: float, hparams: dict[str, Any], seeds: Any, split: str) -> tuple[Any, Any, Any]:
+def trained(arm: str, lr: float, hparams: dict[str, Any], seeds: Any, split: str,
+            build_init: int | None = None) -> tuple[Any, Any, Any]:
     """One run of ``arm`` in an arm process as the engine trains it (the bench's initial values,
-    the card's trainer settings and schedule), on ``seeds`` (split / order / init): the run's
-    result, the splits and the evaluated labels."""
+    the card's trainer settings and schedule), on ``seeds`` (split / order / init), the model
+    built with ``build_init`` where given (a seed's repeat run: the seed's own build, as the
+    engine's trainer starts it from the seed's captured build): the run's result, the splits
+    and the evaluated labels."""
     import torch
 
     from bench.data import splits_for
@@ -130,7 +133,8 @@ def trained(arm: str, lr: float, hparams: dict[str, Any], seeds: Any, split: str
     defaults = card["defaults"]
     splits, _ = splits_for(track, seeds.split, _ARM["task"])
     spec = dict(track.spec, hparams=dict(hparams))
-    model = build_checked(_ARM["builders"][arm], spec, init_seed=seeds.init, param_cap=int(card["param_cap"]),
+    model = build_checked(_ARM["builders"][arm], spec, init_seed=seeds.init if build_init is None else build_init,
+                          param_cap=int(card["param_cap"]),
                           device=torch.device("cpu"), role=arm)
     # The bench's initial values (bench.redraw), as the engine trains: the same models
     parameters = dict(model.named_parameters())
@@ -145,17 +149,23 @@ def trained(arm: str, lr: float, hparams: dict[str, Any], seeds: Any, split: str
     return train(model, cfg, splits.x_train, splits.y_train, x_eval, order_seed=seeds.order), splits, y_eval
 
 
-def _arm_runs(arm: str, runs: list[tuple[float, dict[str, Any], int, str, bool]]) -> list[tuple[float, float | None]]:
-    """Train ``runs`` (lr, hparams, protocol seed, eval split, measure the mechanism) of ``arm``
-    one after another in this process: each run's score (nan when diverged) and measurement."""
+Run = tuple[float, dict[str, Any], int, str, bool, int]  # lr, hparams, protocol seed, eval split, measure, repeat
+
+
+def _arm_runs(arm: str, runs: list[Run]) -> list[tuple[float, float | None]]:
+    """Train ``runs`` (lr, hparams, protocol seed, eval split, measure the mechanism, the seed's
+    repeat) of ``arm`` one after another in this process: each run's score (nan when diverged)
+    and measurement."""
     from bench.metrics import score
     from bench.seeding import run_seeds
 
     track = _ARM["track"]
     measure = getattr(_ARM["module"], "measure", None) if getattr(_ARM["module"], "MECHANISM", None) else None
     out: list[tuple[float, float | None]] = []
-    for lr, hp, seed, split, wants_measure in runs:
-        result, splits, y_eval = trained(arm, lr, hp, run_seeds(seed, _ARM["secret"], JOB_KEY, track=track.name), split)
+    for lr, hp, seed, split, wants_measure, repeat in runs:
+        seeds = run_seeds(seed, _ARM["secret"], JOB_KEY, track=track.name, repeat=repeat)
+        build = run_seeds(seed, _ARM["secret"], JOB_KEY, track=track.name).init if repeat else None
+        result, splits, y_eval = trained(arm, lr, hp, seeds, split, build)
         value = score(track.card["metric"]["name"], result.predictions.numpy(), y_eval.numpy())
         if result.diverged or not math.isfinite(value):
             value = math.nan
@@ -205,7 +215,13 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
     import numpy as np
 
     from bench.contract import check_hparams
-    from bench.decide import diverged_score, fill_diverged
+    from bench.decide import (
+        diverged_score,
+        fill_diverged,
+        repeats_futile,
+        seed_means,
+        stage_comparisons,
+    )
     from bench.protocol import _grid
     from bench.registry import load_track
     from bench.seeding import confirmation_seeds, public_secret, screening_seeds, sweep_seeds
@@ -232,7 +248,7 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
         wants_measure = bool(getattr(module, "MECHANISM", None))
         runs = {"baseline": 0, "idea": 0}
 
-        def both(work: dict[str, list[tuple[float, dict[str, Any], int, str, bool]]]) -> dict[str, list[Any]]:
+        def both(work: dict[str, list[Run]]) -> dict[str, list[Any]]:
             """Each arm's runs in its own process, the two at once."""
             futures = {arm: arms[arm].submit(_arm_runs, arm, batch) for arm, batch in work.items() if batch}
             for arm, batch in work.items():
@@ -244,7 +260,7 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
         def do_sweep(lrs: list[float]) -> None:
             keys = {arm: [(lr, hp, seed) for seed in sweep_seeds(int(defaults["sweep_seeds"]))
                           for lr in lrs for hp in grids[arm]] for arm in ("baseline", "idea")}
-            done = both({arm: [(lr, hp, seed, "val", False) for lr, hp, seed in keys[arm]] for arm in keys})
+            done = both({arm: [(lr, hp, seed, "val", False, 0) for lr, hp, seed in keys[arm]] for arm in keys})
             for arm, results in done.items():
                 for (lr, hp, _), (value, _) in zip(keys[arm], results, strict=True):
                     sweep[arm].setdefault((lr, json.dumps(hp, sort_keys=True)), []).append(value)
@@ -276,38 +292,64 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
         matched = chosen["baseline"][0] != chosen["idea"][0]
 
         # As the engine: the screening (the engine's draw of seeds), the baseline at the idea's lr
-        # when the two differ, and the confirmation on fresh seeds after a win against both.
-        def stage(seeds: list[int], measure: bool = False) -> dict[str, list[float]]:
-            work = {arm: [(*chosen[arm], s, "test", measure) for s in seeds] for arm in ("baseline", "idea")}
+        # when the two differ, and the confirmation on fresh seeds after a win against both; on a
+        # card with ``repeats`` K, each seed once, then K - 1 times more unless those first runs
+        # are futile, a seed's runs averaged (the mechanism measured on the first).
+        repeats = int(defaults.get("repeats", 1))
+
+        def test_runs(seeds: list[int], measure: bool, rs: range) -> dict[str, list[tuple[int, float]]]:
+            """Each key's (seed, value) of the runs ``rs`` of every seed."""
+            work = {arm: [(*chosen[arm], s, "test", measure and r == 0, r) for s in seeds for r in rs]
+                    for arm in ("baseline", "idea")}
             if matched:
-                work["baseline"] += [(chosen["idea"][0], {}, s, "test", False) for s in seeds]
+                work["baseline"] += [(chosen["idea"][0], {}, s, "test", False, r) for s in seeds for r in rs]
             done = both(work)
-            n = len(seeds)
-            values = {"baseline": [v for v, _ in done["baseline"][:n]], "idea": [v for v, _ in done["idea"]]}
+            n = len(seeds) * len(rs)
+            by_seed = [s for s in seeds for _ in rs]
+            values = {"baseline": list(zip(by_seed, [v for v, _ in done["baseline"][:n]], strict=True)),
+                      "idea": list(zip(by_seed, [v for v, _ in done["idea"]], strict=True))}
             if matched:
-                values["matched"] = [v for v, _ in done["baseline"][n:]]
-            every = [v for vals in values.values() for v in vals]
+                values["matched"] = list(zip(by_seed, [v for v, _ in done["baseline"][n:]], strict=True))
+            return values
+
+        def means(runs_of: dict[str, list[tuple[int, float]]]) -> dict[str, list[float]]:
+            """Per seed, the mean of its runs, diverged runs filled over every run given (as
+            ``_Job.stage_values``: a stage's runs, both looks of the confirmation)."""
+            every = [v for pairs in runs_of.values() for _, v in pairs]
             fill = diverged_score(every, ceiling, sign > 0)
-            return {k: fill_diverged(v, fill) for k, v in values.items()}
+            return {k: seed_means([s for s, _ in pairs], fill_diverged([v for _, v in pairs], fill))
+                    for k, pairs in runs_of.items()}
+
+        def stage(seeds: list[int], measure: bool = False,
+                  prior: dict[str, list[tuple[int, float]]] | None = None) -> dict[str, list[tuple[int, float]]]:
+            """One look's runs: the first of each seed, then the repeats unless the look's test
+            (pooled with ``prior``, the confirmation's first look) is futile on them."""
+            first = test_runs(seeds, measure, range(1))
+            pooled = first if prior is None else {k: prior[k] + first[k] for k in first}
+            if repeats == 1 or repeats_futile(stage_comparisons(means(pooled), sign > 0), sign > 0):
+                return first
+            more = test_runs(seeds, False, range(1, repeats))
+            return {k: first[k] + more[k] for k in first}
 
         def better(values: dict[str, list[float]]) -> bool:
             return all(paired(values[k], values["idea"], lower_is_better=sign > 0).verdict == VERDICT_BETTER
                        for k in ("baseline", "matched") if k in values)
 
         n = int(defaults["n_seeds"])
-        screening = stage(screening_seeds(n, secret, JOB_KEY), measure=wants_measure)
+        screening = means(stage(screening_seeds(n, secret, JOB_KEY), measure=wants_measure))
         out: dict[str, Any] = {arm: {"lr": chosen[arm][0], "hparams": chosen[arm][1],
                                      "per_seed": fill_diverged(screening[arm], ceiling)}
                                for arm in ("baseline", "idea")}
         if better(screening):  # up to two looks, as the engine (bench.stats.confirmation_continues)
             seeds = confirmation_seeds(CONFIRMATION_LOOKS * n)
-            first = stage(seeds[:n])
+            looked = stage(seeds[:n])
+            first = means(looked)
             p_first = max(paired(first[k], first["idea"], lower_is_better=sign > 0).p_better
                           for k in ("baseline", "matched") if k in first)
             if confirmation_continues(p_first, ALPHA):
-                more = stage(seeds[n:])
-                first = {k: first[k] + more[k] for k in first}
-            out["confirmation"] = first
+                more = stage(seeds[n:], prior=looked)
+                looked = {k: looked[k] + more[k] for k in looked}
+            out["confirmation"] = means(looked)
         out["runs"] = dict(runs)
     finally:
         for executor in arms.values():
@@ -319,9 +361,9 @@ def engine_runs(report: dict[str, Any]) -> int:
     """Training runs the engine made for ``report`` (both arms; none came from a cache)."""
     if report["execution"].get("baseline_cache_hits"):
         raise SystemExit("the engine hit its baseline cache: the two sides would not do the same work")
-    sweep = sum(len(row["per_seed"]) for arm in ("baseline", "idea") for row in report[arm]["sweep"])
-    screening = sum(len(values) for values in report["screening"]["per_seed"].values())
-    return sweep + screening + (int(report["confirmation"]["n_runs"]) if report["confirmation"] else 0)
+    from bench.report import runs_made
+
+    return runs_made(report)
 
 
 def training_flops(report: dict[str, Any], card: dict[str, Any], runs: dict[str, int]) -> float:

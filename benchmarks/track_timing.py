@@ -33,10 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 def runs_made(report: dict[str, Any]) -> int:
     """Training runs a report's job made: sweep, screening and confirmation, both arms."""
-    br = report["bench_report"]
-    sweep = sum(len(row["per_seed"]) for arm in ("baseline", "idea") for row in br[arm]["sweep"])
-    screening = sum(len(values) for values in br["screening"]["per_seed"].values())
-    return sweep + screening + (int(br["confirmation"]["n_runs"]) if br["confirmation"] else 0)
+    from bench.report import runs_made as made
+
+    return made(report["bench_report"])
 
 
 def measure(track: str) -> dict[str, Any]:

@@ -14,7 +14,10 @@ where the design lets that seed vary, and pair 0's where it holds it fixed:
 * ``protocol``: all three vary (what a job does);
 * ``init``: only the initial values vary;
 * ``order``: only the minibatch order varies;
-* ``split``: only the split (and so the training rows and the evaluated rows) varies.
+* ``split``: only the split (and so the training rows and the evaluated rows) varies;
+* ``replicates`` (with ``--replicates K``): as ``protocol``, each arm's value of a pair the
+  mean of K runs on the pair's split, each with its own order and init seeds (replicate 0 is
+  the protocol design's run): the figures for 1, 2, ... K replicates, from the same runs.
 
 ``eval`` is the evaluation's own noise inside one pair: the sd of the per-row differences
 over the square root of the evaluated rows (the part a larger test set would remove); where
@@ -77,7 +80,8 @@ def _run(arm: str, lr: float, hparams: dict[str, Any], seeds: tuple[int, int, in
     return _row_losses(_ARM["track"].card["metric"]["name"], pred, y_eval.numpy())
 
 
-def study(track_name: str, idea_path: Path, pairs: int) -> dict[str, Any]:
+def study(track_name: str, idea_path: Path, pairs: int, designs: tuple[str, ...] = DESIGNS,
+          replicates: int = 1) -> dict[str, Any]:
     """The sd of the paired differences under each design, for one idea on one track."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -112,22 +116,40 @@ def study(track_name: str, idea_path: Path, pairs: int) -> dict[str, Any]:
             lr, hp = min(means, key=lambda k: means[k])
             best[arm] = (lr, json.loads(hp))
 
-        def seeds(design: str, k: int) -> tuple[int, int, int]:
+        def seeds(design: str, k: int, r: int = 0) -> tuple[int, int, int]:
             s, zero = SEED_BASE + k, SEED_BASE
+            if r:  # another replicate of pair k: its own order and init (seeds past the pairs')
+                t = SEED_BASE + pairs * (1 + r) + k
+                return (s, t, t)
             return {"protocol": (s, s, s), "init": (zero, zero, s), "order": (zero, s, zero),
                     "split": (s, zero, zero)}[design]
 
         jobs = {(design, k, arm): pool.submit(_run, arm, *best[arm], seeds(design, k), "test")
-                for design in DESIGNS for k in range(pairs) for arm in ("baseline", "idea")}
+                for design in designs for k in range(pairs) for arm in ("baseline", "idea")}
+        if replicates > 1:
+            for k in range(pairs):
+                for arm in ("baseline", "idea"):
+                    jobs[("replicates", k, arm, 0)] = (jobs[("protocol", k, arm)] if "protocol" in designs else
+                                                       pool.submit(_run, arm, *best[arm], seeds("protocol", k), "test"))
+                    for r in range(1, replicates):
+                        jobs[("replicates", k, arm, r)] = pool.submit(_run, arm, *best[arm], seeds("", k, r), "test")
         out: dict[str, Any] = {"track": track_name, "idea": idea_path.name, "pairs": pairs,
                                "lr": {arm: best[arm][0] for arm in best}, "hparams": best["idea"][1]}
         baseline_means = []
         sizes = card["sizes"]
         distinct = int(sizes.get("test_patients") or sizes.get("test_images") or sizes["test"])  # rows cycle them
-        for design in DESIGNS:
+        def pair(design: str, k: int, arm: str) -> Any:
+            """An arm's per-row losses in pair k (the mean over a replicated design's runs)."""
+            if design.startswith("replicates"):
+                runs = [jobs[("replicates", k, arm, r)].result() for r in range(int(design.split("x")[1]))]
+                return None if any(v is None for v in runs) else np.mean(runs, axis=0)
+            return jobs[(design, k, arm)].result()
+
+        measured = [*designs, *(f"replicates x{n}" for n in range(2, replicates + 1) if replicates > 1)]
+        for design in measured:
             diffs, within = [], []
             for k in range(pairs):
-                base, idea = jobs[(design, k, "baseline")].result(), jobs[(design, k, "idea")].result()
+                base, idea = pair(design, k, "baseline"), pair(design, k, "idea")
                 if base is None or idea is None:
                     continue
                 diffs.append(float(idea.mean() - base.mean()))
@@ -144,12 +166,41 @@ def study(track_name: str, idea_path: Path, pairs: int) -> dict[str, Any]:
                 w * w for w in within)), "mde8": minimum_detectable_effect(sd, 8), "diverged": pairs - len(diffs)}
         scale = abs(statistics.fmean(baseline_means))
         out["baseline_mean"] = scale
-        for design in DESIGNS:
+        if replicates > 1:
+            out["nested"] = nested(jobs, pairs, replicates, scale)
+        for design in measured:
             if out[design] is not None:
                 out[design] = {k: (round(100.0 * v / scale, 2) if k != "diverged" else v)
                                for k, v in out[design].items()}
         out["seconds"] = round(time.perf_counter() - start, 1)
     return out
+
+
+def nested(jobs: dict[Any, Any], pairs: int, replicates: int, scale: float) -> dict[str, Any] | None:
+    """The replicated runs as a nested design: the paired difference of one run's repeat r on
+    pair k is d_kr = between_k + within_kr. ``within``: the sd of one run's difference about
+    its pair's mean (the training noise, pooled over the pairs: pairs x (K - 1) degrees of
+    freedom); ``between``: the sd the pairs' means keep whatever K (the split's own effect and
+    the evaluation's noise, which every run of a pair shares); and the MDE at eight pairs
+    predicted for K = 1 .. 8 runs a pair, sd = sqrt(between^2 + within^2 / K). Percentages of
+    the baseline's mean; None when fewer than three pairs trained without divergence."""
+    from bench.stats import minimum_detectable_effect
+
+    diffs = []
+    for k in range(pairs):
+        runs = [(jobs[("replicates", k, "idea", r)].result(), jobs[("replicates", k, "baseline", r)].result())
+                for r in range(replicates)]
+        if all(i is not None and b is not None for i, b in runs):
+            diffs.append([float(i.mean() - b.mean()) for i, b in runs])
+    if len(diffs) < 3:
+        return None
+    within = statistics.fmean(statistics.variance(d) for d in diffs)
+    between = max(0.0, statistics.variance([statistics.fmean(d) for d in diffs]) - within / replicates)
+    return {"pairs": len(diffs), "within": round(100.0 * math.sqrt(within) / scale, 2),
+            "between": round(100.0 * math.sqrt(between) / scale, 2),
+            "mde8": {str(n): round(100.0 * minimum_detectable_effect(math.sqrt(between + within / n), 8) / scale, 2)
+                     for n in (1, 2, 3, 4, 6, 8)},
+            "diffs": [[round(100.0 * v / scale, 3) for v in d] for d in diffs]}
 
 
 def ideas_for(track_name: str) -> list[Path]:
@@ -167,20 +218,24 @@ def main() -> None:
     parser.add_argument("--tracks", nargs="+", default=list(BUILT_IN))
     parser.add_argument("--pairs", type=int, default=12)
     parser.add_argument("--idea", type=Path, action="append", help="an idea file (default: the track's examples)")
+    parser.add_argument("--designs", nargs="+", choices=DESIGNS, default=list(DESIGNS))
+    parser.add_argument("--replicates", type=int, default=1, help="also the protocol design with 2..K runs per arm and pair")
     args = parser.parse_args()
     rows = []
     for name in args.tracks:
         for idea in args.idea or ideas_for(name):
-            result = study(name, idea, args.pairs)
+            result = study(name, idea, args.pairs, tuple(args.designs), args.replicates)
             print(json.dumps(result), flush=True)
             rows.append(result)
-    print("\n| track | idea | mean diff | protocol sd | init sd | order sd | split sd | eval sd | MDE at 8 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    shown = [d for d in DESIGNS if d in args.designs]
+    shown += [f"replicates x{n}" for n in range(2, args.replicates + 1)]
+    print(f"\n| track | idea | {' | '.join(f'{d} sd' for d in shown)} | eval sd | {' | '.join(f'MDE at 8 ({d})' for d in shown)} |")
+    print("|---|---|" + "---|" * (2 * len(shown) + 1))
     for r in rows:
         def cell(design: str, key: str = "sd", r: dict[str, Any] = r) -> str:
-            return "-" if r[design] is None else f"{r[design][key]:.1f} %"
-        print(f"| {r['track']} | {r['idea']} | {cell('protocol', 'mean')} | {cell('protocol')} | {cell('init')} | "
-              f"{cell('order')} | {cell('split')} | {cell('protocol', 'eval')} | {cell('protocol', 'mde8')} |")
+            return "-" if r.get(design) is None else f"{r[design][key]:.1f} %"
+        print(f"| {r['track']} | {r['idea']} | {' | '.join(cell(d) for d in shown)} | {cell(shown[0], 'eval')} | "
+              f"{' | '.join(cell(d, 'mde8') for d in shown)} |")
 
 
 if __name__ == "__main__":

@@ -106,6 +106,17 @@ class StageValues:
     idea: list[float | None]
     seeds: list[int]
     comparison: dict[str, Any]
+    runs: tuple[int, ...] = ()  # runs per arm and seed of each look (a card's repeats; empty: one)
+
+    @property
+    def runs_text(self) -> str:
+        """What one value is, where a seed ran more than once: "the mean of 4 runs per arm"."""
+        if not any(n > 1 for n in self.runs):
+            return ""
+        if len(set(self.runs)) == 1:
+            return f"each value the mean of {self.runs[0]} runs per arm"
+        looks = ", ".join(f"look {i + 1}: {n} run{'s' if n > 1 else ''}" for i, n in enumerate(self.runs))
+        return f"each value the mean of a seed's runs per arm ({looks})"
 
     @property
     def labels(self) -> list[str]:
@@ -126,15 +137,16 @@ def stages_of(bench: dict[str, Any]) -> list[StageValues]:
     """Screening (from its ``screening`` block, or the top-level arms of an older report) and,
     when one ran, the confirmation."""
     out = []
+    made = mapping(mapping(bench.get("budget")).get("repeats_made"))
     screening = bench.get("screening")
     if isinstance(screening, dict):
-        out.append(_stage("screening", screening))
+        out.append(_stage("screening", screening, made.get("screening")))
     else:
         out.append(StageValues("screening", _arm_values(bench.get("baseline")), _arm_values(bench.get("idea")),
                                _seed_list(mapping(bench.get("seeds")).get("final")), mapping(bench.get("comparison"))))
     confirmation = bench.get("confirmation")
     if isinstance(confirmation, dict):
-        out.append(_stage("confirmation", confirmation))
+        out.append(_stage("confirmation", confirmation, made.get("confirmation")))
     return [s for s in out if s.baseline or s.idea]
 
 
@@ -142,10 +154,10 @@ def _seed_list(value: Any) -> list[int]:
     return [int(v) for v in value if isinstance(v, int)] if isinstance(value, list) else []
 
 
-def _stage(name: str, block: dict[str, Any]) -> StageValues:
+def _stage(name: str, block: dict[str, Any], runs: Any = None) -> StageValues:
     per = mapping(block.get("per_seed"))
     return StageValues(name, _finite(per.get("baseline") or per.get("matched")), _finite(per.get("idea")),
-                       _seed_list(block.get("seeds")), mapping(block.get("comparison")))
+                       _seed_list(block.get("seeds")), mapping(block.get("comparison")), tuple(_seed_list(runs)))
 
 
 def _seed_text(stage: StageValues) -> list[str]:

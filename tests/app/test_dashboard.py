@@ -198,6 +198,17 @@ def test_the_paired_plot_has_two_points_per_seed_of_each_stage() -> None:
     diffs = charts.diffs_figure(stages, stages[1].comparison, "lower is better")
     kinds = [(s["type"], s.get("y0")) for s in diffs["layout"]["shapes"]]
     assert ("rect", -0.4) in kinds and ("line", 0.3) in kinds and ("line", -0.3) in kinds
+    assert stages[0].runs_text == stages[1].runs_text == ""  # one run a seed: nothing to say
+
+
+def test_a_stage_says_when_each_value_is_the_mean_of_a_seeds_repeat_runs() -> None:
+    bench = {"screening": {"per_seed": {"baseline": [1.0], "idea": [0.5]}, "seeds": [7], "comparison": {}},
+             "confirmation": {"per_seed": {"baseline": [1.0, 1.5], "idea": [0.9, 1.2]}, "seeds": [11, 12],
+                              "comparison": {}},
+             "budget": {"repeats": 4, "repeats_made": {"screening": [4], "confirmation": [4, 1]}}}
+    screening, confirmation = charts.stages_of(bench)
+    assert screening.runs_text == "each value the mean of 4 runs per arm"
+    assert confirmation.runs_text == "each value the mean of a seed's runs per arm (look 1: 4 runs, look 2: 1 run)"
 
 
 def test_the_history_chart_has_one_bar_per_non_empty_cell(app: Any, keys: dict[str, str]) -> None:

@@ -101,6 +101,7 @@ class ScriptedExecutor:
     measured: Callable[[str, MeasureRun], float] | None = None
     phase: str = "screening"
     trained: list[Asked] = field(default_factory=list)  # every run asked for
+    commands: list[dict[str, Any]] = field(default_factory=list)  # each run's command, as the trainer got it
     calls: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # each arm's file, as loaded
     builds: dict[str, list[int]] = field(default_factory=dict)  # each arm's capture's build seeds
@@ -166,6 +167,7 @@ class ScriptedExecutor:
                         for a in self.trained)
                 asked = Asked(arm, run["cfg"], run["eval"], self.phase, n, self.checking)
                 self.trained.append(asked)
+                self.commands.append(run)
             pred = (x[:, :1] / 2 + self.script(asked)).astype(np.float32)
             alone = pred[run["rows"]]  # each checked row, predicted alone: the same numbers
             on_run(Trained(

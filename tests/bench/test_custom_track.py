@@ -51,6 +51,9 @@ def _code(exc: pytest.ExceptionInfo[BenchError]) -> str:
          "invalid_track", "schedule"),
         (lambda s: s.replace('"lr_grid": [0.01, 0.03]', '"lr_grid": [0.01, 0.03], "schedule": ["cosine"]'),
          "invalid_track", "schedule"),
+        # runs per test seed are the service's (a track's author would set the test's power)
+        (lambda s: s.replace('"lr_grid": [0.01, 0.03]', '"lr_grid": [0.01, 0.03], "repeats": 4'),
+         "invalid_track", "defaults"),
         (lambda s: s.replace("def build_baseline", "def build_other"), "invalid_track", "build_baseline"),
         (lambda s: s.replace('"domain": "test fixtures",', ""), "invalid_track", "domain"),
         (lambda s: s + "\ndef broken(:\n", "invalid_code", "compile"),

@@ -21,6 +21,7 @@ from bench.decide import (
     p_helps,
     parity_error,
     reaches,
+    seed_means,
     stage_better,
     stage_comparisons,
     stage_p,
@@ -126,6 +127,13 @@ def test_p_helps_is_the_larger_of_both_stages() -> None:
     assert p_helps(screening, None) == stage_p(screening) == screening[1].p_better > screening[0].p_better
     assert p_helps(screening, 0.9) == 0.9 and p_helps(screening, 0.3) == stage_p(screening)
     assert p_helps(_block(BASE, BETTER), 1e-9) == 1 / 2 ** 8
+
+
+def test_a_seeds_repeat_runs_are_averaged_into_one_pair_value() -> None:
+    values = [0.3, 0.1, 0.5, 0.7]
+    assert seed_means([4, 9, 2, 7], values) == values  # one run a seed: the values as they are, bit for bit
+    assert seed_means([4, 4, 2, 2, 9, 9], [0.1, 0.3, 1.0, 2.0, 0.5, 0.5]) == pytest.approx([0.2, 1.5, 0.5])
+    assert seed_means([4, 2, 4, 2], [0.1, 1.0, 0.3, 2.0]) == pytest.approx([0.2, 1.5])  # in the seeds' first order
 
 
 def test_more_than_a_quarter_diverged_decides_nothing() -> None:

@@ -19,6 +19,16 @@ def test_a_job_of_one_config_per_arm() -> None:
     assert runs.at_most == 36 + 8 + 8 + 48
 
 
+def test_repeats_are_runs_a_job_may_add_in_its_test_stages() -> None:
+    """Every job makes each test seed's first runs; the repeats only where those are not futile."""
+    one, three = plan(n_lrs=5, sweep_seeds=2, n_seeds=8), plan(n_lrs=5, sweep_seeds=2, n_seeds=8, repeats=3)
+    assert (three.sweep, three.edges_max, three.screening, three.matched_max, three.planned) == (
+        one.sweep, one.edges_max, one.screening, one.matched_max, one.planned)
+    assert one.repeats_max == 0 and three.repeats_max == 2 * (one.screening + one.matched_max)
+    assert three.confirmation_max == 3 * one.confirmation_max
+    assert three.at_most == one.at_most + three.repeats_max + 2 * one.confirmation_max
+
+
 def test_equal_budgets_when_the_idea_has_more_configs() -> None:
     """The baseline sweeps at least budget_factor times as many learning rates (densify): 4 idea
     configs over 5 lrs against 1 baseline config over 5 + 4 x 4 = 21 lrs, the grid's own among them."""
@@ -35,7 +45,8 @@ def test_every_card_is_counted_alike_by_the_catalog_and_the_plan() -> None:
         d = card["defaults"]
         runs = plan_for_card(card)
         assert planned_runs(card) == runs.planned
-        assert runs.sweep == 2 * len(d["lr_grid"]) * d["sweep_seeds"] and runs.screening == 2 * d["n_seeds"]
+        assert runs.sweep == 2 * len(d["lr_grid"]) * d["sweep_seeds"]
+        assert runs.screening == 2 * d["n_seeds"]
     assert plan_for_card(get_card("smoke"), n_seeds=4).screening == 8
     smoke = get_card("smoke")["defaults"]
     n, seeds = len(smoke["lr_grid"]), smoke["sweep_seeds"]

@@ -249,3 +249,40 @@ def test_densify_spreads_more_learning_rates_over_the_same_range() -> None:
     assert len(below) == 3 and below[0] == pytest.approx(0.005) and max(below) < 0.01
     above = densify([0.2], 2, "above")
     assert len(above) == 2 and min(above) > 0.1 and above[-1] == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("path", ["vectorized", "sequential"])
+def test_a_cards_repeats_run_through_real_children_from_each_seeds_build(
+        path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``defaults.repeats`` 2 through the sandboxed trainer: each test seed's second run starts
+    from the seed's captured build (``build_init``) with its own initial values and order, so
+    the seed's value is the mean of two different runs, the first of which is the seed's run
+    in a job of one repeat. (The rule that skips the repeats of futile first runs is the
+    parent's, tested in test_protocol_rules.py; here the repeats always run.)"""
+    import dataclasses
+
+    from bench import protocol
+
+    monkeypatch.setattr(protocol, "repeats_futile", lambda *_: False)
+    from bench.options import EngineOptions
+    from bench.registry import load_track
+
+    smoke = load_track("smoke")
+    repeated = dataclasses.replace(smoke, card={**smoke.card, "defaults": {**smoke.card["defaults"], "repeats": 2}})
+    request = JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2, job_key="repeats", confirm=False,
+                           options=EngineOptions(execution="auto" if path == "vectorized" else "sequential"))
+    events: list = []
+    twice = judge(request, events.append, track=repeated).model_dump(mode="json")
+    once = judge(request).model_dump(mode="json")
+    Report.model_validate(twice)
+    br, single = twice["bench_report"], once["bench_report"]
+    assert br["budget"]["repeats"] == 2 and "repeats" not in single["budget"]
+    assert br["execution"]["path"] == single["execution"]["path"] == path
+    assert br["seeds"]["final"] == single["seeds"]["final"] and br["n_seeds"] == 2
+    for arm in ("baseline", "idea"):
+        assert br[arm]["best_cfg"] == single[arm]["best_cfg"]  # the sweep is the same
+        assert len(br[arm]["full"]["per_seed"]) == 2
+        assert br[arm]["full"]["per_seed"] != single[arm]["full"]["per_seed"]  # each the mean with another run
+    runs = [e.run for e in events if e.run is not None and e.run["stage"] == "screening"]
+    assert len(runs) == 2 * 2 * 2 + (2 * 2 if br["screening"].get("matched_lr") else 0)
+    assert events[-1].done == events[-1].total

@@ -25,7 +25,7 @@ from bench.execution import Trained
 from bench.npy import read_npy
 from bench.options import EngineOptions
 from bench.protocol import Progress, declared_configs, judge
-from bench.report import Report
+from bench.report import Report, runs_made
 from bench.seeding import SeedSecret, confirmation_seeds
 from bench.stats import confirmation_p, paired_sign_flip_p
 from tests.bench.scripted import TRACK, Asked, Scripted, ScriptedExecutor, by_lr, scripted_request
@@ -340,6 +340,123 @@ def test_a_matched_baseline_is_refused_on_a_custom_track_before_any_child() -> N
         judge(scripted_request(seed_secret=SECRET, custom_track=track, baseline_code=copy), executor=executor)
     assert refused.value.code == ErrorCode.MATCHED_BASELINE_UNSUPPORTED and refused.value.hint
     assert executor.jobs == []
+
+
+REPEATED = dataclasses.replace(TRACK, card={**TRACK.card, "defaults": {**TRACK.card["defaults"], "repeats": 2}})
+
+
+def test_a_cards_repeats_train_each_test_seed_that_often_and_the_test_pairs_their_means() -> None:
+    """``defaults.repeats`` 2: each test seed's runs twice (its split; each run its own order and
+    init, from the seed's captured build), the pair's value the two runs' mean; the sweep once."""
+    def script(run: Asked) -> float:  # the idea's two runs of a seed score 0.4² and 0.2²: mean 0.1
+        if run.split == "test" and run.arm == "idea":
+            return 0.4 if run.n % 2 == 0 else 0.2
+        return by_lr({"baseline": 0.03, "idea": 0.03})(run)
+
+    executor = Scripted(script)
+    events: list[Progress] = []
+    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job"), events.append,
+                   executor=executor, track=REPEATED).model_dump(mode="json")
+    br = report["bench_report"]
+    assert br["comparison"]["per_seed_diffs"] == pytest.approx([0.1 - 0.25] * N)
+    assert br["n_seeds"] == N and len(br["seeds"]["final"]) == len(set(br["seeds"]["final"])) == N
+    assert br["budget"]["repeats"] == 2 and report["practical_verdict"] == "helps"
+    assert "across 7 paired seeds (each the mean of 2 runs per arm)" in report["summary"]
+    assert len(executor.asked(split="val")) == 12  # the sweep is not repeated
+    assert len(executor.asked(split="test", phase="screening")) == 2 * 2 * N
+    assert len(executor.asked(phase="confirmation")) == 2 * 2 * N
+    assert events[-1].done == events[-1].total == len(executor.asked()) == runs_made(br)
+    for job in executor.jobs:
+        tests = [c for c in job.commands if c["eval"] == "test"]
+
+        def key(c: dict[str, Any]) -> tuple[str, str, str]:  # the arm, the seed's data, the config
+            return c["run_id"].rstrip("0123456789"), c["data_dir"], json.dumps(c["cfg"], sort_keys=True)
+
+        own = {key(c): c for c in tests if "build_init" not in c}
+        repeats = [c for c in tests if "build_init" in c]
+        assert len(repeats) == len(own) == len(tests) // 2
+        for c in repeats:  # the seed's build and split; its own initial values and order
+            first = own[key(c)]
+            assert c["build_init"] == first["init_seed"]
+            assert c["init_seed"] != first["init_seed"] and c["order_seed"] != first["order_seed"]
+            assert not c["keep"]
+
+
+def _repeated(script: Any, **request: Any) -> tuple[dict[str, Any], Scripted, list[Progress]]:
+    executor, events = Scripted(script), []
+    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", **request), events.append,
+                   executor=executor, track=REPEATED).model_dump(mode="json")
+    Report.model_validate(report)
+    return report, executor, events
+
+
+def test_an_idea_whose_first_runs_are_no_better_gets_no_repeats_and_the_count_says_so() -> None:
+    """Futility (``bench.decide.repeats_futile``): the screening's first runs show the idea worse,
+    so no seed runs again; the progress count drops the repeats it had allowed for."""
+    report, executor, events = _repeated(by_lr({"baseline": 0.03, "idea": 0.03}, {"baseline": 0.5, "idea": 0.6}))
+    br = report["bench_report"]
+    assert br["budget"]["repeats"] == 2 and br["budget"]["repeats_made"] == {"screening": [1]}
+    assert len(executor.asked(split="test")) == 2 * N and "confirmation" not in {a.phase for a in executor.asked()}
+    assert not any("build_init" in c for job in executor.jobs for c in job.commands)
+    assert report["practical_verdict"] == "harms" and runs_made(br) == len(executor.asked())
+    assert max(e.at_most for e in events if e.at_most is not None) >= len(executor.asked()) + 2 * N  # allowed for
+    assert events[-1].done == events[-1].total == len(executor.asked())
+
+
+def test_a_confirmation_look_whose_first_runs_are_no_better_gets_no_repeats() -> None:
+    """A screened win whose confirmation's first runs show no gain: the look stops there, is not
+    significant, and a second look is futile too: not replicated, at a K-th of the look's runs."""
+    tuned = by_lr({"baseline": 0.03, "idea": 0.03}, {"baseline": 0.5, "idea": 0.3})
+
+    def script(run: Asked) -> float:
+        if run.phase == "confirmation" and run.arm == "idea":
+            return 0.6
+        return tuned(run)
+
+    report, executor, events = _repeated(script)
+    br = report["bench_report"]
+    assert br["budget"]["repeats_made"] == {"screening": [2], "confirmation": [1]}
+    assert len(executor.asked(phase="confirmation")) == 2 * N and br["confirmation"]["n_runs"] == 2 * N
+    assert report["practical_verdict"] != "helps" and runs_made(br) == len(executor.asked())
+    assert events[-1].done == events[-1].total == len(executor.asked())
+
+
+def test_a_second_confirmation_look_judges_futility_on_the_pooled_pairs() -> None:
+    """The second look's test runs on both looks' pairs, so its repeats stop only when the pooled
+    gain is not positive: here its own first runs are worse, the pooled pairs still better, and
+    its seeds run twice (a stop on its own runs would have tested single runs where the means
+    decide)."""
+    close = [1.0, 1.0, 1.0, 1.0, 1.0, -0.5, 0.2]  # baseline - idea over the first look's pairs (MSE)
+    tuned = by_lr({"baseline": 0.03, "idea": 0.03}, {"baseline": 1.0, "idea": 0.0})
+
+    def script(run: Asked) -> float:
+        if run.split == "val" or run.arm == "baseline" or run.phase != "confirmation":
+            return tuned(run)
+        if run.n < 2 * N:  # the first look: its first runs, then its repeats
+            return math.sqrt(1.0 - close[run.n % N])
+        return math.sqrt(1.2) if run.n < 3 * N else 0.0  # the second look's first runs, then repeats
+
+    report, executor, _ = _repeated(script)
+    br = report["bench_report"]
+    assert br["budget"]["repeats_made"] == {"screening": [2], "confirmation": [2, 2]}
+    assert len(executor.asked(phase="confirmation")) == 2 * 2 * 2 * N == br["confirmation"]["n_runs"]
+    per_seed = br["confirmation"]["per_seed"]
+    diffs = [i - b for i, b in zip(per_seed["idea"], per_seed["baseline"], strict=True)]
+    assert diffs[N:] == pytest.approx([-(-0.2 + 1.0) / 2] * N)  # the second look's means (MSE: lower)
+
+
+def test_a_matched_baselines_check_makes_every_repeat_even_when_no_better() -> None:
+    """The check estimates (non-inferiority is a point estimate): a matched baseline exactly as
+    good as the track's is no better, yet its check runs every seed twice."""
+    tuned = by_lr({"baseline": 0.03, "idea": 0.03}, {"baseline": 0.5, "idea": 0.3})
+
+    def script(run: Asked) -> float:
+        return 0.5 if run.checking and run.split == "test" else tuned(run)
+
+    report, executor, _ = _repeated(script, baseline_code=MATCHED)
+    check = report["bench_report"]["matched_baseline_check"]
+    assert check["non_inferior"] is True
+    assert len(executor.asked(checking=True, split="test")) == 2 * 2 * N
 
 
 def test_a_self_measured_mechanism_is_measured_on_both_arms_final_models() -> None:

@@ -40,6 +40,18 @@ def test_the_same_secret_gives_the_same_seeds_and_another_secret_other_seeds() -
     assert all(0 <= s < 2**31 for s in (seeds.split, seeds.order, seeds.init))
 
 
+def test_a_repeat_run_keeps_its_seeds_split_and_draws_its_own_order_and_init() -> None:
+    own = run_seeds(1003, A, track="t")
+    assert run_seeds(1003, A, track="t", repeat=0) == own
+    repeats = [run_seeds(1003, A, track="t", repeat=r) for r in range(1, 4)]
+    assert {r.split for r in repeats} == {own.split}
+    assert len({own.order, *(r.order for r in repeats)}) == 4 and len({own.init, *(r.init for r in repeats)}) == 4
+    assert run_seeds(1003, B, track="t", repeat=1) != repeats[0]  # secret, like the seed's own
+    confirm = run_seeds(2000, A, "models", track="t", repeat=1)
+    assert confirm.split == run_seeds(2000, A, "models", track="t").split
+    assert confirm.init != run_seeds(2000, A, "other models", track="t", repeat=1).init
+
+
 def test_sweep_and_final_seeds_are_disjoint_and_expand_to_distinct_splits() -> None:
     sweep, final = sweep_seeds(4), final_seeds(32)
     assert not set(sweep) & set(final)
