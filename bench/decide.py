@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from bench.errors import BenchError, ErrorCode
-from bench.stats import Comparison, compare
+from bench.stats import ALPHA, Comparison, after_efficacy_look, compare
 
 MAX_DIVERGED_SHARE = 0.25  # more diverged final runs than this in an arm: no verdict
 BASELINE_KEYS = ("baseline", "matched")  # a stage's baselines: the track's, and at the idea's lr
@@ -189,11 +189,34 @@ def matched_config(baseline: Mapping[str, Any], idea: Mapping[str, Any]) -> dict
 
 
 # -- a stage's tests ----------------------------------------------------------------------------
-def stage_comparisons(values: Mapping[str, Sequence[float]], lower_is_better: bool) -> list[Comparison]:
+def stage_comparisons(values: Mapping[str, Sequence[float]], lower_is_better: bool,
+                      first: Mapping[str, Sequence[float]] | None = None) -> list[Comparison]:
     """The stage's tests of the idea against each baseline it ran (the track's, and the matched
-    one when run), in ``BASELINE_KEYS`` order."""
-    return [compare(list(values[key]), list(values["idea"]), lower_is_better=lower_is_better)
-            for key in BASELINE_KEYS if key in values]
+    one when run), in ``BASELINE_KEYS`` order. ``first``: the same pairs' first-run values, where
+    the stage looked at them (a stop for efficacy possible) before making its repeats: each test
+    then counts that stop's pattern (``bench.stats.after_efficacy_look``)."""
+    keys = [key for key in BASELINE_KEYS if key in values]
+    tests = [compare(list(values[key]), list(values["idea"]), lower_is_better=lower_is_better) for key in keys]
+    if first is None:
+        return tests
+    return [after_efficacy_look(test, [i - b for i, b in zip(first["idea"], first[key], strict=True)], lower_is_better)
+            for test, key in zip(tests, keys, strict=True)]
+
+
+def efficacy(first: Sequence[Comparison]) -> bool:
+    """A test stage's first runs (one a seed) favour the idea on every pair against every
+    baseline it must beat: one-sided p = 1 / 2^n, the most extreme sign pattern. The stage
+    stops there, its test run on those runs (significant at eight pairs and more); the means'
+    test of a stage that goes on counts this pattern (``bench.stats.after_efficacy_look``), so
+    the stage's level is what it was. A win never in doubt then costs one run a seed. Only where
+    that pattern is significant on its own (``efficacy_possible``: six pairs and more)."""
+    return all(c.better and c.p_better <= 1.0 / 2**c.n_pairs for c in first)
+
+
+def efficacy_possible(n_pairs: int) -> bool:
+    """Whether a stage of ``n_pairs`` pairs can stop for efficacy: the most extreme of its 2^n
+    sign patterns is significant (two-sided p = 2 / 2^n <= alpha)."""
+    return 2.0 / float(2**n_pairs) <= ALPHA
 
 
 def repeats_futile(first: Sequence[Comparison], lower_is_better: bool) -> bool:

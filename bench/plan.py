@@ -16,8 +16,8 @@ A job trains, per arm:
   at most ``CONFIRMATION_LOOKS`` looks.
 
 On a card with ``repeats`` K > 1 the test stages (screening, matched, confirmation) train
-each seed once, then K - 1 times more unless those first runs are futile
-(``bench.decide.repeats_futile``): the screening's repeats are counted at most
+each seed once, then K - 1 times more unless those first runs decide the look
+(``bench.decide.repeats_futile``, ``efficacy``): the screening's repeats are counted at most
 (``repeats_max``), the confirmation's within ``confirmation_max``.
 
 No torch, no files: plain numbers in, numbers out.

@@ -59,6 +59,8 @@ from bench.decide import (
     densify,
     diverged_score,
     edge_steps,
+    efficacy,
+    efficacy_possible,
     fill_diverged,
     matched_config,
     parity_error,
@@ -95,7 +97,7 @@ from bench.seeding import (
     sweep_seeds,
     task_seed,
 )
-from bench.stats import ALPHA, CONFIRMATION_LOOKS, confirmation_continues
+from bench.stats import ALPHA, CONFIRMATION_LOOKS, Comparison, confirmation_continues
 from bench.track import Track
 
 MAX_GROUP = 16  # runs trained as one batched model at most (the child stacks their data)
@@ -316,6 +318,8 @@ class _Job:
         self.lr_grids: dict[str, list[float]] = {}  # each arm's swept learning rates
         self.runs: list[RunRecord] = []
         self.repeats_made: dict[str, list[int]] = {}  # runs per seed of each test stage's looks (``final``)
+        # per stage and look (its pairs): the first-run values a look with repeats looked at first
+        self.looked: dict[str, dict[int, dict[str, list[float]]]] = {}
         self.warnings: list[str] = []
         self._counter = itertools.count()
         self._groups = itertools.count()
@@ -908,11 +912,13 @@ class _Job:
         On a card with ``repeats`` K > 1, each seed's first runs come first; unless they are
         futile (``bench.decide.repeats_futile``: the idea no better than a baseline it must
         beat), each seed then runs K - 1 times more and ``stage_values`` averages a seed's runs
-        (``self.repeats_made`` records which). Futility is judged on what the look's test will
-        be run on: with ``prior`` (the confirmation's first look, when this is its second) the
-        pooled pairs, so a stop means the pooled gain is not positive and no win was possible
-        (its p above a half). A stop can only take wins away, so the test keeps its level; a
-        matched baseline's check always runs all K (it estimates)."""
+        (``self.repeats_made`` records which). The look also stops, its test run on the first runs,
+        when they already win on every pair (``bench.decide.efficacy``): the means' test of a look
+        that goes on then counts that stop (``self.looked``, ``stage_comparisons(first=)``), so the
+        look's level is unchanged. Both are judged on what the look's test runs on: with ``prior``
+        (the confirmation's first look, when this is its second) the pooled pairs. A futile stop
+        has p above a half and takes only wins away. A matched baseline's check always runs all
+        K (it estimates)."""
         self.tracker.stage = "final" if stage == "screening" else stage
         repeats = self.settings.defaults.repeats
         cfgs = {arm: dict(self.best(arm).config) for arm in ARMS}
@@ -928,9 +934,16 @@ class _Job:
         self.train([r for seed_runs in zip(*records.values(), strict=True) for r in seed_runs])
         self.check_diverged(records, stage)  # (before any repeat is trained: a quarter of the first runs ends it)
         pooled = records if prior is None else {key: prior[key] + records[key] for key in records}
+        looked = self.stage_values(pooled)  # what this look's test would run on, if it stopped here
+        first_tests = stage_comparisons(looked, self.lower_is_better)
+        n_pairs = len(looked["idea"])
+        stop = not self.request.checking_matched and (
+            repeats_futile(first_tests, self.lower_is_better)
+            or (efficacy_possible(n_pairs) and efficacy(first_tests)))
         made = 1
-        if repeats > 1 and (self.request.checking_matched or not repeats_futile(
-                stage_comparisons(self.stage_values(pooled), self.lower_is_better), self.lower_is_better)):
+        if repeats > 1 and not stop:
+            if not self.request.checking_matched and efficacy_possible(n_pairs):
+                self.looked.setdefault(stage, {})[n_pairs] = looked  # the means' test counts the stop it passed
             more = {key: [RunRecord(first.arm, first.cfg, first.seed, "test", stage, repeat=r)
                           for first in firsts for r in range(1, repeats)] for key, firsts in records.items()}
             self.tracker.add_total(sum(len(runs) for runs in more.values()),
@@ -1012,11 +1025,21 @@ class _Job:
     def screened_better(self, runs: dict[str, list[RunRecord]]) -> bool:
         """The idea is significantly better than the baseline, and than the baseline at the
         idea's learning rate when that was run (``matched_cfg``)."""
-        return stage_better(stage_comparisons(self.stage_values(runs), self.lower_is_better))
+        return stage_better(self.tests(runs))
 
     def p_better(self, runs: dict[str, list[RunRecord]]) -> float:
         """A stage's one-sided p that the idea is better (``bench.decide.stage_p``)."""
-        return stage_p(stage_comparisons(self.stage_values(runs), self.lower_is_better))
+        return stage_p(self.tests(runs))
+
+    def first_values(self, runs: dict[str, list[RunRecord]]) -> dict[str, list[float]] | None:
+        """The first-run values the look of ``runs`` looked at before its repeats (``self.looked``),
+        else None (one run a seed, a stop, or a check)."""
+        return self.looked.get(runs["idea"][0].stage, {}).get(len({r.seed for r in runs["idea"]}))
+
+    def tests(self, runs: dict[str, list[RunRecord]]) -> list[Comparison]:
+        """A look's tests (``bench.decide.stage_comparisons``), counting its efficacy stop where it
+        had one to pass."""
+        return stage_comparisons(self.stage_values(runs), self.lower_is_better, self.first_values(runs))
 
     def confirm(self, n_seeds: int) -> dict[str, list[RunRecord]]:
         """The confirmation stage (PROTOCOL.md 2.6): the screened configs (no re-tuning) on
@@ -1143,7 +1166,7 @@ class _Job:
             values=self.stage_values(runs), seeds=list(dict.fromkeys(r.seed for r in runs["idea"])),
             diverged={key: sum(r.diverged for r in records) for key, records in runs.items()},
             seconds={key: float(sum(r.seconds for r in records)) for key, records in runs.items()},
-            matched_lr=runs["matched"][0].cfg["lr"] if "matched" in runs else None,
+            matched_lr=runs["matched"][0].cfg["lr"] if "matched" in runs else None, first=self.first_values(runs),
         )
 
     def outcome(self, finals: dict[str, list[RunRecord]], confirmation: dict[str, list[RunRecord]] | None,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -358,6 +358,39 @@ def compare(
         verdict=verdict,
         system_worked=verdict == VERDICT_BETTER,
     )
+
+
+def after_efficacy_look(comparison: Comparison, first_diffs: Sequence[float], lower_is_better: bool) -> Comparison:
+    """``comparison`` (of a stage's means: each seed's repeat runs averaged) as the second test
+    of a sequential stage whose first runs (``first_diffs``: each seed's first-run difference,
+    idea - baseline, paired alike) were looked at first, with a stop for efficacy when every
+    pair favoured the idea (``bench.decide.efficacy``: one-sided p = 1 / 2^n, the single most
+    extreme sign pattern).
+
+    Under the null the sign-flip group acts on each seed's first run and mean together, so on
+    every orbit the stage rejects on the pattern that makes all first runs favour the idea (the
+    efficacy stop) or on the means' extreme patterns. Counting that pattern among the means'
+    whenever it is not one of them already keeps the union at the means' count: ``p_better``
+    (and, for a gain, the two-sided ``p_value``) gain 1 / 2^n (2 / 2^n) then, and the verdict is
+    decided on them. Exact for n <= EXACT_MAX_N; with a first difference of 0 no pattern makes
+    every first run favour the idea, and nothing changes."""
+    gains = np.asarray(comparison.per_seed_diffs, dtype=np.float64) * (-1.0 if lower_is_better else 1.0)
+    first = np.asarray([float(v) for v in first_diffs], dtype=np.float64) * (-1.0 if lower_is_better else 1.0)
+    n = gains.size
+    if first.size != n or n > EXACT_MAX_N or not np.all(first != 0):
+        return comparison
+    stop = np.where(first > 0, 1.0, -1.0)  # the pattern under which every first run favours the idea
+    tol = TIE_RTOL * float(np.sum(np.abs(gains)))
+    if float(stop @ gains) >= float(np.sum(gains)) - tol:
+        return comparison  # already among the means' patterns at least as extreme
+    extra = 1.0 / 2**n
+    p_better = min(1.0, comparison.p_better + extra)
+    p_value = min(1.0, comparison.p_value + 2 * extra) if float(np.sum(gains)) > 0 else comparison.p_value
+    idea_better = float(np.sum(gains)) > 0
+    verdict = (VERDICT_BETTER if idea_better else VERDICT_WORSE) if p_value <= comparison.alpha else VERDICT_NONE
+    return replace(
+        comparison, p_better=p_better, p_value=p_value, verdict=verdict, system_worked=verdict == VERDICT_BETTER,
+        p_method=f"{comparison.p_method}; sequential: + 1 pattern for the first runs' efficacy stop")
 
 
 def bh_qvalues(p_values: Sequence[float]) -> list[float]:

@@ -217,16 +217,19 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
     from bench.contract import check_hparams
     from bench.decide import (
         diverged_score,
+        efficacy,
+        efficacy_possible,
         fill_diverged,
         repeats_futile,
         seed_means,
+        stage_better,
         stage_comparisons,
+        stage_p,
     )
     from bench.protocol import _grid
     from bench.registry import load_track
     from bench.seeding import confirmation_seeds, public_secret, screening_seeds, sweep_seeds
-    from bench.stats import ALPHA, CONFIRMATION_LOOKS, VERDICT_BETTER, confirmation_continues
-    from bench.stats import compare as paired
+    from bench.stats import ALPHA, CONFIRMATION_LOOKS, confirmation_continues
 
     start, cpu_start = time.perf_counter(), cpu_seconds()
     context = multiprocessing.get_context("spawn")
@@ -320,34 +323,38 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
             return {k: seed_means([s for s, _ in pairs], fill_diverged([v for _, v in pairs], fill))
                     for k, pairs in runs_of.items()}
 
-        def stage(seeds: list[int], measure: bool = False,
+        def stage(seeds: list[int], looked_at: dict[int, dict[str, list[float]]], measure: bool = False,
                   prior: dict[str, list[tuple[int, float]]] | None = None) -> dict[str, list[tuple[int, float]]]:
             """One look's runs: the first of each seed, then the repeats unless the look's test
-            (pooled with ``prior``, the confirmation's first look) is futile on them."""
+            (pooled with ``prior``, the confirmation's first look) is futile on them or already
+            wins on every pair; ``looked_at`` keeps, by pairs, what a look that went on looked at."""
             first = test_runs(seeds, measure, range(1))
             pooled = first if prior is None else {k: prior[k] + first[k] for k in first}
-            if repeats == 1 or repeats_futile(stage_comparisons(means(pooled), sign > 0), sign > 0):
+            looked = means(pooled)
+            tests = stage_comparisons(looked, sign > 0)
+            n_pairs = len(looked["idea"])
+            if repeats == 1 or repeats_futile(tests, sign > 0) or (efficacy_possible(n_pairs) and efficacy(tests)):
                 return first
+            if efficacy_possible(n_pairs):
+                looked_at[n_pairs] = looked
             more = test_runs(seeds, False, range(1, repeats))
             return {k: first[k] + more[k] for k in first}
 
-        def better(values: dict[str, list[float]]) -> bool:
-            return all(paired(values[k], values["idea"], lower_is_better=sign > 0).verdict == VERDICT_BETTER
-                       for k in ("baseline", "matched") if k in values)
+        def tests_of(values: dict[str, list[float]], looked_at: dict[int, dict[str, list[float]]]) -> list[Any]:
+            return stage_comparisons(values, sign > 0, looked_at.get(len(values["idea"])))
 
         n = int(defaults["n_seeds"])
-        screening = means(stage(screening_seeds(n, secret, JOB_KEY), measure=wants_measure))
+        screened: dict[int, dict[str, list[float]]] = {}
+        screening = means(stage(screening_seeds(n, secret, JOB_KEY), screened, measure=wants_measure))
         out: dict[str, Any] = {arm: {"lr": chosen[arm][0], "hparams": chosen[arm][1],
                                      "per_seed": fill_diverged(screening[arm], ceiling)}
                                for arm in ("baseline", "idea")}
-        if better(screening):  # up to two looks, as the engine (bench.stats.confirmation_continues)
+        if stage_better(tests_of(screening, screened)):  # up to two looks, as the engine
+            confirmed: dict[int, dict[str, list[float]]] = {}
             seeds = confirmation_seeds(CONFIRMATION_LOOKS * n)
-            looked = stage(seeds[:n])
-            first = means(looked)
-            p_first = max(paired(first[k], first["idea"], lower_is_better=sign > 0).p_better
-                          for k in ("baseline", "matched") if k in first)
-            if confirmation_continues(p_first, ALPHA):
-                more = stage(seeds[n:], prior=looked)
+            looked = stage(seeds[:n], confirmed)
+            if confirmation_continues(stage_p(tests_of(means(looked), confirmed)), ALPHA):
+                more = stage(seeds[n:], confirmed, prior=looked)
                 looked = {k: looked[k] + more[k] for k in looked}
             out["confirmation"] = means(looked)
         out["runs"] = dict(runs)

@@ -347,10 +347,17 @@ REPEATED = dataclasses.replace(TRACK, card={**TRACK.card, "defaults": {**TRACK.c
 
 def test_a_cards_repeats_train_each_test_seed_that_often_and_the_test_pairs_their_means() -> None:
     """``defaults.repeats`` 2: each test seed's runs twice (its split; each run its own order and
-    init, from the seed's captured build), the pair's value the two runs' mean; the sweep once."""
-    def script(run: Asked) -> float:  # the idea's two runs of a seed score 0.4² and 0.2²: mean 0.1
+    init, from the seed's captured build), the pair's value the two runs' mean; the sweep once.
+    The screening's first runs favour the idea on six seeds of seven, so it makes its repeats,
+    and its means' test counts the efficacy stop it passed (2/128, not 1/128); the confirmation's
+    first runs all favour the idea, so it stops there (efficacy)."""
+    def script(run: Asked) -> float:  # MSE = offset²; the baseline scores 0.5² = 0.25
         if run.split == "test" and run.arm == "idea":
-            return 0.4 if run.n % 2 == 0 else 0.2
+            if run.phase == "confirmation":
+                return 0.2
+            if run.n < N:  # the first runs, seed by seed: the first seed's worse than the baseline
+                return 0.6 if run.n == 0 else 0.4
+            return 0.2  # the repeats
         return by_lr({"baseline": 0.03, "idea": 0.03})(run)
 
     executor = Scripted(script)
@@ -358,13 +365,15 @@ def test_a_cards_repeats_train_each_test_seed_that_often_and_the_test_pairs_thei
     report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job"), events.append,
                    executor=executor, track=REPEATED).model_dump(mode="json")
     br = report["bench_report"]
-    assert br["comparison"]["per_seed_diffs"] == pytest.approx([0.1 - 0.25] * N)
+    assert br["comparison"]["per_seed_diffs"] == pytest.approx([0.2 - 0.25] + [0.1 - 0.25] * (N - 1))
+    assert br["comparison"]["p_better"] == pytest.approx(2 / 2**N) and br["comparison"]["p_value"] == pytest.approx(4 / 2**N)
     assert br["n_seeds"] == N and len(br["seeds"]["final"]) == len(set(br["seeds"]["final"])) == N
     assert br["budget"]["repeats"] == 2 and report["practical_verdict"] == "helps"
+    assert br["budget"]["repeats_made"] == {"screening": [2], "confirmation": [1]}
     assert "across 7 paired seeds (each the mean of 2 runs per arm)" in report["summary"]
     assert len(executor.asked(split="val")) == 12  # the sweep is not repeated
     assert len(executor.asked(split="test", phase="screening")) == 2 * 2 * N
-    assert len(executor.asked(phase="confirmation")) == 2 * 2 * N
+    assert len(executor.asked(phase="confirmation")) == 2 * N
     assert events[-1].done == events[-1].total == len(executor.asked()) == runs_made(br)
     for job in executor.jobs:
         tests = [c for c in job.commands if c["eval"] == "test"]
@@ -374,7 +383,7 @@ def test_a_cards_repeats_train_each_test_seed_that_often_and_the_test_pairs_thei
 
         own = {key(c): c for c in tests if "build_init" not in c}
         repeats = [c for c in tests if "build_init" in c]
-        assert len(repeats) == len(own) == len(tests) // 2
+        assert len(repeats) == 2 * N  # the screening's: both arms, every seed once more
         for c in repeats:  # the seed's build and split; its own initial values and order
             first = own[key(c)]
             assert c["build_init"] == first["init_seed"]
@@ -403,6 +412,19 @@ def test_an_idea_whose_first_runs_are_no_better_gets_no_repeats_and_the_count_sa
     assert events[-1].done == events[-1].total == len(executor.asked())
 
 
+def test_a_win_never_in_doubt_costs_one_run_a_seed() -> None:
+    """Efficacy (``bench.decide.efficacy``): every first run favours the idea, in the screening and
+    in the confirmation's first look: both stop there, their tests on those runs, and the job
+    trains what it would with one run a seed."""
+    report, executor, _ = _repeated(by_lr({"baseline": 0.03, "idea": 0.03}, {"baseline": 0.5, "idea": 0.3}))
+    br = report["bench_report"]
+    assert br["budget"]["repeats_made"] == {"screening": [1], "confirmation": [1]}
+    assert report["practical_verdict"] == "helps" and br["comparison"]["p_better"] == pytest.approx(1 / 2**N)
+    assert len(executor.asked()) == 12 + 2 * N + 2 * N == runs_made(br)
+    assert not any("build_init" in c for job in executor.jobs for c in job.commands)
+    assert "paired seeds the idea" in report["summary"]  # one run a seed: nothing to say of means
+
+
 def test_a_confirmation_look_whose_first_runs_are_no_better_gets_no_repeats() -> None:
     """A screened win whose confirmation's first runs show no gain: the look stops there, is not
     significant, and a second look is futile too: not replicated, at a K-th of the look's runs."""
@@ -415,7 +437,7 @@ def test_a_confirmation_look_whose_first_runs_are_no_better_gets_no_repeats() ->
 
     report, executor, events = _repeated(script)
     br = report["bench_report"]
-    assert br["budget"]["repeats_made"] == {"screening": [2], "confirmation": [1]}
+    assert br["budget"]["repeats_made"] == {"screening": [1], "confirmation": [1]}  # (the screening: efficacy)
     assert len(executor.asked(phase="confirmation")) == 2 * N and br["confirmation"]["n_runs"] == 2 * N
     assert report["practical_verdict"] != "helps" and runs_made(br) == len(executor.asked())
     assert events[-1].done == events[-1].total == len(executor.asked())
@@ -438,7 +460,7 @@ def test_a_second_confirmation_look_judges_futility_on_the_pooled_pairs() -> Non
 
     report, executor, _ = _repeated(script)
     br = report["bench_report"]
-    assert br["budget"]["repeats_made"] == {"screening": [2], "confirmation": [2, 2]}
+    assert br["budget"]["repeats_made"] == {"screening": [1], "confirmation": [2, 2]}  # (the screening: efficacy)
     assert len(executor.asked(phase="confirmation")) == 2 * 2 * 2 * N == br["confirmation"]["n_runs"]
     per_seed = br["confirmation"]["per_seed"]
     diffs = [i - b for i, b in zip(per_seed["idea"], per_seed["baseline"], strict=True)]

@@ -14,6 +14,7 @@ from bench.report import Comparison
 from bench.stats import (
     EFFECT_SIZE_CAP,
     MC_SEED,
+    after_efficacy_look,
     compare,
     hedges_g,
     minimum_detectable_effect,
@@ -313,3 +314,44 @@ def test_a_comparison_is_frozen_and_its_block_is_json() -> None:
     assert isinstance(block["per_seed_diffs"], list) and block["per_seed_diffs"] == [-0.5, -0.5, -0.5]
     assert set(block) == set(Comparison.model_fields) - {"model_config"}
     assert Comparison.model_validate(block).model_dump() == block
+
+
+def test_the_means_test_after_an_efficacy_look_counts_the_stop_it_passed() -> None:
+    """Gains (idea better: positive). Seven first runs favour the idea, one not; every mean
+    does. The means' own p is the top pattern alone (1/256); the stop's pattern (flip the eighth
+    seed) is not among the means' patterns at least as extreme, so it counts: 2/256."""
+    first, means = [1.0] * 7 + [-1.0], [1.0] * 7 + [5.0]
+    plain = compare([0.0] * 8, [-m for m in means])  # MSE-like: idea - baseline = -gain
+    after = after_efficacy_look(plain, [-f for f in first], lower_is_better=True)
+    assert plain.p_better == pytest.approx(1 / 256) and after.p_better == pytest.approx(2 / 256)
+    assert after.p_value == pytest.approx(plain.p_value + 2 / 256) and after.better
+    # the stop's pattern already among the means' extremes (first runs favour where the means do): unchanged
+    same = after_efficacy_look(plain, [-1.0] * 7 + [-0.5], lower_is_better=True)
+    assert same == plain
+    # a first difference of 0: no pattern makes every first run favour the idea, nothing to count
+    assert after_efficacy_look(plain, [-f for f in first[:7]] + [0.0], lower_is_better=True) == plain
+
+
+def test_a_stage_that_may_stop_for_efficacy_keeps_its_level_on_every_orbit() -> None:
+    """Exactness: under the null the sign flips act on each seed's first run and mean together.
+    On every orbit, the patterns that win (all first runs favour the idea: the stop; else the
+    means' test with the stop's pattern counted) are at most the level's 6 of 256. Without the
+    count the means' plain test wins on 7 of some orbits."""
+    rng = np.random.default_rng(7)
+    n, signs = 8, np.array([[1.0 if (k >> j) & 1 else -1.0 for j in range(8)] for k in range(256)])
+    worst_adjusted = worst_plain = 0
+    for _ in range(40):
+        first = rng.normal(size=n)
+        means = first / 2 + rng.normal(size=n) * 0.6  # a seed's mean holds its first run
+        adjusted = plain = 0
+        for s in signs:
+            f, m = s * first, s * means
+            if np.all(f > 0):  # the efficacy stop: significant on its own (2/256 two-sided)
+                adjusted += 1
+                plain += 1
+                continue
+            test = compare([0.0] * n, list(-m))
+            plain += test.better
+            adjusted += after_efficacy_look(test, list(-f), lower_is_better=True).better
+        worst_adjusted, worst_plain = max(worst_adjusted, adjusted), max(worst_plain, plain)
+    assert worst_adjusted <= 6 < worst_plain
