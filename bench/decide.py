@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from bench.errors import BenchError, ErrorCode
-from bench.stats import ALPHA, Comparison, after_efficacy_look, compare
+from bench.stats import EXACT_MAX_N, Comparison, after_efficacy_look, compare
 
 MAX_DIVERGED_SHARE = 0.25  # more diverged final runs than this in an arm: no verdict
 BASELINE_KEYS = ("baseline", "matched")  # a stage's baselines: the track's, and at the idea's lr
@@ -205,18 +205,23 @@ def stage_comparisons(values: Mapping[str, Sequence[float]], lower_is_better: bo
 
 def efficacy(first: Sequence[Comparison]) -> bool:
     """A test stage's first runs (one a seed) favour the idea on every pair against every
-    baseline it must beat: one-sided p = 1 / 2^n, the most extreme sign pattern. The stage
-    stops there, its test run on those runs (significant at eight pairs and more); the means'
-    test of a stage that goes on counts this pattern (``bench.stats.after_efficacy_look``), so
-    the stage's level is what it was. A win never in doubt then costs one run a seed. Only where
-    that pattern is significant on its own (``efficacy_possible``: six pairs and more)."""
-    return all(c.better and c.p_better <= 1.0 / 2**c.n_pairs for c in first)
+    baseline it must beat: one-sided p = 1 / 2^n, the most extreme sign pattern. Where that is
+    significant at the look's level (``efficacy_possible``) the look stops there, its test run
+    on those runs; the means' test of a look that goes on counts this pattern
+    (``bench.stats.after_efficacy_look``), so the look's level is what it was. A win never in
+    doubt then costs one run a seed."""
+    return all(c.p_better <= 1.0 / float(2**c.n_pairs) for c in first)
 
 
-def efficacy_possible(n_pairs: int) -> bool:
-    """Whether a stage of ``n_pairs`` pairs can stop for efficacy: the most extreme of its 2^n
-    sign patterns is significant (two-sided p = 2 / 2^n <= alpha)."""
-    return 2.0 / float(2**n_pairs) <= ALPHA
+def efficacy_possible(n_pairs: int, level: float) -> bool:
+    """Whether a look of ``n_pairs`` pairs can stop for efficacy: its most extreme sign pattern
+    (one-sided p = 1 / 2^n, exact only up to ``EXACT_MAX_N`` pairs) wins at the look's one-sided
+    ``level`` on its own: alpha / 2 for the screening (six pairs and more), a confirmation look's
+    share of alpha (``CONFIRMATION_SHARES``: seven pairs for the first). A stop that would not
+    decide its look is no stop: at six pairs a confirmation's first look stopped at p = 1/64
+    would go on to a second look that pools single runs where other patterns pool means, and the
+    second look's test lost its exactness (review: 227 of 4,096 patterns on one orbit, > alpha)."""
+    return n_pairs <= EXACT_MAX_N and 1.0 / float(2**n_pairs) <= level
 
 
 def repeats_futile(first: Sequence[Comparison], lower_is_better: bool) -> bool:

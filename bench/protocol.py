@@ -97,7 +97,13 @@ from bench.seeding import (
     sweep_seeds,
     task_seed,
 )
-from bench.stats import ALPHA, CONFIRMATION_LOOKS, Comparison, confirmation_continues
+from bench.stats import (
+    ALPHA,
+    CONFIRMATION_LOOKS,
+    CONFIRMATION_SHARES,
+    Comparison,
+    confirmation_continues,
+)
 from bench.track import Track
 
 MAX_GROUP = 16  # runs trained as one batched model at most (the child stacks their data)
@@ -936,14 +942,15 @@ class _Job:
         pooled = records if prior is None else {key: prior[key] + records[key] for key in records}
         looked = self.stage_values(pooled)  # what this look's test would run on, if it stopped here
         first_tests = stage_comparisons(looked, self.lower_is_better)
-        n_pairs = len(looked["idea"])
+        # the look's own one-sided level: the screening's alpha / 2, a confirmation look's share
+        may_stop = efficacy_possible(len(looked["idea"]), ALPHA / 2 if stage == "screening" else
+                                     CONFIRMATION_SHARES[0 if prior is None else 1] * ALPHA)
         stop = not self.request.checking_matched and (
-            repeats_futile(first_tests, self.lower_is_better)
-            or (efficacy_possible(n_pairs) and efficacy(first_tests)))
+            repeats_futile(first_tests, self.lower_is_better) or (may_stop and efficacy(first_tests)))
         made = 1
         if repeats > 1 and not stop:
-            if not self.request.checking_matched and efficacy_possible(n_pairs):
-                self.looked.setdefault(stage, {})[n_pairs] = looked  # the means' test counts the stop it passed
+            if not self.request.checking_matched and may_stop:
+                self.looked.setdefault(stage, {})[len(looked["idea"])] = looked  # its means' test counts the stop
             more = {key: [RunRecord(first.arm, first.cfg, first.seed, "test", stage, repeat=r)
                           for first in firsts for r in range(1, repeats)] for key, firsts in records.items()}
             self.tracker.add_total(sum(len(runs) for runs in more.values()),

@@ -377,7 +377,9 @@ def after_efficacy_look(comparison: Comparison, first_diffs: Sequence[float], lo
     gains = np.asarray(comparison.per_seed_diffs, dtype=np.float64) * (-1.0 if lower_is_better else 1.0)
     first = np.asarray([float(v) for v in first_diffs], dtype=np.float64) * (-1.0 if lower_is_better else 1.0)
     n = gains.size
-    if first.size != n or n > EXACT_MAX_N or not np.all(first != 0):
+    if first.size != n:
+        raise ValueError(f"{first.size} first-run differences for a test of {n} pairs")
+    if n > EXACT_MAX_N or not np.all(first != 0):
         return comparison
     stop = np.where(first > 0, 1.0, -1.0)  # the pattern under which every first run favours the idea
     tol = TIE_RTOL * float(np.sum(np.abs(gains)))

@@ -229,7 +229,7 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
     from bench.protocol import _grid
     from bench.registry import load_track
     from bench.seeding import confirmation_seeds, public_secret, screening_seeds, sweep_seeds
-    from bench.stats import ALPHA, CONFIRMATION_LOOKS, confirmation_continues
+    from bench.stats import ALPHA, CONFIRMATION_LOOKS, CONFIRMATION_SHARES, confirmation_continues
 
     start, cpu_start = time.perf_counter(), cpu_seconds()
     context = multiprocessing.get_context("spawn")
@@ -323,7 +323,8 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
             return {k: seed_means([s for s, _ in pairs], fill_diverged([v for _, v in pairs], fill))
                     for k, pairs in runs_of.items()}
 
-        def stage(seeds: list[int], looked_at: dict[int, dict[str, list[float]]], measure: bool = False,
+        def stage(seeds: list[int], looked_at: dict[int, dict[str, list[float]]], level: float,
+                  measure: bool = False,
                   prior: dict[str, list[tuple[int, float]]] | None = None) -> dict[str, list[tuple[int, float]]]:
             """One look's runs: the first of each seed, then the repeats unless the look's test
             (pooled with ``prior``, the confirmation's first look) is futile on them or already
@@ -333,9 +334,10 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
             looked = means(pooled)
             tests = stage_comparisons(looked, sign > 0)
             n_pairs = len(looked["idea"])
-            if repeats == 1 or repeats_futile(tests, sign > 0) or (efficacy_possible(n_pairs) and efficacy(tests)):
+            may_stop = efficacy_possible(n_pairs, level)
+            if repeats == 1 or repeats_futile(tests, sign > 0) or (may_stop and efficacy(tests)):
                 return first
-            if efficacy_possible(n_pairs):
+            if may_stop:
                 looked_at[n_pairs] = looked
             more = test_runs(seeds, False, range(1, repeats))
             return {k: first[k] + more[k] for k in first}
@@ -345,16 +347,16 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
 
         n = int(defaults["n_seeds"])
         screened: dict[int, dict[str, list[float]]] = {}
-        screening = means(stage(screening_seeds(n, secret, JOB_KEY), screened, measure=wants_measure))
+        screening = means(stage(screening_seeds(n, secret, JOB_KEY), screened, ALPHA / 2, measure=wants_measure))
         out: dict[str, Any] = {arm: {"lr": chosen[arm][0], "hparams": chosen[arm][1],
                                      "per_seed": fill_diverged(screening[arm], ceiling)}
                                for arm in ("baseline", "idea")}
         if stage_better(tests_of(screening, screened)):  # up to two looks, as the engine
             confirmed: dict[int, dict[str, list[float]]] = {}
             seeds = confirmation_seeds(CONFIRMATION_LOOKS * n)
-            looked = stage(seeds[:n], confirmed)
+            looked = stage(seeds[:n], confirmed, CONFIRMATION_SHARES[0] * ALPHA)
             if confirmation_continues(stage_p(tests_of(means(looked), confirmed)), ALPHA):
-                more = stage(seeds[n:], confirmed, prior=looked)
+                more = stage(seeds[n:], confirmed, CONFIRMATION_SHARES[1] * ALPHA, prior=looked)
                 looked = {k: looked[k] + more[k] for k in looked}
             out["confirmation"] = means(looked)
         out["runs"] = dict(runs)

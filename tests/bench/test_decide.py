@@ -16,6 +16,8 @@ from bench.decide import (
     best,
     compute_error,
     edge_steps,
+    efficacy,
+    efficacy_possible,
     lr_matched,
     matched_config,
     p_helps,
@@ -134,6 +136,22 @@ def test_a_seeds_repeat_runs_are_averaged_into_one_pair_value() -> None:
     assert seed_means([4, 9, 2, 7], values) == values  # one run a seed: the values as they are, bit for bit
     assert seed_means([4, 4, 2, 2, 9, 9], [0.1, 0.3, 1.0, 2.0, 0.5, 0.5]) == pytest.approx([0.2, 1.5, 0.5])
     assert seed_means([4, 2, 4, 2], [0.1, 1.0, 0.3, 2.0]) == pytest.approx([0.2, 1.5])  # in the seeds' first order
+
+
+def test_a_look_stops_for_efficacy_only_where_its_most_extreme_pattern_decides_it() -> None:
+    """The screening (one-sided alpha / 2) from six pairs; a confirmation's first look (its share,
+    0.2 alpha) from seven: at six, p = 1/64 would not decide it, and a second look would pool
+    single runs where other patterns pool means (review); its second look (0.8 alpha, pooled)
+    from five; never above the exact test's 16 pairs (Monte Carlo p cannot reach 1 / 2^n)."""
+    from bench.stats import ALPHA, CONFIRMATION_SHARES
+
+    screening, first_look, second_look = ALPHA / 2, CONFIRMATION_SHARES[0] * ALPHA, CONFIRMATION_SHARES[1] * ALPHA
+    assert [efficacy_possible(n, screening) for n in (5, 6)] == [False, True]
+    assert [efficacy_possible(n, first_look) for n in (6, 7)] == [False, True]
+    assert [efficacy_possible(n, second_look) for n in (4, 5)] == [False, True]
+    assert efficacy_possible(16, screening) and not efficacy_possible(17, screening)
+    wins = [compare([0.5] * 8, [0.4] * 7 + [0.45]), compare([0.5] * 8, [0.4] * 8)]
+    assert efficacy(wins) and not efficacy([*wins, compare([0.5] * 8, [0.4] * 7 + [0.55])])
 
 
 def test_more_than_a_quarter_diverged_decides_nothing() -> None:

@@ -330,6 +330,8 @@ def test_the_means_test_after_an_efficacy_look_counts_the_stop_it_passed() -> No
     assert same == plain
     # a first difference of 0: no pattern makes every first run favour the idea, nothing to count
     assert after_efficacy_look(plain, [-f for f in first[:7]] + [0.0], lower_is_better=True) == plain
+    with pytest.raises(ValueError):  # first runs of other pairs: a wrong look's, never silently ignored
+        after_efficacy_look(plain, [-f for f in first[:7]], lower_is_better=True)
 
 
 def test_a_stage_that_may_stop_for_efficacy_keeps_its_level_on_every_orbit() -> None:
