@@ -80,7 +80,8 @@ class Outcome:
     # (seeds, not_beaten, margin; _Job.reference_check).
     references: dict[str, Any] | None = None
     # Runs per seed each test stage's looks made (``screening``: [n], ``confirmation``: one per
-    # look): the card's repeats, or 1 where the first runs were futile (bench.decide.repeats_futile).
+    # look): the card's repeats, or 1 where the first runs decided the look (bench.decide:
+    # repeats_futile, efficacy).
     repeats_made: dict[str, list[int]] = field(default_factory=dict)
 
     @property
@@ -374,7 +375,7 @@ def build_report(outcome: Outcome) -> Report:
         lr_grid=outcome.lr_grids["idea"],
         budget={"configs": budget, "sweep_seeds": len(outcome.sweep_seeds),
                 # runs per arm and test seed (the card's defaults.repeats; shown when more than one), and
-                # how many each test stage's looks made: all, or 1 where the first runs were futile
+                # how many each test stage's looks made: all, or 1 where the first runs decided the look
                 **({"repeats": settings.defaults.repeats, "repeats_made": outcome.repeats_made}
                    if settings.defaults.repeats > 1 else {})},
         wall_time_s={**wall, "total": outcome.wall_s},

@@ -915,9 +915,9 @@ class _Job:
 
         ``stage`` screening: the protocol's final seeds; confirmation: seeds of this job alone.
 
-        On a card with ``repeats`` K > 1, each seed's first runs come first; unless they are
-        futile (``bench.decide.repeats_futile``: the idea no better than a baseline it must
-        beat), each seed then runs K - 1 times more and ``stage_values`` averages a seed's runs
+        On a card with ``repeats`` K > 1, each seed's first runs come first; unless they decide
+        the look (futile, ``bench.decide.repeats_futile``: the idea no better than a baseline it
+        must beat; or efficacy, below), each seed then runs K - 1 times more and ``stage_values`` averages a seed's runs
         (``self.repeats_made`` records which). The look also stops, its test run on the first runs,
         when they already win on every pair (``bench.decide.efficacy``): the means' test of a look
         that goes on then counts that stop (``self.looked``, ``stage_comparisons(first=)``), so the
