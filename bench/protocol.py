@@ -938,19 +938,10 @@ class _Job:
         records = {key: [RunRecord("baseline" if key == "matched" else key, cfg, seed, "test", stage)
                          for seed in seeds] for key, cfg in cfgs.items()}
         self.train([r for seed_runs in zip(*records.values(), strict=True) for r in seed_runs])
-        self.check_diverged(records, stage)  # (before any repeat is trained: a quarter of the first runs ends it)
-        pooled = records if prior is None else {key: prior[key] + records[key] for key in records}
-        looked = self.stage_values(pooled)  # what this look's test would run on, if it stopped here
-        first_tests = stage_comparisons(looked, self.lower_is_better)
-        # the look's own one-sided level: the screening's alpha / 2, a confirmation look's share
-        may_stop = efficacy_possible(len(looked["idea"]), ALPHA / 2 if stage == "screening" else
-                                     CONFIRMATION_SHARES[0 if prior is None else 1] * ALPHA)
-        stop = not self.request.checking_matched and (
-            repeats_futile(first_tests, self.lower_is_better) or (may_stop and efficacy(first_tests)))
         made = 1
-        if repeats > 1 and not stop:
-            if not self.request.checking_matched and may_stop:
-                self.looked.setdefault(stage, {})[len(looked["idea"])] = looked  # its means' test counts the stop
+        if repeats > 1:
+            self.check_diverged(records, stage)  # (before any repeat: a quarter of the first runs ends it)
+        if repeats > 1 and not self.first_runs_decide(stage, records, prior):
             more = {key: [RunRecord(first.arm, first.cfg, first.seed, "test", stage, repeat=r)
                           for first in firsts for r in range(1, repeats)] for key, firsts in records.items()}
             self.tracker.add_total(sum(len(runs) for runs in more.values()),
@@ -964,6 +955,26 @@ class _Job:
         self.repeats_made.setdefault(stage, []).append(made)
         self.check_diverged(records, stage)
         return records
+
+    def first_runs_decide(self, stage: str, records: dict[str, list[RunRecord]],
+                          prior: dict[str, list[RunRecord]] | None) -> bool:
+        """Whether a look's first runs (``records``; pooled with ``prior``, the confirmation's first
+        look, when this is its second) decide it: futile, or a win at the look's own one-sided
+        level (the screening's alpha / 2, a confirmation look's share). A look that goes on
+        keeps what it looked at (``self.looked``) where it could have stopped for efficacy: its
+        means' test counts that stop. A matched baseline's check never stops (it estimates)."""
+        if self.request.checking_matched:
+            return False
+        pooled = records if prior is None else {key: prior[key] + records[key] for key in records}
+        looked = self.stage_values(pooled)
+        first_tests = stage_comparisons(looked, self.lower_is_better)
+        may_stop = efficacy_possible(len(looked["idea"]), ALPHA / 2 if stage == "screening" else
+                                     CONFIRMATION_SHARES[0 if prior is None else 1] * ALPHA)
+        if repeats_futile(first_tests, self.lower_is_better) or (may_stop and efficacy(first_tests)):
+            return True
+        if may_stop:
+            self.looked.setdefault(stage, {})[len(looked["idea"])] = looked
+        return False
 
     @staticmethod
     def check_diverged(records: dict[str, list[RunRecord]], stage: str) -> None:

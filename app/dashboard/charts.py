@@ -143,21 +143,21 @@ def stages_of(bench: dict[str, Any]) -> list[StageValues]:
         out.append(_stage("screening", screening, made.get("screening")))
     else:
         out.append(StageValues("screening", _arm_values(bench.get("baseline")), _arm_values(bench.get("idea")),
-                               _seed_list(mapping(bench.get("seeds")).get("final")), mapping(bench.get("comparison"))))
+                               _int_list(mapping(bench.get("seeds")).get("final")), mapping(bench.get("comparison"))))
     confirmation = bench.get("confirmation")
     if isinstance(confirmation, dict):
         out.append(_stage("confirmation", confirmation, made.get("confirmation")))
     return [s for s in out if s.baseline or s.idea]
 
 
-def _seed_list(value: Any) -> list[int]:
+def _int_list(value: Any) -> list[int]:
     return [int(v) for v in value if isinstance(v, int)] if isinstance(value, list) else []
 
 
 def _stage(name: str, block: dict[str, Any], runs: Any = None) -> StageValues:
     per = mapping(block.get("per_seed"))
     return StageValues(name, _finite(per.get("baseline") or per.get("matched")), _finite(per.get("idea")),
-                       _seed_list(block.get("seeds")), mapping(block.get("comparison")), tuple(_seed_list(runs)))
+                       _int_list(block.get("seeds")), mapping(block.get("comparison")), tuple(_int_list(runs)))
 
 
 def _seed_text(stage: StageValues) -> list[str]:
