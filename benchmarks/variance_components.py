@@ -204,10 +204,11 @@ def nested(jobs: dict[Any, Any], pairs: int, replicates: int, scale: float) -> d
 
 
 def ideas_for(track_name: str) -> list[Path]:
-    """The track's example idea and the seed ideas written for it (``examples/ideas``)."""
+    """The track's example idea and the seed ideas written for it (``examples/ideas``), and the
+    honest ideas kept for this study where a track has no seed idea (``benchmarks/ideas``)."""
     root = Path(__file__).resolve().parents[1]
     found = [root / "tracks" / track_name / "example_idea.py"]
-    for path in sorted((root / "examples" / "ideas").glob("*.py")):
+    for path in sorted([*(root / "examples" / "ideas").glob("*.py"), *(root / "benchmarks" / "ideas").glob("*.py")]):
         if f"the {track_name} track" in path.read_text() or path.stem.endswith(track_name):
             found.append(path)
     return found

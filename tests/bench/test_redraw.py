@@ -1,5 +1,6 @@
 """The bench draws the initial parameter values (bench.redraw): a scheme survives, what a file
-learned offline does not (issue 25.4, red team: pretrained weights won on vision@2)."""
+learned offline does not (issue 25.4, red team: pretrained weights won on vision@2, which
+redrew scikit-learn's public digits; the weights are read here on those digits)."""
 
 from __future__ import annotations
 
@@ -45,20 +46,22 @@ def test_a_scheme_survives_and_positions_do_not() -> None:
 
 
 def test_pretrained_digits_know_nothing_once_redrawn() -> None:
-    """The red team's pretrained copy of vision's baseline reads redrawn digits at its
-    "initial" values; the bench's draw of the same scheme is at chance."""
+    """The red team's pretrained copy of vision's baseline reads the public digits it learned
+    at its "initial" values; the bench's draw of the same scheme is at chance."""
+    from tests.security.test_public_data import public_digits
+
     hostile = importlib.import_module("tests.security.hostile.pretrained_digits")
     docs, arrays = capture_docs(hostile.build_model(vision.CARD["spec"]), [1, 8, 8])
     tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
-    test = vision.make_splits(1000)
+    x_test, y_test = public_digits()
     shipped = rebuild(docs, arrays, torch.device("cpu"))
     drawn = rebuild(docs, {k: v.numpy() for k, v in redraw(tensors, parameters_of(docs), 77).items()},
                     torch.device("cpu"))
     with torch.no_grad():
         shipped.eval(), drawn.eval()
-        loss = {name: nn.functional.cross_entropy(m(test.x_test), test.y_test).item()
+        loss = {name: nn.functional.cross_entropy(m(x_test), y_test).item()
                 for name, m in (("shipped", shipped), ("drawn", drawn))}
-        accuracy = (drawn(test.x_test).argmax(1) == test.y_test).float().mean().item()
+        accuracy = (drawn(x_test).argmax(1) == y_test).float().mean().item()
     assert loss["shipped"] < 0.2 and loss["drawn"] > 1.5 and accuracy < 0.3, (loss, accuracy)
 
 

@@ -3,8 +3,9 @@
 vision@1 evaluated scikit-learn's public digits as they are, and tabular@1 the public diabetes
 outcome: a file that embeds those rows, in what the caps allow, answered test rows from the
 table. Both attacks are rebuilt here on the old data (they win) and on the new versions (they
-find nothing): vision@2 redraws every image (a random affine map and noise from the split
-seed), tabular@2 draws its outcome from a secret teacher. Pure tensors: no job, no child."""
+find nothing): vision@4 draws every image from strokes and its split seed (vision@2-3 redrew
+the public digits), tabular@2 draws its outcome from a secret teacher. Pure tensors: no job, no
+child."""
 
 from __future__ import annotations
 
@@ -17,32 +18,29 @@ import torch
 
 import tracks.tabular.track as tabular
 import tracks.vision.track as vision
-from bench.track import Splits
 from tests.capture_helpers import through_capture
 
 SEEDS = [1000, 1017, 1042]
 
 
-def digits_v1(split_seed: int) -> Splits:
-    """vision@1's splits: the public images, permuted and cut (no redraw)."""
-    images, labels = vision._digits()
-    gen = torch.Generator().manual_seed(vision.CARD["data_seed_base"] * 1_000_003 + split_seed)
-    order = torch.randperm(len(labels), generator=gen)
-    x, y = torch.from_numpy(images)[order], torch.from_numpy(labels)[order]
-    a, b = vision.CARD["sizes"]["train"], vision.CARD["sizes"]["train"] + vision.CARD["sizes"]["val"]
-    c = b + vision.CARD["sizes"]["test_images"]
-    return Splits(x[:a], y[:a], x[a:b], y[a:b], x[b:c], y[b:c])
+def public_digits() -> tuple[torch.Tensor, torch.Tensor]:
+    """scikit-learn's 1,797 UCI digits as vision@1 evaluated them: (N, 1, 8, 8) in [0, 1], labels."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    images = torch.from_numpy(np.asarray(data.images, dtype=np.float32) / 16.0)[:, None]
+    return images, torch.from_numpy(np.asarray(data.target, dtype=np.int64))
 
 
 @pytest.fixture(scope="module")
 def memoriser() -> Any:
     """The red team's digits memoriser, its table computed from the public data."""
     module = importlib.import_module("tests.security.hostile.digit_memoriser")
-    images, labels = vision._digits()
+    images, labels = public_digits()
     weights = np.random.default_rng(0).integers(0, 256, 64).astype(np.float32)
-    hashes = np.round(images.reshape(len(images), 64) * 16.0) @ weights
+    hashes = np.round(images.numpy().reshape(len(images), 64) * 16.0) @ weights
     module.WEIGHTS[:] = weights.tolist()
-    module.TABLE[:] = (hashes * 16.0 + labels).tolist()
+    module.TABLE[:] = (hashes * 16.0 + labels.numpy()).tolist()
     return module
 
 
@@ -54,33 +52,34 @@ def table_hits(module: Any, x: torch.Tensor) -> torch.Tensor:
     return ((offset >= 0) & (offset < 16)).sum(dim=1) == 1
 
 
-def test_the_digits_memoriser_fits_the_caps_and_finds_no_redrawn_image(memoriser: Any) -> None:
+def test_the_digits_memoriser_fits_the_caps_and_finds_no_drawn_image(memoriser: Any) -> None:
     n_params, n_words = through_capture(memoriser.build_model(vision.CARD["spec"]), [1, 8, 8]).counts()
     baseline = 1898  # vision's baseline parameters (the card): its buffer cap, and parity at 1.1x
     assert n_params <= 1.1 * baseline and n_words <= baseline  # nothing in the caps stops it
+    images, labels = public_digits()
+    hits = table_hits(memoriser, images)
+    found = memoriser.build_model(vision.CARD["spec"])(images).argmax(dim=1)
+    assert hits.float().mean() > 0.9 and torch.equal(found[hits], labels[hits])  # vision@1: a lookup
+    public = torch.round(images * 16).flatten(1)
     for seed in SEEDS:
-        old, new = digits_v1(seed), vision.make_splits(seed)
-        draws = vision.CARD["redraw"]["test_draws"]  # (vision@3: each test digit redrawn 4 times)
-        assert torch.equal(old.y_test.repeat(draws), new.y_test)  # the same digits, permuted the same way
-        old = Splits(old.x_train, old.y_train, old.x_val, old.y_val, old.x_test.repeat(draws, 1, 1, 1),
-                     old.y_test.repeat(draws))
-        hits = table_hits(memoriser, old.x_test)
-        found = memoriser.build_model(vision.CARD["spec"])(old.x_test).argmax(dim=1)
-        assert hits.float().mean() > 0.9 and torch.equal(found[hits], old.y_test[hits])  # vision@1: a lookup
+        new = vision.make_splits(seed)
         assert table_hits(memoriser, new.x_test).float().mean() < 0.1  # chance matches of a noisy hash
-        exact = (torch.round(new.x_test * 16) == torch.round(old.x_test * 16)).flatten(1).all(dim=1)
-        assert not exact.any()  # no evaluated image is a public one, to the 1/16 grid
-        binary = ((new.x_test > 0.5) == (old.x_test > 0.5)).flatten(1).all(dim=1)
-        assert binary.float().mean() < 0.02  # nor to a coarser, noise-proof hash
+        drawn = torch.round(new.x_test * 16).flatten(1)
+        assert not (torch.cdist(drawn, public) == 0).any()  # no evaluated image is a public one
 
 
-def test_the_redraw_keeps_the_digits_learnable() -> None:
-    """A nearest class mean on the redrawn training images still reads most test digits."""
+def test_the_drawn_digits_are_learnable_and_fresh_per_split_seed() -> None:
+    """A nearest class mean on the training images reads most test digits; two split seeds
+    share no image; one seed draws the same images bit for bit."""
     s = vision.make_splits(SEEDS[0])
     means = torch.stack([s.x_train[s.y_train == c].mean(0) for c in range(10)]).flatten(1)
     guess = torch.cdist(s.x_test.flatten(1), means).argmin(dim=1)
-    assert (guess == s.y_test).float().mean() > 0.75
+    assert (guess == s.y_test).float().mean() > 0.5
     assert s.x_test.dtype == torch.float32 and 0.0 <= float(s.x_test.min()) and float(s.x_test.max()) <= 1.0
+    assert len(s.y_test) == vision.CARD["sizes"]["test"] and set(s.y_test.tolist()) == set(range(10))
+    other = vision.make_splits(SEEDS[1])
+    assert not (torch.cdist(other.x_test.flatten(1), s.x_test.flatten(1)) == 0).any()
+    assert torch.equal(vision.make_splits(SEEDS[0]).x_test, s.x_test)
 
 
 def lookup_mse(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
