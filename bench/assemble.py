@@ -39,6 +39,13 @@ class Stage:
     # the same pairs' first-run values, where the stage looked at them (an efficacy stop possible)
     # before making its repeats: its tests count that stop (bench.decide.stage_comparisons)
     first: dict[str, list[float]] | None = None
+    # values are means of repeat runs, made because the first runs favoured the idea: harms is
+    # left to first runs (bench.decide.stage_comparisons)
+    repeated: bool = False
+
+    def tests(self, lower_is_better: bool) -> list[Comparison]:
+        """The stage's tests against each baseline it ran (``bench.decide.stage_comparisons``)."""
+        return stage_comparisons(self.values, lower_is_better, self.first, repeated=self.repeated)
 
 
 @dataclass(frozen=True)
@@ -216,7 +223,7 @@ def confirmation_block(outcome: Outcome, stage: Stage, first_look: Stage, alpha:
     look = len(first_look.seeds)
     looked = [(stage, tests)]  # each look's pairs and tests: one look, or the first and then all
     if len(stage.seeds) != look:
-        looked.insert(0, (first_look, stage_comparisons(first_look.values, outcome.lower_is_better, first_look.first)))
+        looked.insert(0, (first_look, first_look.tests(outcome.lower_is_better)))
     looks = [model.ConfirmationLook(n_pairs=len(pairs.values["idea"]), p_better=stage_p(t), alpha=alpha * share)
              for (pairs, t), share in zip(looked, CONFIRMATION_SHARES, strict=False)]
     p = confirmation_p([entry.p_better for entry in looks])
@@ -246,14 +253,13 @@ def build_report(outcome: Outcome) -> Report:
     card = outcome.card
     settings = TrackSettings.of(card)
     track_id = f"{card['name']}@{card['version']}"
-    tests = stage_comparisons(outcome.screening.values, outcome.lower_is_better, outcome.screening.first)
+    tests = outcome.screening.tests(outcome.lower_is_better)
     screening = stage_block(outcome, outcome.screening, tests)
     values = outcome.screening.values
     comparison = tests[0]
     confirmed_tests, replication = None, None
     if outcome.confirmation is not None:
-        confirmed_tests = stage_comparisons(outcome.confirmation.values, outcome.lower_is_better,
-                                            outcome.confirmation.first)
+        confirmed_tests = outcome.confirmation.tests(outcome.lower_is_better)
         replication = confirmation_block(outcome, outcome.confirmation, outcome.first_look or outcome.confirmation,
                                          comparison.alpha, confirmed_tests)
     mechanism = None

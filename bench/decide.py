@@ -31,7 +31,13 @@ from typing import Any
 import numpy as np
 
 from bench.errors import BenchError, ErrorCode
-from bench.stats import EXACT_MAX_N, Comparison, after_efficacy_look, compare
+from bench.stats import (
+    EXACT_MAX_N,
+    Comparison,
+    after_efficacy_look,
+    compare,
+    harms_judged_on_first_runs,
+)
 
 MAX_DIVERGED_SHARE = 0.25  # more diverged final runs than this in an arm: no verdict
 BASELINE_KEYS = ("baseline", "matched")  # a stage's baselines: the track's, and at the idea's lr
@@ -190,17 +196,21 @@ def matched_config(baseline: Mapping[str, Any], idea: Mapping[str, Any]) -> dict
 
 # -- a stage's tests ----------------------------------------------------------------------------
 def stage_comparisons(values: Mapping[str, Sequence[float]], lower_is_better: bool,
-                      first: Mapping[str, Sequence[float]] | None = None) -> list[Comparison]:
+                      first: Mapping[str, Sequence[float]] | None = None, *,
+                      repeated: bool = False) -> list[Comparison]:
     """The stage's tests of the idea against each baseline it ran (the track's, and the matched
     one when run), in ``BASELINE_KEYS`` order. ``first``: the same pairs' first-run values, where
     the stage looked at them (a stop for efficacy possible) before making its repeats: each test
-    then counts that stop's pattern (``bench.stats.after_efficacy_look``)."""
+    then counts that stop's pattern (``bench.stats.after_efficacy_look``). ``repeated``: ``values``
+    are means of repeat runs, made because the first runs favoured the idea (else the stage stops
+    on them: ``repeats_futile``), so ``harms`` is left to those first runs
+    (``bench.stats.harms_judged_on_first_runs``)."""
     keys = [key for key in BASELINE_KEYS if key in values]
     tests = [compare(list(values[key]), list(values["idea"]), lower_is_better=lower_is_better) for key in keys]
-    if first is None:
-        return tests
-    return [after_efficacy_look(test, [i - b for i, b in zip(first["idea"], first[key], strict=True)], lower_is_better)
-            for test, key in zip(tests, keys, strict=True)]
+    if first is not None:
+        tests = [after_efficacy_look(test, [i - b for i, b in zip(first["idea"], first[key], strict=True)],
+                                     lower_is_better) for test, key in zip(tests, keys, strict=True)]
+    return [harms_judged_on_first_runs(test) for test in tests] if repeated else tests
 
 
 def efficacy(first: Sequence[Comparison]) -> bool:

@@ -1056,8 +1056,9 @@ class _Job:
 
     def tests(self, runs: dict[str, list[RunRecord]]) -> list[Comparison]:
         """A look's tests (``bench.decide.stage_comparisons``), counting its efficacy stop where it
-        had one to pass."""
-        return stage_comparisons(self.stage_values(runs), self.lower_is_better, self.first_values(runs))
+        had one to pass; a look that made its repeats leaves ``harms`` to its first runs (a matched
+        baseline's check makes every repeat and estimates: its tests stay as they are)."""
+        return self.stage(runs).tests(self.lower_is_better)
 
     def confirm(self, n_seeds: int) -> dict[str, list[RunRecord]]:
         """The confirmation stage (PROTOCOL.md 2.6): the screened configs (no re-tuning) on
@@ -1185,6 +1186,7 @@ class _Job:
             diverged={key: sum(r.diverged for r in records) for key, records in runs.items()},
             seconds={key: float(sum(r.seconds for r in records)) for key, records in runs.items()},
             matched_lr=runs["matched"][0].cfg["lr"] if "matched" in runs else None, first=self.first_values(runs),
+            repeated=not self.request.checking_matched and any(r.repeat for r in runs["idea"]),
         )
 
     def outcome(self, finals: dict[str, list[RunRecord]], confirmation: dict[str, list[RunRecord]] | None,

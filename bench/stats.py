@@ -395,6 +395,20 @@ def after_efficacy_look(comparison: Comparison, first_diffs: Sequence[float], lo
         p_method=f"{comparison.p_method}; sequential: + 1 pattern for the first runs' efficacy stop")
 
 
+def harms_judged_on_first_runs(comparison: Comparison) -> Comparison:
+    """``comparison`` (of a stage's means) without a ``harms`` finding: a stage makes its repeat
+    runs only when its first runs show the idea better on average (``bench.decide.repeats_futile``),
+    so ``idea worse`` is decided on those first runs, in the stages that stop there. Under the
+    null every pattern whose first runs are significantly worse is such a stop, so ``harms`` keeps
+    exactly the one-run test's level; letting the means of a stage whose first runs favoured the
+    idea report it too would add their chance of coming out significantly worse. The two-sided
+    ``p_value`` stays, as a description; ``p_method`` says why the verdict is none."""
+    if comparison.verdict != VERDICT_WORSE:
+        return comparison
+    return replace(comparison, verdict=VERDICT_NONE, system_worked=False,
+                   p_method=f"{comparison.p_method}; harms is judged on the first runs, which favoured the idea")
+
+
 def bh_qvalues(p_values: Sequence[float]) -> list[float]:
     """Benjamini-Hochberg q-values (adjusted p-values) of ``p_values``, in their order.
 
