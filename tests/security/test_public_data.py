@@ -60,26 +60,30 @@ def test_the_digits_memoriser_fits_the_caps_and_finds_no_drawn_image(memoriser: 
     hits = table_hits(memoriser, images)
     found = memoriser.build_model(vision.CARD["spec"])(images).argmax(dim=1)
     assert hits.float().mean() > 0.9 and torch.equal(found[hits], labels[hits])  # vision@1: a lookup
-    public = torch.round(images * 16).flatten(1)
+    public = rows(torch.round(images * 16))
     for seed in SEEDS:
         new = vision.make_splits(seed)
+        # regression guards for a generator that knows nothing of the public set:
         assert table_hits(memoriser, new.x_test).float().mean() < 0.1  # chance matches of a noisy hash
-        drawn = torch.round(new.x_test * 16).flatten(1)
-        assert not (torch.cdist(drawn, public) == 0).any()  # no evaluated image is a public one
+        assert not public & rows(torch.round(new.x_test * 16))  # no evaluated image is a public one
+
+
+def rows(x: torch.Tensor) -> set[bytes]:
+    """Each image's exact bytes: a shared image is found exactly, not to a float tolerance."""
+    return {row.numpy().tobytes() for row in x.flatten(1)}
 
 
 def test_the_drawn_digits_are_learnable_and_fresh_per_split_seed() -> None:
-    """A nearest class mean on the training images reads most test digits; two split seeds
-    share no image; one seed draws the same images bit for bit."""
+    """A nearest class mean on the training images reads most test digits (0.64 measured; 0.1 is
+    chance); no image is in two splits of one seed or in two seeds' test splits."""
     s = vision.make_splits(SEEDS[0])
     means = torch.stack([s.x_train[s.y_train == c].mean(0) for c in range(10)]).flatten(1)
     guess = torch.cdist(s.x_test.flatten(1), means).argmin(dim=1)
     assert (guess == s.y_test).float().mean() > 0.5
     assert s.x_test.dtype == torch.float32 and 0.0 <= float(s.x_test.min()) and float(s.x_test.max()) <= 1.0
-    assert len(s.y_test) == vision.CARD["sizes"]["test"] and set(s.y_test.tolist()) == set(range(10))
-    other = vision.make_splits(SEEDS[1])
-    assert not (torch.cdist(other.x_test.flatten(1), s.x_test.flatten(1)) == 0).any()
-    assert torch.equal(vision.make_splits(SEEDS[0]).x_test, s.x_test)
+    test, train, val = rows(s.x_test), rows(s.x_train), rows(s.x_val)
+    assert len(test) == vision.CARD["sizes"]["test"] and not test & train and not test & val and not train & val
+    assert not test & rows(vision.make_splits(SEEDS[1]).x_test)
 
 
 def lookup_mse(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,

@@ -2,12 +2,13 @@
 
 Each image is one of ten digit skeletons (a few strokes in a unit box, ``SKELETONS``) drawn
 the way a hand varies: a random affine map (rotation, shear, scale, aspect, shift), a smooth
-random warp of the strokes, a pen width and an ink strength, rendered onto the 8x8 grid as
-the UCI digits were (ink summed over the pixel, saturating), plus pixel noise. Every draw comes
+random warp of the strokes, a pen width and an ink strength: each of 48 points along the
+skeleton lays a Gaussian of ink (every digit the same total ink, so a short 1 is drawn brighter
+than a long 8), a pixel shows 1 - exp(-strength x its ink), plus pixel noise. Every draw comes
 from the split seed (secret to the submitter), so no evaluated image exists before its job and
 the test split can be as large as power needs: 4,096 independent images (docs/tracks.md,
-"Power"). Versions 1-3 redrew scikit-learn's 1,797 public UCI digits; 500 test digits, each
-redrawn, left an evaluation noise no number of repeat runs could average away.
+"Power"). Versions 1-3 used scikit-learn's 1,797 public UCI digits (2 and 3 redrew them); 500
+test digits left an evaluation noise no number of repeat runs could average away.
 """
 
 from __future__ import annotations
