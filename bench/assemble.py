@@ -19,7 +19,14 @@ from bench.card import TrackSettings
 from bench.decide import lr_matched, p_helps, reaches, stage_comparisons, stage_p
 from bench.report import Report
 from bench.sandbox import ALLOW_WEAK_ENV, missing_judge_layers
-from bench.stats import CONFIRMATION_LOOKS, CONFIRMATION_SHARES, Comparison, compare, confirmation_p
+from bench.stats import (
+    CONFIRMATION_LOOKS,
+    CONFIRMATION_SHARES,
+    HARMS_ON_FIRST_RUNS,
+    Comparison,
+    compare,
+    confirmation_p,
+)
 from bench.verdicts import decide, mechanism_confirmed
 
 ARMS = ("baseline", "idea")
@@ -155,6 +162,8 @@ def summary_text(
         f"95% CI of the delta [{_bound(c.ci_low, '-inf')}, {_bound(c.ci_high, 'inf')}], "
         f"MDE {c.mde:.4g} ({c.mde_rel_pct:.1f}% of the baseline): {c.verdict}. "
     )
+    if HARMS_ON_FIRST_RUNS in c.p_method:
+        text += "The means came out worse, but harms is judged on each seed's first run, and those favoured the idea. "
     if matched is not None:
         lr, k = matched
         text += (

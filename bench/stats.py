@@ -395,6 +395,9 @@ def after_efficacy_look(comparison: Comparison, first_diffs: Sequence[float], lo
         p_method=f"{comparison.p_method}; sequential: + 1 pattern for the first runs' efficacy stop")
 
 
+HARMS_ON_FIRST_RUNS = "harms is judged on the first runs, which favoured the idea"
+
+
 def harms_judged_on_first_runs(comparison: Comparison) -> Comparison:
     """``comparison`` (of a stage's means) without a ``harms`` finding: a stage makes its repeat
     runs only when its first runs show the idea better on average (``bench.decide.repeats_futile``),
@@ -406,7 +409,7 @@ def harms_judged_on_first_runs(comparison: Comparison) -> Comparison:
     if comparison.verdict != VERDICT_WORSE:
         return comparison
     return replace(comparison, verdict=VERDICT_NONE, system_worked=False,
-                   p_method=f"{comparison.p_method}; harms is judged on the first runs, which favoured the idea")
+                   p_method=f"{comparison.p_method}; {HARMS_ON_FIRST_RUNS}")
 
 
 def bh_qvalues(p_values: Sequence[float]) -> list[float]:

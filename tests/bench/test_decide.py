@@ -205,3 +205,20 @@ def test_a_stage_with_repeats_reports_harms_at_the_one_run_level_on_every_orbit(
         for rule in harms:
             worst[rule] = max(worst[rule], harms[rule])
     assert worst[True] <= 6 < worst[False], worst
+
+
+def test_a_stage_whose_means_are_worse_after_favourable_first_runs_says_why_it_is_not_harms() -> None:
+    """The means of a stage with repeats come out significantly worse: the verdict is none, the
+    two-sided p stays, and the report's summary says why (no words contradict the decision)."""
+    from bench.assemble import summary_text
+
+    first = {"baseline": [0.0] * 8, "idea": [-0.1] * 7 + [0.2]}  # first runs: the idea better on average
+    means = {"baseline": [0.0] * 8, "idea": [0.3] * 8}  # its means: worse on every seed
+    (plain,) = stage_comparisons(means, lower_is_better=True, first=first)
+    (judged,) = stage_comparisons(means, lower_is_better=True, first=first, repeated=True)
+    assert plain.verdict == VERDICT_WORSE and judged.verdict == VERDICT_NONE
+    assert judged.p_value == plain.p_value and not judged.system_worked
+    verdicts = {"practical_verdict": "inconclusive", "practical_detail": "inconclusive", "system_verdict": "failed"}
+    text = summary_text("smoke@1", "mse", judged, verdicts, None, {"baseline": 10, "idea": 10})
+    assert "harms is judged on each seed's first run" in text
+    assert "first run" not in summary_text("smoke@1", "mse", plain, verdicts, None, {"baseline": 10, "idea": 10})
