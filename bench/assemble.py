@@ -162,14 +162,17 @@ def summary_text(
         f"95% CI of the delta [{_bound(c.ci_low, '-inf')}, {_bound(c.ci_high, 'inf')}], "
         f"MDE {c.mde:.4g} ({c.mde_rel_pct:.1f}% of the baseline): {c.verdict}. "
     )
+    harms_note = "The means came out worse, but harms is judged on each seed's first run, and those favoured the idea. "
     if HARMS_ON_FIRST_RUNS in c.p_method:
-        text += "The means came out worse, but harms is judged on each seed's first run, and those favoured the idea. "
+        text += harms_note
     if matched is not None:
         lr, k = matched
         text += (
             f"Against the baseline trained at the idea's learning rate ({lr:g}): delta "
             f"{k.delta_mean:+.6g}, p={k.p_value:.4g}: {k.verdict}. "
         )
+        if HARMS_ON_FIRST_RUNS in k.p_method:
+            text += harms_note
     if confirmation is not None:
         kc = confirmation.comparison
         looks = confirmation.looks or []

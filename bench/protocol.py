@@ -1186,8 +1186,16 @@ class _Job:
             diverged={key: sum(r.diverged for r in records) for key, records in runs.items()},
             seconds={key: float(sum(r.seconds for r in records)) for key, records in runs.items()},
             matched_lr=runs["matched"][0].cfg["lr"] if "matched" in runs else None, first=self.first_values(runs),
-            repeated=not self.request.checking_matched and any(r.repeat for r in runs["idea"]),
+            repeated=self.last_look_repeated(runs),
         )
+
+    def last_look_repeated(self, runs: dict[str, list[RunRecord]]) -> bool:
+        """Whether the look that ends ``runs`` (a confirmation's second look pools the first's pairs
+        before its own) made its repeats: it did so only when its first runs favoured the idea
+        (``first_runs_decide``), so its tests leave ``harms`` to those first runs. A matched
+        baseline's check makes every repeat and estimates: never."""
+        last = runs["idea"][-1].seed  # repeats follow their look's first runs
+        return not self.request.checking_matched and any(r.repeat and r.seed == last for r in runs["idea"])
 
     def outcome(self, finals: dict[str, list[RunRecord]], confirmation: dict[str, list[RunRecord]] | None,
                 measured: dict[str, list[float]] | None, device: str, wall_s: float,

@@ -522,3 +522,17 @@ def test_values_read_as_words_and_short_numbers() -> None:
     assert human(True) == "yes" and human(False) == "no" and human(None) == "–"
     assert human(2 / 65536) == "3.052e-05" and human(float("inf")) == "∞"
     assert human({"baseline": 0, "max_ratio": 1.1}) == "baseline 0 · max ratio 1.1"
+
+
+def test_a_screening_whose_means_came_out_worse_after_favourable_first_runs_says_why() -> None:
+    """A card with repeats: the means were significantly worse, the verdict none (harms is judged
+    on first runs); the page's screening line says why rather than 'p 0.0078 <= 0.05: no win'."""
+    from app.dashboard.readout import screening_test
+    from bench.stats import HARMS_ON_FIRST_RUNS
+
+    comparison = {"p_value": 0.0078, "alpha": 0.05, "verdict": "no significant win", "n_pairs": 8,
+                  "p_method": f"exact sign-flip (2^8 = 256 patterns); {HARMS_ON_FIRST_RUNS}"}
+    decided = screening_test({"screening": {"comparison": comparison}})
+    assert decided.outcome.startswith("no significant win (its means came out worse") and not decided.significant
+    plain = screening_test({"screening": {"comparison": {**comparison, "p_method": "exact sign-flip"}}})
+    assert plain.outcome == "no significant win"

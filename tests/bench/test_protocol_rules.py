@@ -412,6 +412,27 @@ def test_an_idea_whose_first_runs_are_no_better_gets_no_repeats_and_the_count_sa
     assert events[-1].done == events[-1].total == len(executor.asked())
 
 
+def test_a_stage_whose_first_runs_favoured_the_idea_leaves_harms_to_them() -> None:
+    """The screening's first runs favour the idea on average (not on every pair), so it makes its
+    repeats; the repeats are so much worse that every mean is: significantly worse on its means,
+    but harms is judged on first runs (``bench.stats.harms_judged_on_first_runs``): inconclusive,
+    and the report says why."""
+    def script(run: Asked) -> float:  # MSE = offset²; the baseline scores 0.5² = 0.25
+        if run.split == "test" and run.arm == "idea" and run.phase == "screening":
+            if run.n < N:  # first runs: better than the baseline on all seeds but one
+                return 0.6 if run.n == 0 else 0.4
+            return 0.9  # the repeats: far worse
+        return by_lr({"baseline": 0.03, "idea": 0.03})(run)
+
+    report, _, _ = _repeated(script)
+    br = report["bench_report"]
+    assert br["budget"]["repeats_made"] == {"screening": [2]}
+    assert br["comparison"]["delta_mean"] > 0 and br["comparison"]["p_value"] <= 0.05  # the means: worse
+    assert br["comparison"]["verdict"] == "no significant win" and report["practical_verdict"] == "inconclusive"
+    assert "harms is judged on the first runs" in br["comparison"]["p_method"]
+    assert "harms is judged on each seed's first run" in report["summary"]
+
+
 def test_a_win_never_in_doubt_costs_one_run_a_seed() -> None:
     """Efficacy (``bench.decide.efficacy``): every first run favours the idea, in the screening and
     in the confirmation's first look: both stop there, their tests on those runs, and the job
