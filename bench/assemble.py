@@ -23,6 +23,7 @@ from bench.stats import (
     CONFIRMATION_LOOKS,
     CONFIRMATION_SHARES,
     HARMS_ON_FIRST_RUNS,
+    HARMS_WHY,
     Comparison,
     compare,
     confirmation_p,
@@ -162,7 +163,7 @@ def summary_text(
         f"95% CI of the delta [{_bound(c.ci_low, '-inf')}, {_bound(c.ci_high, 'inf')}], "
         f"MDE {c.mde:.4g} ({c.mde_rel_pct:.1f}% of the baseline): {c.verdict}. "
     )
-    harms_note = "The means came out worse, but harms is judged on each seed's first run, and those favoured the idea. "
+    harms_note = f"{HARMS_WHY[0].upper()}{HARMS_WHY[1:]}. "
     if HARMS_ON_FIRST_RUNS in c.p_method:
         text += harms_note
     if matched is not None:

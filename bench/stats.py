@@ -396,6 +396,8 @@ def after_efficacy_look(comparison: Comparison, first_diffs: Sequence[float], lo
 
 
 HARMS_ON_FIRST_RUNS = "harms is judged on the first runs, which favoured the idea"
+# what a report says of such a stage, in words (the summary, the dashboard)
+HARMS_WHY = "its means came out worse, but harms is judged on each seed's first run, which favoured the idea"
 
 
 def harms_judged_on_first_runs(comparison: Comparison) -> Comparison:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bench.stats import HARMS_ON_FIRST_RUNS
+from bench.stats import HARMS_ON_FIRST_RUNS, HARMS_WHY
 
 DIGITS = 4  # significant digits of a number shown to a person
 
@@ -176,7 +176,7 @@ def screening_test(bench: Mapping[str, Any]) -> Decision:
     p = _number(screening.get("p_value"))
     verdict = str(screening.get("verdict") or "–")
     if HARMS_ON_FIRST_RUNS in str(screening.get("p_method") or ""):
-        verdict += " (its means came out worse, but harms is judged on each seed's first run, which favoured the idea)"
+        verdict += f" ({HARMS_WHY})"
     return Decision(
         stage="screening", sides="two-sided", method=method_of(screening),
         looks=[Look(screening.get("n_pairs") if isinstance(screening.get("n_pairs"), int) else None,
