@@ -201,8 +201,8 @@ class SandboxExecutor:
         self.captured: dict[str, ArmCapture] = {}  # each arm's checked capture (read_capture)
         self.captured_with: dict[str, wire.Capture] = {}  # the capture command each arm was given
         self.measures = 0  # fresh children started to measure the own baseline
-        # the job's fork server: a warm slot's, else one started with the job (None where the
-        # host runs none, or the slot holds children started already)
+        # the job's fork server: the worker's, lent by a warm slot and left running at the job's
+        # end; else one started with the job and closed with it (None where the host runs none)
         self.server: sandbox.ForkServer | None = None
 
     def make_data(self, custom: CustomTrack, split_seeds: list[int]) -> None:
@@ -220,7 +220,7 @@ class SandboxExecutor:
         if slot is None:
             self.server = sandbox.ForkServer.start(self.workdir, self.limits, tracks=self.canonical_baseline)
         else:
-            self.server = slot.adopt_server()
+            self.server = slot.server
         if slot is not None and not self.canonical_baseline:
             # they see the track packages: they never train what submitted code built, nor
             # run submitted code
@@ -497,11 +497,12 @@ class SandboxExecutor:
                 session._kill(ErrorCode.CANCELLED)
 
     def close(self) -> None:
-        """Close every child at once, then the fork server."""
+        """Close every child at once, then the fork server the job started (a lent one, the
+        worker's, serves the next job)."""
         sessions = [session for _, session in self.children()]
         if sessions:
             with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
                 list(pool.map(lambda session: session.close(), sessions))
-        if self.server is not None:
+        if self.server is not None and self.slot is None:
             self.server.close()
-            self.server = None
+        self.server = None

@@ -7,15 +7,21 @@ starts both arms' children for the next job in the background, in a fresh job
 directory, and sends each a ``warm`` command; ``take(limits)`` hands them to the
 next ``judge``. The launches run in one long-lived background thread, so a job
 returns without waiting for them. Nothing of one job reaches the next: every job gets new
-processes, new cgroups and a new directory; only start-up work is done early.
+children, new cgroups and a new directory (the fork server they are forked from runs no job's
+code); only start-up work is done early.
 An unused slot is killed when the process exits.
 
-Where the host runs fork servers (``sandbox.forkserver.available``), a slot also holds the next
-job's fork server (the track packages visible, for a job that builds a track's own baseline;
-Landlock hides them from every other child), and its children are forked from it: about 0.3
-CPU-s each against 1.4-2.2 for a child of its own. The job adopts the server with the children
-and closes it at its end; a child it needs beyond them (a confirmation's rebuild starts fresh)
-is forked when needed.
+Where the host runs fork servers (``sandbox.forkserver.available``), the worker keeps one fork
+server for all its jobs, one after another (``_worker_server``: it imports torch and warms the
+exporter once per worker, not once per job: docs/performance.md, "Session 30"), and a
+slot's children are forked from it: about 0.3 CPU-s each against 1.4-2.2 for a child of its own.
+The server never runs submitted code and never reads a job's data; each job's directory lies
+under the server's (its view), and each child it forks restricts itself with Landlock to its own
+directory, in a cgroup of its own, killed at its job's end (docs/security.md, "The fork
+server"). The job borrows the server: it forks there any child it needs beyond the slot's and
+leaves the server running at its end; a confirmation's rebuild children still start fresh. A
+server that died, or one made under other limits or another sandbox policy, is replaced at the
+next slot.
 """
 
 from __future__ import annotations
@@ -57,10 +63,11 @@ EXPORTS = ("baseline", "capture_idea")  # the children that may capture: warmed 
 class JobDir(OwnedDir):
     """A job's temporary directory, removed when its ``with`` block ends or the slot is
     discarded (not by a finalizer at interpreter exit, which would race the launcher);
-    after a hard kill, by the next worker's ``bench.tempdirs.sweep``."""
+    after a hard kill, by the next worker's ``bench.tempdirs.sweep``. ``parent``: the worker's
+    fork server's directory, where its jobs' directories lie (the system's temporary one else)."""
 
-    def __init__(self) -> None:
-        super().__init__("job")
+    def __init__(self, parent: str | None = None) -> None:
+        super().__init__("job", parent)
 
 
 @dataclass
@@ -71,7 +78,7 @@ class Slot:
     limits: sandbox.Limits
     launched: dict[str, tuple[sandbox.ChildProcess, int]]
     policy: sandbox.SandboxPolicy  # the sandbox's policy its children were launched under
-    server: sandbox.ForkServer | None = None  # the next job's fork server, instead of children
+    server: sandbox.ForkServer | None = None  # the worker's fork server the children came from (lent)
 
     @property
     def alive(self) -> bool:
@@ -79,20 +86,12 @@ class Slot:
             return False
         return all(proc.poll() is None for proc, _ in self.launched.values())
 
-    def adopt_server(self) -> sandbox.ForkServer | None:
-        """The slot's fork server, handed to the job (which closes it); None if it has none."""
-        server, self.server = self.server, None
-        return server
-
     def release(self, adopted: set[str]) -> None:
-        """Kill the children no session adopted (their sessions close the others), and the fork
-        server if no job adopted it (a job that failed before its children started)."""
+        """Kill the children no session adopted (their sessions close the others). The fork server
+        is the worker's: it serves the next slot."""
         for name in [n for n in self.launched if n not in adopted]:
             self.drop(name)
         self.launched = {}
-        server = self.adopt_server()
-        if server is not None:
-            server.close()
 
     def drop(self, name: str) -> None:
         """Kill child ``name`` now (the job starts a fresh one in its place)."""
@@ -105,22 +104,59 @@ class Slot:
                 pass
 
     def discard(self) -> None:
-        """Kill the children (or the fork server) and remove the directory."""
+        """Kill the children and remove the directory."""
         self.release(set())
         self.tmp.cleanup()
 
 
 _slot: Slot | None = None
 _lock = threading.Lock()
+# The worker's fork server, its directory and what it was made for (limits, the sandbox's policy);
+# the launcher thread starts and replaces it (its children die with the thread that started
+# them), ``discard`` closes it at exit.
+_server: sandbox.ForkServer | None = None
+_server_dir: OwnedDir | None = None
+_server_for: tuple[sandbox.Limits, sandbox.SandboxPolicy] | None = None
+_server_lock = threading.Lock()
 _requests: queue.SimpleQueue[tuple[sandbox.Limits, threading.Event]] = queue.SimpleQueue()
 _in_flight: threading.Event | None = None
 _launcher: threading.Thread | None = None
 
 
+def _worker_server(limits: sandbox.Limits) -> sandbox.ForkServer | None:
+    """The worker's fork server for ``limits`` under the sandbox's policy now: the running one, or
+    one started in a directory of its own (the built-in track packages visible in it, for a job
+    that builds a track's own baseline; Landlock hides them from every other child). None where
+    the host runs none (every child then starts in a sandbox of its own)."""
+    global _server, _server_dir, _server_for
+    wanted = (limits, sandbox.policy())
+    with _server_lock:
+        if _server is not None and _server.alive and _server_for == wanted:
+            return _server
+        _close_server()
+        directory = OwnedDir("forks")
+        server = sandbox.ForkServer.start(Path(directory.name), limits, tracks=True)
+        if server is None:
+            directory.cleanup()
+            return None
+        _server, _server_dir, _server_for = server, directory, wanted
+        return server
+
+
+def _close_server() -> None:
+    """Close the worker's fork server (its children with it) and remove its directory."""
+    global _server, _server_dir, _server_for
+    server, directory, _server, _server_dir, _server_for = _server, _server_dir, None, None, None
+    if server is not None:
+        server.close()
+    if directory is not None:
+        directory.cleanup()
+
+
 def _start_slot(limits: sandbox.Limits) -> Slot:
-    slot = Slot(JobDir(), limits, {}, sandbox.policy())
+    server = _worker_server(limits)
+    slot = Slot(JobDir(str(server.workdir) if server is not None else None), limits, {}, sandbox.policy(), server)
     try:
-        slot.server = sandbox.ForkServer.start(Path(slot.tmp.name), limits, tracks=True)
         for name, options in CHILDREN.items():
             proc, fd = sandbox.launch(Path(slot.tmp.name) / name, limits, server=slot.server, **options)
             slot.launched[name] = (proc, fd)
@@ -184,7 +220,7 @@ def take(limits: sandbox.Limits) -> Slot | None:
 
 
 def discard() -> None:
-    """Kill an unused slot (at exit, or to free its memory)."""
+    """Kill an unused slot and the worker's fork server (at exit, or to free their memory)."""
     global _slot
     in_flight = _in_flight
     if in_flight is not None:
@@ -193,6 +229,8 @@ def discard() -> None:
         slot, _slot = _slot, None
     if slot is not None:
         slot.discard()
+    with _server_lock:
+        _close_server()
 
 
 atexit.register(discard)

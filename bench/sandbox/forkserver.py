@@ -1,12 +1,13 @@
-"""A job's fork server: one sandbox that imports torch once, and forks the job's children.
+"""A fork server: one sandbox that imports torch once, and forks a job's children (a cold job's
+own server; a worker's serves its jobs one after another, ``bench.warm``).
 
 A fresh sandboxed child costs a Python start, ``import torch`` and, for a capture child,
 torch.export's first-use work: 1.4-2.2 CPU-s each, three to six per job, and about three
 quarters of the test suite's CPU (docs/performance.md, sessions 20 and 23). A ``ForkServer``
 is launched like any child (``launcher.launch``'s bubblewrap view, the bootstrap's no_new_privs
-and seccomp, an empty environment, a cgroup, rlimits), with the union of the job's views: the
-job's directory writable, the built-in track packages visible only when the job's own baseline
-needs them. Its process (``bench.sandbox.zygote``) imports the child's program and warms it
+and seccomp, an empty environment, a cgroup, rlimits), with the union of its jobs' views: the
+directory the jobs' directories lie in writable, the built-in track packages visible only when a
+job's own baseline needs them. Its process (``bench.sandbox.zygote``) imports the child's program and warms it
 once, then forks each child on request. Each forked child, before it runs anything:
 
 - restricts itself with Landlock (``bench.sandbox.landlock``), deny by default, to the view a
@@ -112,7 +113,7 @@ def _within(path: Path, roots: list[Path]) -> bool:
 
 
 class ForkServer:
-    """One job's fork server (see the module's docstring). ``start`` launches it and returns at
+    """A fork server (see the module's docstring). ``start`` launches it and returns at
     once: its imports overlap the caller's work, and the first ``fork`` waits for them."""
 
     def __init__(self, workdir: Path, limits: Limits, tracks: bool) -> None:
@@ -140,8 +141,8 @@ class ForkServer:
 
     @classmethod
     def start(cls, workdir: Path, limits: Limits, *, tracks: bool) -> ForkServer | None:
-        """Launch a server for a job whose directory is ``workdir`` (its children's directories
-        lie under it); ``tracks``: the built-in track packages visible in it (a job that builds
+        """Launch a server whose children's directories lie under ``workdir`` (a job's directory,
+        or the one a worker's jobs' directories lie in); ``tracks``: the built-in track packages visible in it (a job that builds
         a track's own baseline). None where the host cannot run one (``available``) or the
         launch failed (then every child starts fresh, as without a server)."""
         why = available()
@@ -288,6 +289,10 @@ class ForkServer:
         assert isinstance(ns_pid, int) and host_pid is not None
         child = ForkedProcess(self, host_pid, ns_pid, stdin_w)
         with self._lock:
+            # forget the children that ended (a worker's server forks job after job): their
+            # sessions removed their cgroups, and no exit of theirs is still to come
+            self._children = {n: c for n, c in self._children.items() if c[0].returncode is None}
+            self._retired = [c for c in self._retired if c[0].returncode is None]
             if ns_pid in self._children:  # a number the server reused: that child was reaped
                 self._retired.append(self._children[ns_pid])
             self._children[ns_pid] = (child, group)

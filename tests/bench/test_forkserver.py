@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,9 +35,12 @@ needs_server = pytest.mark.skipif(
 
 
 @pytest.fixture
-def job_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def job_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    from bench import warm
+
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    return tmp_path
+    yield tmp_path
+    warm.discard()  # a worker's slot and fork server, should a test end before it discards them
 
 
 PROBES = r'''
@@ -56,7 +60,9 @@ job = os.path.dirname(os.getcwd())
 others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
 results["others"] = len(others)
 probe("list_job_dir", lambda: os.listdir(job))
-probe("read_server_log", lambda: open(os.path.join(job, "sandbox.log")).read())
+probe("list_server_dir", lambda: os.listdir(os.path.dirname(job)))
+probe("read_server_log", lambda: [open(os.path.join(d, "sandbox.log")).read() for d in (os.path.dirname(job), job)
+                                  if os.path.basename(d).startswith(("ideabench-job-", "ideabench-forks-"))])
 probe("read_sibling_dir", lambda: os.listdir(os.path.join(job, "baseline")))
 probe("write_job_dir", lambda: open(os.path.join(job, "planted"), "w").write("x"))
 probe("read_tracks", lambda: os.listdir(TRACKS))
@@ -86,11 +92,15 @@ raise RuntimeError("PROBES " + json.dumps(results, separators=(",", ":")))
 '''
 
 
-def _probe_results(job_tmp: Path) -> dict[str, object]:
+def _probe_results(job_tmp: Path, keep_warm: bool = False) -> dict[str, object]:
     source = (PROBES.replace("TRACKS", repr(str(REPO / "tracks"))).replace("PYPROJECT", repr(str(REPO / "pyproject.toml")))
               + GOOD_TAIL)
     with pytest.raises(BenchError) as info:
-        judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2, timeout_s=120))
+        judge(JudgeRequest(track="smoke", idea_code=source, n_seeds=2, timeout_s=120), keep_warm=keep_warm)
+    if keep_warm:
+        from bench import warm
+
+        warm.discard()
     _assert_nothing_left(str(job_tmp))
     found = re.search(r"PROBES (\{.*?\})", info.value.message)
     assert found, info.value.message
@@ -98,12 +108,22 @@ def _probe_results(job_tmp: Path) -> dict[str, object]:
 
 
 @needs_server
-def test_a_forked_idea_reaches_nothing_of_its_siblings_its_server_or_the_track_packages(job_tmp: Path) -> None:
-    results = _probe_results(job_tmp)
+@pytest.mark.parametrize("path", ["cold", "worker"])
+def test_a_forked_idea_reaches_nothing_of_its_siblings_its_server_or_the_track_packages(
+        job_tmp: Path, path: str) -> None:
+    """A cold job's children come from the job's own server; a worker's from the server its jobs
+    share, where the job's directory lies in the server's (a previous job's beside it)."""
+    if path == "worker":
+        from bench import warm
+
+        request = JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2)
+        warm.prepare(sandbox.Limits(memory_mb=request.memory_mb))
+        judge(request, keep_warm=True)  # a job through the worker's server, then the next slot from it
+    results = _probe_results(job_tmp, keep_warm=path == "worker")
     assert results.pop("others") >= 2  # bwrap's init and the server, at least: the probes below mean something
     assert results.pop("write_own_dir") == "ok"
-    for name in ("list_job_dir", "read_server_log", "read_sibling_dir", "write_job_dir", "read_tracks"):
-        assert results.pop(name) == "EACCES", name  # Landlock: only its own directory
+    for name in ("list_job_dir", "list_server_dir", "read_server_log", "read_sibling_dir", "write_job_dir", "read_tracks"):
+        assert results.pop(name) == "EACCES", name  # Landlock: only its own directory (not the one the job's lies in)
     assert results.pop("read_repo") == "ENOENT"  # outside the server's view altogether
     assert results.pop("signal_others") == "EPERM"  # scoped signals
     for name in ("environ_of_others", "mem_of_others", "fds_of_others"):
@@ -209,33 +229,42 @@ def test_children_end_with_their_server(tmp_path: Path) -> None:
 
 
 @needs_server
-def test_a_warm_slot_holds_the_next_jobs_fork_server_and_its_job_forks_every_child(
+def test_a_workers_fork_server_serves_job_after_job_and_its_jobs_fork_every_child(
         job_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from bench import warm
     from tests.conftest import count_launches
 
     request = JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2, job_key="warm-server")
+    limits = sandbox.Limits(memory_mb=request.memory_mb)
     cold = judge(request, keep_warm=True).model_dump(mode="json")["bench_report"]
-    slot = warm.take(sandbox.Limits(memory_mb=request.memory_mb))
-    # the server and the children forked from it
+    slot = warm.take(limits)
+    # the worker's server and the children forked from it, in a job directory inside the server's
     assert slot is not None and slot.server is not None
     assert sorted(slot.launched) == ["baseline", "capture_idea", "idea", "measure_baseline_1"]
     assert all(isinstance(proc, forkserver.ForkedProcess) for proc, _ in slot.launched.values())
     server = slot.server
+    assert Path(slot.tmp.name).parent == server.workdir
     warm._slot = slot
     started = count_launches(monkeypatch)
     adopted = judge(request, keep_warm=True).model_dump(mode="json")["bench_report"]
-    assert slot.server is None and not server.alive  # adopted by the job, closed at its end
     assert started == [] and server.forks == 4  # the job adopted every child it needed (the measure one unused)
     for arm in ("baseline", "idea"):
         assert cold[arm]["full"]["per_seed"] == adopted[arm]["full"]["per_seed"]
     assert "landlock" in adopted["isolation"] and adopted["isolation"] == cold["isolation"]
-    # a slot whose server died is not taken; one no job adopted is closed with the slot
-    warm.prepare(sandbox.Limits(memory_mb=request.memory_mb))
-    replacement = warm.take(sandbox.Limits(memory_mb=request.memory_mb))
-    assert replacement is not None and replacement.server is not None and replacement.server.proc is not None
-    sandbox.kill(replacement.server.proc)
+    # lent, not closed: the next job's children come from the same server, no import again, and
+    # it remembers only the children alive (a worker's server forks job after job)
+    following = warm.take(limits)
+    assert following is not None and following.server is server and server.alive and server.forks == 8
+    assert not Path(slot.tmp.name).exists() and len(server._children) == 4
+    # a slot whose server died is not taken, and the next slot gets a new server
+    assert server.proc is not None
+    sandbox.kill(server.proc)
+    warm._slot = following
+    assert warm.take(limits) is None
+    warm.prepare(limits)
+    replacement = warm.take(limits)
+    assert replacement is not None and replacement.server is not None and replacement.server is not server
+    assert replacement.server.alive and not server.workdir.exists()
     warm._slot = replacement
-    assert warm.take(sandbox.Limits(memory_mb=request.memory_mb)) is None
     warm.discard()
     _assert_nothing_left(str(job_tmp))

@@ -413,7 +413,7 @@ def test_only_a_built_in_tracks_own_baseline_shares_its_capture_child_with_its_t
     monkeypatch.setattr(execution, "ArmSession", Session)
     dropped: list[str] = []
     slot = SimpleNamespace(launched={"idea": object(), "capture_idea": object(), "measure_baseline_1": object()},
-                           drop=dropped.append, adopt_server=lambda: None)  # a slot of warm children
+                           drop=dropped.append, server=None)  # a slot of warm children
     executor = execution.SandboxExecutor(tmp_path, 512, 0.0, threading.Event(), 60.0,
                                          canonical_baseline=baseline == "canonical", tracks_dir=tmp_path, slot=slot,
                                          baseline_build=b"stored" if baseline == "stored" else None)  # type: ignore[arg-type]
