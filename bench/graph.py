@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import fx, nn
 
+from bench import batched_ops
 from bench.contract import MODULE_PATH
 from bench.errors import BenchError, ErrorCode, user_frame
 from bench.oplist import KIND
@@ -667,6 +668,8 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
             literal_bits += check_call(str(node.get("target")), target, args, decoded)
             if str(node.get("target")) in GUARDS:
                 target = _guarded(target, GUARDS[str(node.get("target"))])
+            # checked as the aten op; run in a faster form with the same values (bench.batched_ops)
+            target = batched_ops.FASTER.get(target, target)
             env[name] = graph.call_function(target, tuple(args), decoded)
             module = node.get("module", "")
             if not isinstance(module, str) or not (module == "" or MODULE_PATH.fullmatch(module)):

@@ -17,8 +17,8 @@ exporter once per worker, not once per job: docs/performance.md, "Session 30"), 
 slot's children are forked from it: about 0.3 CPU-s each against 1.4-2.2 for a child of its own.
 The server never runs submitted code and never reads a job's data; each job's directory lies
 under the server's (its view), and each child it forks restricts itself with Landlock to its own
-directory, in a cgroup of its own, killed at its job's end (docs/security.md, "The fork
-server"). The job borrows the server: it forks there any child it needs beyond the slot's and
+directory, in a cgroup of its own, killed at its job's end (docs/security.md, "Children
+forked from one sandbox"). The job borrows the server: it forks there any child it needs beyond the slot's and
 leaves the server running at its end; a confirmation's rebuild children still start fresh. A
 server that died, or one made under other limits or another sandbox policy, is replaced at the
 next slot.
@@ -127,7 +127,9 @@ def _worker_server(limits: sandbox.Limits) -> sandbox.ForkServer | None:
     """The worker's fork server for ``limits`` under the sandbox's policy now: the running one, or
     one started in a directory of its own (the built-in track packages visible in it, for a job
     that builds a track's own baseline; Landlock hides them from every other child). None where
-    the host runs none (every child then starts in a sandbox of its own)."""
+    the host runs none (every child then starts in a sandbox of its own). A worker process judges
+    one job at a time (the solo pool; prefork runs a process per job), and a slot is prepared once
+    its job's children are closed: no job is running on a server this replaces."""
     global _server, _server_dir, _server_for
     wanted = (limits, sandbox.policy())
     with _server_lock:
