@@ -34,7 +34,8 @@ from bench.npy import read_npy
 
 FORMAT = 2  # 2: trained on the captured graph; a kept model's tensors as .npz
 # The engine code a baseline run's numbers depend on (hashed into every key).
-CODE_FILES = ("trainer.py", "vectorized.py", "child.py", "data.py", "seeding.py", "metrics.py", "graph.py", "redraw.py")
+CODE_FILES = ("trainer.py", "vectorized.py", "batched_ops.py", "child.py", "data.py", "seeding.py", "metrics.py", "graph.py",
+              "redraw.py")
 
 
 def canonical_json(obj: Any) -> str:

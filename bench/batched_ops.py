@@ -1,22 +1,29 @@
 """Faster forms of ops the trusted trainer runs on a vectorized group's batched tensors.
 
 Under ``torch.func.vmap`` each op of a captured graph runs through PyTorch's batching rule on the
-group's physical tensor, whose leading dimension is the runs. For a 2-D max-pool that rule
-calls the contiguous (NCHW) CPU kernel on a (runs x batch, C, H, W) tensor: 3.0 ms for vision's
-first pool at 16 runs of 64, where the channels-last kernel takes 0.6 ms (docs/performance.md,
-"Session 30"), and vmap cannot ask for a memory format. ``max_pool2d_with_indices`` here finds
-the maxima's indices with the channels-last kernel on the physical tensor, outside autograd, and
-takes the values with a ``gather`` of the batched input at those indices: the same values and
-indices bit for bit (the kernels agree, ties included: ``tests/bench/test_batched_ops.py``), and
-the gradient of the gather is the pool's (each output's gradient added at its index).
+group's physical tensor, whose leading dimension is the runs. For vision's CNN those rules are
+slow on a CPU: a 2-D max-pool calls the contiguous (NCHW) kernel on a (runs x rows, C, H, W)
+tensor, 3.0 ms for vision's first pool at 16 runs of 64 where the channels-last kernel takes
+0.6 ms; a convolution whose input and weight are both batched moves the runs into the channels
+and calls a grouped convolution in NCHW memory (docs/performance.md, "Session 30"); and vmap
+cannot ask for a memory format. Here both run on the *grouped* layout: a batched 4-D activation
+as one (rows, runs x channels, H, W) tensor in channels-last memory, each run's channels a group
+of their own. ``conv2d`` makes one grouped convolution of the runs (``groups`` times the runs)
+and returns its output in that layout, so the ReLU and the pool after it, and the next
+convolution, read it without a copy; ``max_pool2d_with_indices`` pools that tensor (a pool is per
+channel, so per run). The pool's values and indices are the aten op's bit for bit (ties
+included); the convolution and every gradient equal the aten ops' to float rounding (another
+kernel, another order of summation): ``tests/bench/test_batched_ops.py``. Both arms run the same
+path, so a job compares like with like, and a run is still bit for bit the same when rerun.
 
 Written here because no library has it: PyTorch's batching rules are its own, and a
 ``torch.library`` custom op with a vmap rule cannot take part in ``vmap(grad(...))`` (the
-trainer's path for composite ops such as nn.GRU). Only a tensor batched by one plain vmap level
-(the trainer's training step) takes the fast path; any other call (one model at a time, the
-evaluation's forward under ``vjp``, a 3-D input) is the aten op itself. It uses functorch's
-private wrappers (``torch._C._functorch``); torch is pinned (pyproject.toml), and the tests fail
-if a new torch changes them.
+trainer's path for composite ops such as nn.GRU). Only tensors batched by one plain vmap level
+(the trainer's training step, whose autograd runs outside vmap on the physical tensors) take the
+fast path; any other call (one model at a time, the evaluation's forward under ``vjp``, a 3-D
+input, a weight the runs share) is the aten op itself. It uses functorch's private wrappers
+(``torch._C._functorch``); torch is pinned (pyproject.toml), and the tests fail if a new torch
+changes them.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import torch
 from torch._C import _functorch
 
 _POOL = torch.ops.aten.max_pool2d_with_indices.default
+_CONV = torch.ops.aten.conv2d.default
 
 
 def _plain_batched(x: torch.Tensor) -> bool:
@@ -37,22 +45,52 @@ def _plain_batched(x: torch.Tensor) -> bool:
     return not (_functorch.is_batchedtensor(inner) or _functorch.is_functorch_wrapped_tensor(inner))
 
 
+def _grouped(x: torch.Tensor) -> torch.Tensor:
+    """A batched 4-D activation as one (rows, runs x channels, H, W) channels-last tensor: each
+    run's channels a group of its own (a view where the runs already sit beside the channels)."""
+    physical = _functorch.get_unwrapped(x)
+    runs_dim = _functorch.maybe_get_bdim(x)
+    if runs_dim != 1:
+        physical = physical.movedim(runs_dim, 1)
+    rows, runs, channels = physical.shape[:3]
+    return physical.reshape(rows, runs * channels, *physical.shape[3:]).contiguous(memory_format=torch.channels_last)
+
+
+def _ungrouped(y: torch.Tensor, runs: int, level: int) -> torch.Tensor:
+    """(rows, runs x channels, H, W) back to a batched tensor of the runs (a view)."""
+    return _functorch._add_batch_dim(y.view(y.shape[0], runs, -1, *y.shape[2:]), 1, level)
+
+
+def _runs(x: torch.Tensor) -> int:
+    return int(_functorch.get_unwrapped(x).shape[_functorch.maybe_get_bdim(x)])
+
+
 def max_pool2d_with_indices(x: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """``aten.max_pool2d_with_indices(x, *args, **kwargs)``, its batched 4-D form through the
-    channels-last kernel (the module's docstring)."""
+    channels-last kernel on the runs' channels side by side (the module's docstring)."""
     if x.dim() != 4 or not _plain_batched(x):
         out: tuple[torch.Tensor, torch.Tensor] = _POOL(x, *args, **kwargs)
         return out
-    level, runs_dim = _functorch.maybe_get_level(x), _functorch.maybe_get_bdim(x)
-    with torch.no_grad():
-        physical = _functorch.get_unwrapped(x).movedim(runs_dim, 0)
-        runs = physical.shape[0]
-        rows = physical.reshape(-1, *physical.shape[2:]).contiguous(memory_format=torch.channels_last)
-        found = _POOL(rows, *args, **kwargs)[1].contiguous()
-        found = found.view(runs, -1, *found.shape[1:])
-    indices = _functorch._add_batch_dim(found, 0, level)
-    values = x.flatten(-2).gather(-1, indices.flatten(-2)).view(indices.shape)
-    return values, indices
+    level, runs = _functorch.maybe_get_level(x), _runs(x)
+    values, indices = _POOL(_grouped(x), *args, **kwargs)
+    return _ungrouped(values, runs, level), _ungrouped(indices, runs, level)
+
+
+def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,  # noqa: A002 - aten's name
+           stride: Any = (1, 1), padding: Any = (0, 0), dilation: Any = (1, 1), groups: int = 1) -> torch.Tensor:
+    """``aten.conv2d``; where the input, the weight and the bias are all batched (a vectorized
+    group's runs, each its own weight), one grouped convolution over the runs' channels side by
+    side, in channels-last memory (the module's docstring)."""
+    parts = [input, weight] + ([] if bias is None else [bias])
+    if input.dim() != 4 or weight.dim() != 4 or not all(_plain_batched(t) for t in parts) or len(
+            {_functorch.maybe_get_level(t) for t in parts}) != 1:
+        out: torch.Tensor = _CONV(input, weight, bias, stride, padding, dilation, groups)
+        return out
+    level, runs = _functorch.maybe_get_level(input), _runs(input)
+    w = _functorch.get_unwrapped(weight).movedim(_functorch.maybe_get_bdim(weight), 0)
+    w = w.reshape(-1, *w.shape[2:]).contiguous(memory_format=torch.channels_last)
+    b = None if bias is None else _functorch.get_unwrapped(bias).movedim(_functorch.maybe_get_bdim(bias), 0).reshape(-1)
+    return _ungrouped(_CONV(_grouped(input), w, b, stride, padding, dilation, groups * runs), runs, level)
 
 
 def max_pool2d(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -67,4 +105,5 @@ def max_pool2d(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
 FASTER: dict[Any, Any] = {
     torch.ops.aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
     torch.ops.aten.max_pool2d.default: max_pool2d,
+    _CONV: conv2d,
 }

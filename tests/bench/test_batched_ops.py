@@ -1,5 +1,6 @@
-"""The trainer's faster batched max-pool (bench.batched_ops) gives the aten op's values, indices
-and gradients bit for bit, on every path a captured graph runs."""
+"""The trainer's faster batched convolution and max-pool (bench.batched_ops) give the aten ops'
+results: the pool's values and indices bit for bit, gradients and convolutions to float
+rounding (another kernel sums in another order), on every path a captured graph runs."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from bench import batched_ops
 from bench.graph import build_graph
 from tests.capture_helpers import capture_docs
 
-ATEN = torch.ops.aten.max_pool2d_with_indices.default
+aten = torch.ops.aten
+POOL, CONV = aten.max_pool2d_with_indices.default, aten.conv2d.default
 # (kernel, stride, padding, dilation, ceil_mode): vision's baseline, its example's overlapping
 # windows, padding, dilation and ceil_mode
 SETTINGS = [
@@ -24,64 +26,99 @@ SETTINGS = [
     ([2, 2], [2, 2], [0, 0], [2, 2], False),
     ([3, 3], [2, 2], [0, 0], [1, 1], True),
 ]
+RUNS = 4
 
 
-def _inputs(ties: bool) -> torch.Tensor:
+def _inputs(ties: bool, channels: int = 3) -> torch.Tensor:
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(4, 6, 3, 9, 9, generator=gen)  # (runs, batch, C, H, W)
+    x = torch.randn(RUNS, 6, channels, 9, 9, generator=gen)  # (runs, batch, C, H, W)
     if ties:  # ReLU's zeros, and whole windows of one value
         x = x.relu().round()
     return x
 
 
-def _net(pool: Any, setting: tuple[Any, ...]) -> Any:
-    def run(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        values, indices = pool(x * w, *setting)
-        return values * (1 + indices.float() / 1000)  # both outputs reach the result
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal to float rounding: the largest difference a millionth of the largest value."""
+    a, b = a.detach(), b.detach()
+    return a.shape == b.shape and float((a - b).abs().max()) <= 1e-6 * max(float(a.abs().max()), 1.0)
+
+
+def _block(conv: Any, pool: Any, groups: int, setting: tuple[Any, ...]) -> Any:
+    """conv -> relu -> pool -> conv, and the pool's indices into the result (both outputs used)."""
+    def run(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        h = aten.relu.default(conv(x, w1, b1, [1, 1], [1, 1], [1, 1], groups))
+        values, indices = pool(h, *setting)
+        values = values * (1 + indices.float() / 1000)
+        return conv(values, w2, None, [2, 2], [1, 1]).flatten(1).sum(1)
     return run
+
+
+def _weights(channels: int, groups: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    shapes = [(RUNS, 8, channels // groups, 3, 3), (RUNS, 8), (RUNS, 5, 8, 3, 3)]
+    return [(torch.randn(*s, generator=gen) * 0.3).requires_grad_(True) for s in shapes]
 
 
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("setting", SETTINGS)
-def test_batched_training_step_is_the_aten_ops_bit_for_bit(setting: tuple[Any, ...], ties: bool) -> None:
+def test_a_batched_training_step_gives_the_aten_ops_results(setting: tuple[Any, ...], ties: bool) -> None:
     x = _inputs(ties)
     results = []
-    for pool in (ATEN, batched_ops.max_pool2d_with_indices):
-        w = torch.linspace(0.5, 1.5, 4).view(4, 1, 1, 1).expand(4, 3, 1, 1).clone().requires_grad_(True)
-        out = vmap(_net(pool, setting))(x, w)
-        (g,) = torch.autograd.grad((out * out).sum(), [w])
-        results.append((out.detach(), g))
+    for conv, pool in ((CONV, POOL), (batched_ops.conv2d, batched_ops.max_pool2d_with_indices)):
+        weights = _weights(3, 1)
+        out = vmap(_block(conv, pool, 1, setting))(x, *weights)
+        grads = torch.autograd.grad((out * out).sum(), weights)
+        results.append((out.detach(), grads))
     (out_a, g_a), (out_b, g_b) = results
-    assert torch.equal(out_a, out_b) and torch.equal(g_a, g_b)
-    plain = vmap(lambda t: ATEN(t, *setting))(x)
+    assert _close(out_a, out_b) and all(_close(a, b) for a, b in zip(g_a, g_b, strict=True))
+    plain = vmap(lambda t: POOL(t, *setting))(x)
     fast = vmap(lambda t: batched_ops.max_pool2d_with_indices(t, *setting))(x)
     assert all(torch.equal(a, b) for a, b in zip(plain, fast, strict=True))  # indices too, ties included
 
 
-@pytest.mark.parametrize("setting", SETTINGS[:2])
-def test_the_other_paths_are_the_aten_op(setting: tuple[Any, ...]) -> None:
-    x = _inputs(ties=True)
-    w = torch.ones(4, 3, 1, 1) * 0.7
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_grouped_and_depthwise_convolutions_under_vmap(groups: int) -> None:
+    x = _inputs(False, channels=4)
+    weights = _weights(4, groups)
+    ref = vmap(_block(CONV, POOL, groups, SETTINGS[0]))(x, *weights)
+    fast = vmap(_block(batched_ops.conv2d, batched_ops.max_pool2d_with_indices, groups, SETTINGS[0]))(x, *weights)
+    assert _close(ref, fast)
+    # a weight shared by the runs (not batched), and an unbatched input: the aten op's own rules
+    w = weights[0][0].detach()
+    assert _close(vmap(lambda t: CONV(t, w, None, [1, 1], [1, 1], [1, 1], groups))(x),
+                  vmap(lambda t: batched_ops.conv2d(t, w, None, [1, 1], [1, 1], [1, 1], groups))(x))
+    assert _close(vmap(lambda w_: CONV(x[0], w_, None, [1, 1], [1, 1], [1, 1], groups))(weights[0].detach()),
+                  vmap(lambda w_: batched_ops.conv2d(x[0], w_, None, [1, 1], [1, 1], [1, 1], groups))(weights[0].detach()))
 
-    def loss(pool: Any) -> Any:
-        return lambda w_, x_: (_net(pool, setting)(x_, w_) ** 2).sum()
+
+@pytest.mark.parametrize("setting", SETTINGS[:2])
+def test_the_other_paths_are_the_aten_ops(setting: tuple[Any, ...]) -> None:
+    x = _inputs(ties=True)
+    weights = [w.detach() for w in _weights(3, 1)]
+
+    def loss(conv: Any, pool: Any) -> Any:
+        return lambda w1, b1, w2, x_: (_block(conv, pool, 1, setting)(x_, w1, b1, w2) ** 2).sum()
 
     # vmap(grad(...)): the trainer's path for composite ops (a grad transform inside vmap)
-    assert torch.equal(vmap(grad(loss(ATEN)))(w, x), vmap(grad(loss(batched_ops.max_pool2d_with_indices)))(w, x))
+    ref = vmap(grad(loss(CONV, POOL), argnums=(0, 1, 2)))(*weights, x)
+    fast = vmap(grad(loss(batched_ops.conv2d, batched_ops.max_pool2d_with_indices), argnums=(0, 1, 2)))(*weights, x)
+    assert all(torch.equal(a, b) for a, b in zip(ref, fast, strict=True))
     # one model at a time, and a 3-D (unbatched) input under vmap
-    assert all(torch.equal(a, b) for a, b in zip(ATEN(x[0], *setting), batched_ops.max_pool2d_with_indices(x[0], *setting), strict=True))
+    one = [w[0] for w in weights]
+    assert torch.equal(_block(CONV, POOL, 1, setting)(x[0], *one),
+                       _block(batched_ops.conv2d, batched_ops.max_pool2d_with_indices, 1, setting)(x[0], *one))
     three_d = x[:, 0]
     assert all(torch.equal(a, b) for a, b in zip(
-        vmap(lambda t: ATEN(t, *setting))(three_d),
+        vmap(lambda t: POOL(t, *setting))(three_d),
         vmap(lambda t: batched_ops.max_pool2d_with_indices(t, *setting))(three_d), strict=True))
-    assert torch.equal(vmap(lambda t: torch.ops.aten.max_pool2d.default(t, *setting))(x),
+    assert torch.equal(vmap(lambda t: aten.max_pool2d.default(t, *setting))(x),
                        vmap(lambda t: batched_ops.max_pool2d(t, *setting))(x))
 
 
-def test_a_captured_pool_runs_in_its_faster_form() -> None:
+def test_a_captured_cnn_runs_in_the_faster_forms() -> None:
     model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64, 3))
     docs, _ = capture_docs(model, [1, 8, 8])
     program, _ = build_graph(docs["train"], torch.device("cpu"))
     ops = [node.target for node in program.graph.nodes if node.op == "call_function"]
-    assert any(op in batched_ops.FASTER.values() for op in ops)
+    assert batched_ops.conv2d in ops and batched_ops.max_pool2d in ops
     assert not any(op in batched_ops.FASTER for op in ops)
