@@ -129,20 +129,20 @@ def _worker_server(limits: sandbox.Limits) -> sandbox.ForkServer | None:
     that builds a track's own baseline; Landlock hides them from every other child). None where
     the host runs none (every child then starts in a sandbox of its own). A worker process judges
     one job at a time (the solo pool; prefork runs a process per job), and a slot is prepared once
-    its job's children are closed: no job is running on a server this replaces."""
+    its job's children are closed: no job is running on a server this replaces. The caller holds
+    ``_server_lock``."""
     global _server, _server_dir, _server_for
     wanted = (limits, sandbox.policy())
-    with _server_lock:
-        if _server is not None and _server.alive and _server_for == wanted:
-            return _server
-        _close_server()
-        directory = OwnedDir("forks")
-        server = sandbox.ForkServer.start(Path(directory.name), limits, tracks=True)
-        if server is None:
-            directory.cleanup()
-            return None
-        _server, _server_dir, _server_for = server, directory, wanted
-        return server
+    if _server is not None and _server.alive and _server_for == wanted:
+        return _server
+    _close_server()
+    directory = OwnedDir("forks")
+    server = sandbox.ForkServer.start(Path(directory.name), limits, tracks=True)
+    if server is None:
+        directory.cleanup()
+        return None
+    _server, _server_dir, _server_for = server, directory, wanted
+    return server
 
 
 def _close_server() -> None:
@@ -156,19 +156,22 @@ def _close_server() -> None:
 
 
 def _start_slot(limits: sandbox.Limits) -> Slot:
-    server = _worker_server(limits)
-    slot = Slot(JobDir(str(server.workdir) if server is not None else None), limits, {}, sandbox.policy(), server)
-    try:
-        for name, options in CHILDREN.items():
-            proc, fd = sandbox.launch(Path(slot.tmp.name) / name, limits, server=slot.server, **options)
-            slot.launched[name] = (proc, fd)
-            assert proc.stdin is not None
-            proc.stdin.write(WARM_CAPTURE_COMMAND if name in EXPORTS else WARM_COMMAND)
-            proc.stdin.flush()
-    except BaseException:
-        slot.discard()
-        raise
-    return slot
+    # under the server's lock: ``discard`` at exit waits for the forks instead of removing the
+    # directory they are made in (a review: the fallback then made a job directory no sweep owns)
+    with _server_lock:
+        server = _worker_server(limits)
+        slot = Slot(JobDir(str(server.workdir) if server is not None else None), limits, {}, sandbox.policy(), server)
+        try:
+            for name, options in CHILDREN.items():
+                proc, fd = sandbox.launch(Path(slot.tmp.name) / name, limits, server=slot.server, **options)
+                slot.launched[name] = (proc, fd)
+                assert proc.stdin is not None
+                proc.stdin.write(WARM_CAPTURE_COMMAND if name in EXPORTS else WARM_COMMAND)
+                proc.stdin.flush()
+        except BaseException:
+            slot.discard()
+            raise
+        return slot
 
 
 def _launch_loop() -> None:

@@ -56,7 +56,11 @@ READY_TIMEOUT_S = 120.0  # the server's prepare(): imports and an export, second
 FORK_TIMEOUT_S = 30.0
 SYSTEM_READ = (
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/ld.so.cache", "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d", "/etc/localtime", "/proc", "/dev", "/sys/devices/system/cpu",
+    "/etc/ld.so.conf.d", "/etc/localtime", "/dev", "/sys/devices/system/cpu",
+    # of /proc only the child's own entry (opened by the child: its pid) and the machine's
+    # figures: another process's /proc/<pid>/stat told a later job of a worker's server the CPU
+    # every earlier job's children had used (the server's reaped-children time; red team, session 30)
+    "/proc/self", "/proc/thread-self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/sys",
 )
 
 

@@ -57,7 +57,13 @@ def call(fn, *args):
     if fn(*args) == -1:
         raise OSError(ctypes.get_errno(), "refused")
 job = os.path.dirname(os.getcwd())
-others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+try:
+    listed = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+    results["list_proc"] = "ok"
+except OSError as exc:
+    listed = []
+    results["list_proc"] = errno.errorcode.get(exc.errno, str(exc.errno))
+others = sorted(set(listed) | {1, os.getppid()})  # bwrap's init and the server, at least
 results["others"] = len(others)
 probe("list_job_dir", lambda: os.listdir(job))
 probe("list_server_dir", lambda: os.listdir(os.path.dirname(job)))
@@ -69,6 +75,9 @@ probe("read_tracks", lambda: os.listdir(TRACKS))
 probe("read_repo", lambda: open(PYPROJECT).read())
 probe("signal_others", lambda: [os.kill(pid, 0) for pid in others])
 probe("environ_of_others", lambda: [open(f"/proc/{pid}/environ", "rb").read() for pid in others])
+# the server's reaped-children CPU: a worker's earlier jobs' (red team, session 30)
+probe("stat_of_others", lambda: [open(f"/proc/{pid}/stat").read() for pid in others])
+probe("own_stat", lambda: open("/proc/self/stat").read())
 probe("mem_of_others", lambda: [open(f"/proc/{pid}/mem", "rb") for pid in others])
 probe("fds_of_others", lambda: [os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY) for pid in others
                                  for fd in os.listdir(f"/proc/{pid}/fd")])
@@ -126,8 +135,9 @@ def test_a_forked_idea_reaches_nothing_of_its_siblings_its_server_or_the_track_p
         assert results.pop(name) == "EACCES", name  # Landlock: only its own directory (not the one the job's lies in)
     assert results.pop("read_repo") == "ENOENT"  # outside the server's view altogether
     assert results.pop("signal_others") == "EPERM"  # scoped signals
-    for name in ("environ_of_others", "mem_of_others", "fds_of_others"):
-        assert results.pop(name) == "EACCES", name  # ptrace outside its Landlock domain
+    for name in ("environ_of_others", "mem_of_others", "fds_of_others", "stat_of_others", "list_proc"):
+        assert results.pop(name) == "EACCES", name  # of /proc only its own entry (Landlock)
+    assert results.pop("own_stat") == "ok"
     for name in ("unix_socket", "socketpair", "sysv_shm", "sysv_msg", "sysv_sem", "clone_parent"):
         assert results.pop(name) == "EPERM", name  # seccomp's allowlist (red team)
     assert results.pop("fifo_in_own_dir") == "EPERM"  # no socket or FIFO files (seccomp's allowlist, and Landlock)
