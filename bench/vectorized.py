@@ -192,9 +192,14 @@ def _functions(stacked: _Stacked, loss_name: str) -> tuple[Any, Any]:
         out: torch.Tensor = vjp(lambda p: call((*p, *extra), x), params)[0]
         return out
 
+    def traced_one(params: tuple[torch.Tensor, ...], extra: tuple[torch.Tensor, ...],
+                   x: torch.Tensor) -> torch.Tensor:
+        return call((*params, *extra), x)
+
     batched_loss = vmap(loss_one)
     functorch_step = vmap(grad_and_value(loss_one))
     batched_forward = vmap(forward_one)
+    batched_traced = vmap(traced_one)
     mode = ["autograd"]
 
     def params() -> tuple[torch.Tensor, ...]:
@@ -227,6 +232,14 @@ def _functions(stacked: _Stacked, loss_name: str) -> tuple[Any, Any]:
         return flatten(grads, current), losses.detach()
 
     def forward(x: torch.Tensor) -> torch.Tensor:
+        """The runs' outputs, batched as the training step was: where plain autograd through the
+        batched forward trained them, the same (parameters that require grad, the graph's faster
+        ops of bench.batched_ops); else under vjp, as the functorch step."""
+        if mode[0] == "autograd":
+            with torch.enable_grad():
+                leaves = tuple(p.detach().requires_grad_(True) for p in params())
+                traced: torch.Tensor = batched_traced(leaves, extras, x)
+            return traced.detach()
         out: torch.Tensor = batched_forward(params(), extras, x)
         return out
 
