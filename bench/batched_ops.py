@@ -11,7 +11,9 @@ as one (rows, runs x channels, H, W) tensor in channels-last memory, each run's 
 of their own. ``conv2d`` makes one grouped convolution of the runs (``groups`` times the runs)
 and returns its output in that layout, so the ReLU and the pool after it, and the next
 convolution, read it without a copy; ``max_pool2d_with_indices`` pools that tensor (a pool is per
-channel, so per run). The pool's values and indices are the aten op's bit for bit (ties
+channel, so per run). ``conv1d`` is the same grouped convolution with a height of one, its output
+put back runs-first (dynamics' circular CNN pads and applies GELU between its convolutions, which
+read the permuted layout slowly). The pool's values and indices are the aten op's bit for bit (ties
 included); the convolution and every gradient equal the aten ops' to float rounding (another
 kernel, another order of summation): ``tests/bench/test_batched_ops.py``. Both arms run the same
 path, so a job compares like with like, and a run is still bit for bit the same when rerun.
@@ -35,6 +37,7 @@ from torch._C import _functorch
 
 _POOL = torch.ops.aten.max_pool2d_with_indices.default
 _CONV = torch.ops.aten.conv2d.default
+_CONV1D = torch.ops.aten.conv1d.default
 
 
 def _plain_batched(x: torch.Tensor) -> bool:
@@ -76,21 +79,51 @@ def max_pool2d_with_indices(x: torch.Tensor, *args: Any, **kwargs: Any) -> tuple
     return _ungrouped(values, runs, level), _ungrouped(indices, runs, level)
 
 
-def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,  # noqa: A002 - aten's name
-           stride: Any = (1, 1), padding: Any = (0, 0), dilation: Any = (1, 1), groups: int = 1) -> torch.Tensor:
-    """``aten.conv2d``; where the input, the weight and the bias are all batched (a vectorized
-    group's runs, each its own weight), one grouped convolution over the runs' channels side by
-    side, in channels-last memory (the module's docstring)."""
-    parts = [input, weight] + ([] if bias is None else [bias])
-    if input.dim() != 4 or weight.dim() != 4 or not all(_plain_batched(t) for t in parts) or len(
-            {_functorch.maybe_get_level(t) for t in parts}) != 1:
-        out: torch.Tensor = _CONV(input, weight, bias, stride, padding, dilation, groups)
-        return out
+def _all_batched(parts: list[torch.Tensor]) -> bool:
+    """Every tensor batched by the same one plain vmap level."""
+    return all(_plain_batched(t) for t in parts) and len({_functorch.maybe_get_level(t) for t in parts}) == 1
+
+
+def _grouped_conv(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,  # noqa: A002
+                  stride: Any, padding: Any, dilation: Any, groups: int) -> torch.Tensor:
+    """The runs' 2-D convolutions as one grouped convolution in channels-last memory (all batched)."""
     level, runs = _functorch.maybe_get_level(input), _runs(input)
     w = _functorch.get_unwrapped(weight).movedim(_functorch.maybe_get_bdim(weight), 0)
     w = w.reshape(-1, *w.shape[2:]).contiguous(memory_format=torch.channels_last)
     b = None if bias is None else _functorch.get_unwrapped(bias).movedim(_functorch.maybe_get_bdim(bias), 0).reshape(-1)
     return _ungrouped(_CONV(_grouped(input), w, b, stride, padding, dilation, groups * runs), runs, level)
+
+
+def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,  # noqa: A002 - aten's name
+           stride: Any = (1, 1), padding: Any = (0, 0), dilation: Any = (1, 1), groups: int = 1) -> torch.Tensor:
+    """``aten.conv2d``; where the input, the weight and the bias are all batched (a vectorized
+    group's runs, each its own weight), one grouped convolution over the runs' channels side by
+    side, in channels-last memory (the module's docstring)."""
+    if input.dim() != 4 or weight.dim() != 4 or not _all_batched([input, weight] + ([] if bias is None else [bias])):
+        out: torch.Tensor = _CONV(input, weight, bias, stride, padding, dilation, groups)
+        return out
+    return _grouped_conv(input, weight, bias, stride, padding, dilation, groups)
+
+
+def _one(value: Any) -> int:
+    """A 1-D convolution's stride, padding or dilation (``[n]`` or ``n``) as an int."""
+    return int(value[0]) if isinstance(value, list | tuple) else int(value)
+
+
+def conv1d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,  # noqa: A002 - aten's name
+           stride: Any = (1,), padding: Any = (0,), dilation: Any = (1,), groups: int = 1) -> torch.Tensor:
+    """``aten.conv1d``; all batched: the 2-D grouped convolution of the runs with a height of one
+    (channels-last memory has no 1-D form)."""
+    if input.dim() != 3 or weight.dim() != 3 or not _all_batched([input, weight] + ([] if bias is None else [bias])):
+        out: torch.Tensor = _CONV1D(input, weight, bias, stride, padding, dilation, groups)
+        return out
+    level = _functorch.maybe_get_level(input)
+    y = _grouped_conv(input.unsqueeze(-2), weight.unsqueeze(-2), bias, [1, _one(stride)], [0, _one(padding)],
+                      [1, _one(dilation)], groups)
+    # back in the runs-first layout: the element-wise ops and padding between 1-D convolutions
+    # read a permuted one slowly (a profile of dynamics' circular CNN: copies and GELU's backward)
+    physical = _functorch.get_unwrapped(y).squeeze(-2).movedim(_functorch.maybe_get_bdim(y), 0).contiguous()
+    return _functorch._add_batch_dim(physical, 0, level)
 
 
 def max_pool2d(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -106,4 +139,5 @@ FASTER: dict[Any, Any] = {
     torch.ops.aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
     torch.ops.aten.max_pool2d.default: max_pool2d,
     _CONV: conv2d,
+    _CONV1D: conv1d,
 }

@@ -122,3 +122,31 @@ def test_a_captured_cnn_runs_in_the_faster_forms() -> None:
     ops = [node.target for node in program.graph.nodes if node.op == "call_function"]
     assert batched_ops.conv2d in ops and batched_ops.max_pool2d in ops
     assert not any(op in batched_ops.FASTER for op in ops)
+
+
+# (in channels, out channels, length, kernel, stride, padding, dilation, groups): dynamics'
+# circular CNN (its 1x1 head too), a strided grouped one, a dilated depthwise one
+CONV1D = [(8, 22, 20, 5, 1, 0, 1, 1), (22, 1, 16, 1, 1, 0, 1, 1), (22, 22, 20, 5, 2, 2, 1, 2), (4, 4, 12, 3, 1, 1, 2, 4)]
+
+
+@pytest.mark.parametrize("shape", CONV1D)
+def test_a_batched_1d_convolution_gives_the_aten_ops_results(shape: tuple[int, ...]) -> None:
+    channels, out, length, kernel, stride, padding, dilation, groups = shape
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(RUNS, 6, channels, length, generator=gen)
+    results = []
+    for conv in (aten.conv1d.default, batched_ops.conv1d):
+        w = torch.randn(RUNS, out, channels // groups, kernel, generator=torch.Generator().manual_seed(3)).requires_grad_()
+        b = torch.randn(RUNS, out, generator=torch.Generator().manual_seed(4)).requires_grad_()
+
+        def run(x_: torch.Tensor, w_: torch.Tensor, b_: torch.Tensor, conv: Any = conv) -> torch.Tensor:
+            padded = torch.nn.functional.pad(x_, (2, 2), mode="circular")  # as the circular CNN's
+            return torch.nn.functional.gelu(conv(padded, w_, b_, [stride], [padding], [dilation], groups))
+
+        y = vmap(run)(x, w, b)
+        results.append((y.detach(), torch.autograd.grad((y * y).sum(), [w, b])))
+    (y_a, g_a), (y_b, g_b) = results
+    assert _close(y_a, y_b) and all(_close(a, b) for a, b in zip(g_a, g_b, strict=True))
+    w0 = torch.randn(out, channels // groups, kernel, generator=gen)  # a weight the runs share: aten's own rule
+    assert torch.equal(vmap(lambda t: aten.conv1d.default(t, w0, None, [stride], [padding], [dilation], groups))(x),
+                       vmap(lambda t: batched_ops.conv1d(t, w0, None, [stride], [padding], [dilation], groups))(x))
