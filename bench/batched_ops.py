@@ -105,21 +105,25 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     return _grouped_conv(input, weight, bias, stride, padding, dilation, groups)
 
 
-def _one(value: Any) -> int:
-    """A 1-D convolution's stride, padding or dilation (``[n]`` or ``n``) as an int."""
-    return int(value[0]) if isinstance(value, list | tuple) else int(value)
+def _one(value: Any) -> int | None:
+    """A 1-D convolution's stride, padding or dilation as aten's schema has it (``[n]``) as an
+    int; None for any other form (the aten op then judges it: nothing passes here that aten refuses)."""
+    if isinstance(value, list | tuple) and len(value) == 1 and type(value[0]) is int:
+        return value[0]
+    return None
 
 
 def conv1d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,  # noqa: A002 - aten's name
            stride: Any = (1,), padding: Any = (0,), dilation: Any = (1,), groups: int = 1) -> torch.Tensor:
     """``aten.conv1d``; all batched: the 2-D grouped convolution of the runs with a height of one
     (channels-last memory has no 1-D form)."""
-    if input.dim() != 3 or weight.dim() != 3 or not _all_batched([input, weight] + ([] if bias is None else [bias])):
+    steps = [_one(stride), _one(padding), _one(dilation)]
+    if (input.dim() != 3 or weight.dim() != 3 or None in steps
+            or not _all_batched([input, weight] + ([] if bias is None else [bias]))):
         out: torch.Tensor = _CONV1D(input, weight, bias, stride, padding, dilation, groups)
         return out
     level = _functorch.maybe_get_level(input)
-    y = _grouped_conv(input.unsqueeze(-2), weight.unsqueeze(-2), bias, [1, _one(stride)], [0, _one(padding)],
-                      [1, _one(dilation)], groups)
+    y = _grouped_conv(input.unsqueeze(-2), weight.unsqueeze(-2), bias, [1, steps[0]], [0, steps[1]], [1, steps[2]], groups)
     # back in the runs-first layout: the element-wise ops and padding between 1-D convolutions
     # read a permuted one slowly (a profile of dynamics' circular CNN: copies and GELU's backward)
     physical = _functorch.get_unwrapped(y).squeeze(-2).movedim(_functorch.maybe_get_bdim(y), 0).contiguous()

@@ -150,3 +150,14 @@ def test_a_batched_1d_convolution_gives_the_aten_ops_results(shape: tuple[int, .
     w0 = torch.randn(out, channels // groups, kernel, generator=gen)  # a weight the runs share: aten's own rule
     assert torch.equal(vmap(lambda t: aten.conv1d.default(t, w0, None, [stride], [padding], [dilation], groups))(x),
                        vmap(lambda t: batched_ops.conv1d(t, w0, None, [stride], [padding], [dilation], groups))(x))
+
+
+def test_a_1d_convolutions_arguments_in_another_form_are_the_aten_ops_to_judge() -> None:
+    x, w = torch.randn(RUNS, 2, 3, 10), torch.randn(RUNS, 4, 3, 3)
+    for conv in (aten.conv1d.default, batched_ops.conv1d):
+        for stride in ([1, 1], 2):  # two strides, a plain int: aten refuses them, so does the batched form
+            with pytest.raises(RuntimeError):
+                vmap(lambda t, v, c=conv, s=stride: c(t, v, None, s))(x, w)
+    # a bool, which aten takes as 1: judged by aten itself, the same result
+    assert torch.equal(vmap(lambda t, v: aten.conv1d.default(t, v, None, [True]))(x, w),
+                       vmap(lambda t, v: batched_ops.conv1d(t, v, None, [True]))(x, w))
