@@ -41,11 +41,13 @@ _CONV1D = torch.ops.aten.conv1d.default
 
 
 def _plain_batched(x: torch.Tensor) -> bool:
-    """``x`` is batched by one vmap level over a plain tensor (no grad transform, no nesting)."""
+    """``x`` is batched by one vmap level over a plain CPU tensor (no grad transform, no nesting;
+    the CUDA kernels' memory formats and ties are untested here, a review: a GPU worker runs aten)."""
     if not _functorch.is_batchedtensor(x):
         return False
     inner = _functorch.get_unwrapped(x)
-    return not (_functorch.is_batchedtensor(inner) or _functorch.is_functorch_wrapped_tensor(inner))
+    return inner.device.type == "cpu" and not (
+        _functorch.is_batchedtensor(inner) or _functorch.is_functorch_wrapped_tensor(inner))
 
 
 def _grouped(x: torch.Tensor) -> torch.Tensor:
@@ -61,27 +63,34 @@ def _grouped(x: torch.Tensor) -> torch.Tensor:
 
 def _ungrouped(y: torch.Tensor, runs: int, level: int) -> torch.Tensor:
     """(rows, runs x channels, H, W) back to a batched tensor of the runs (a view)."""
-    return _functorch._add_batch_dim(y.view(y.shape[0], runs, -1, *y.shape[2:]), 1, level)
+    # the channels counted, not ``-1``: a view of no rows has no size to infer (a review: an empty
+    # evaluation chunk raised where aten gives an empty result)
+    return _functorch._add_batch_dim(y.view(y.shape[0], runs, y.shape[1] // runs, *y.shape[2:]), 1, level)
 
 
 def _runs(x: torch.Tensor) -> int:
     return int(_functorch.get_unwrapped(x).shape[_functorch.maybe_get_bdim(x)])
 
 
-def max_pool2d_with_indices(x: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """``aten.max_pool2d_with_indices(x, *args, **kwargs)``, its batched 4-D form through the
-    channels-last kernel on the runs' channels side by side (the module's docstring)."""
-    if x.dim() != 4 or not _plain_batched(x):
-        out: tuple[torch.Tensor, torch.Tensor] = _POOL(x, *args, **kwargs)
+def max_pool2d_with_indices(self: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``aten.max_pool2d_with_indices(self, *args, **kwargs)`` (aten's names: a node may pass any
+    argument by keyword), its batched 4-D form through the channels-last kernel on the runs'
+    channels side by side (the module's docstring)."""
+    if self.dim() != 4 or not _plain_batched(self):
+        out: tuple[torch.Tensor, torch.Tensor] = _POOL(self, *args, **kwargs)
         return out
-    level, runs = _functorch.maybe_get_level(x), _runs(x)
-    values, indices = _POOL(_grouped(x), *args, **kwargs)
+    level, runs = _functorch.maybe_get_level(self), _runs(self)
+    values, indices = _POOL(_grouped(self), *args, **kwargs)
     return _ungrouped(values, runs, level), _ungrouped(indices, runs, level)
 
 
-def _all_batched(parts: list[torch.Tensor]) -> bool:
-    """Every tensor batched by the same one plain vmap level."""
-    return all(_plain_batched(t) for t in parts) and len({_functorch.maybe_get_level(t) for t in parts}) == 1
+def _convolvable(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dims: int) -> bool:  # noqa: A002
+    """A convolution the grouped form computes as aten would: an input and a weight of ``dims``
+    dimensions, a bias of one (another rank is aten's to refuse: a review found a (2, 4) bias
+    flattened), all batched by the same one plain vmap level."""
+    parts = [input, weight] + ([] if bias is None else [bias])
+    return (input.dim() == dims and weight.dim() == dims and (bias is None or bias.dim() == 1)
+            and all(_plain_batched(t) for t in parts) and len({_functorch.maybe_get_level(t) for t in parts}) == 1)
 
 
 def _grouped_conv(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,  # noqa: A002
@@ -99,7 +108,7 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     """``aten.conv2d``; where the input, the weight and the bias are all batched (a vectorized
     group's runs, each its own weight), one grouped convolution over the runs' channels side by
     side, in channels-last memory (the module's docstring)."""
-    if input.dim() != 4 or weight.dim() != 4 or not _all_batched([input, weight] + ([] if bias is None else [bias])):
+    if not _convolvable(input, weight, bias, 4):
         out: torch.Tensor = _CONV(input, weight, bias, stride, padding, dilation, groups)
         return out
     return _grouped_conv(input, weight, bias, stride, padding, dilation, groups)
@@ -118,8 +127,7 @@ def conv1d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     """``aten.conv1d``; all batched: the 2-D grouped convolution of the runs with a height of one
     (channels-last memory has no 1-D form)."""
     steps = [_one(stride), _one(padding), _one(dilation)]
-    if (input.dim() != 3 or weight.dim() != 3 or None in steps
-            or not _all_batched([input, weight] + ([] if bias is None else [bias]))):
+    if None in steps or not _convolvable(input, weight, bias, 3):
         out: torch.Tensor = _CONV1D(input, weight, bias, stride, padding, dilation, groups)
         return out
     level = _functorch.maybe_get_level(input)
@@ -130,12 +138,12 @@ def conv1d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     return _functorch._add_batch_dim(physical, 0, level)
 
 
-def max_pool2d(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+def max_pool2d(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     """``aten.max_pool2d``: the values of ``max_pool2d_with_indices``."""
-    if x.dim() != 4 or not _plain_batched(x):
-        out: torch.Tensor = torch.ops.aten.max_pool2d.default(x, *args, **kwargs)
+    if self.dim() != 4 or not _plain_batched(self):
+        out: torch.Tensor = torch.ops.aten.max_pool2d.default(self, *args, **kwargs)
         return out
-    return max_pool2d_with_indices(x, *args, **kwargs)[0]
+    return max_pool2d_with_indices(self, *args, **kwargs)[0]
 
 
 # aten op -> its faster form, for the graph's interpreter (bench.graph.build_graph)

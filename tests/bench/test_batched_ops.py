@@ -161,3 +161,45 @@ def test_a_1d_convolutions_arguments_in_another_form_are_the_aten_ops_to_judge()
     # a bool, which aten takes as 1: judged by aten itself, the same result
     assert torch.equal(vmap(lambda t, v: aten.conv1d.default(t, v, None, [True]))(x, w),
                        vmap(lambda t, v: batched_ops.conv1d(t, v, None, [True]))(x, w))
+
+
+def test_no_run_reaches_another() -> None:
+    """Run 0's input and weights changed a hundredfold: every other run's outputs and gradients
+    stay bit for bit (a review's check of the grouped layout, through conv, pool and conv)."""
+    results = []
+    for scale in (1.0, 100.0):
+        x = _inputs(False).clone()
+        weights = [w.detach().clone() for w in _weights(3, 1)]
+        x[0] *= scale
+        for w in weights:
+            w[0] *= scale
+        weights = [w.requires_grad_() for w in weights]
+        out = vmap(_block(batched_ops.conv2d, batched_ops.max_pool2d_with_indices, 1, SETTINGS[1]))(x, *weights)
+        results.append((out.detach(), torch.autograd.grad((out * out).sum(), weights)))
+    (out_a, g_a), (out_b, g_b) = results
+    assert not torch.equal(out_a[0], out_b[0]) and torch.equal(out_a[1:], out_b[1:])
+    assert all(torch.equal(a[1:], b[1:]) for a, b in zip(g_a, g_b, strict=True))
+
+
+def test_what_aten_refuses_or_answers_empty_the_batched_forms_do_too() -> None:
+    """A review's cases: a bias of another rank is aten's to refuse (a flatten had accepted it);
+    no rows give an empty result (a view of no rows had raised); a pool's input by aten's keyword."""
+    x, w = _inputs(False), torch.randn(RUNS, 8, 3, 3, 3)
+    for conv in (CONV, batched_ops.conv2d):
+        with pytest.raises(RuntimeError):
+            vmap(lambda t, v, c=conv: c(t, v, torch.ones(2, 4)))(x, w)
+    empty = x[:, :0]
+    assert vmap(lambda t, v: batched_ops.conv2d(t, v, None, [1, 1], [1, 1]))(empty, w).shape == (RUNS, 0, 8, 9, 9)
+    assert vmap(lambda t: batched_ops.max_pool2d(t, [2, 2]))(empty).shape == (RUNS, 0, 3, 4, 4)
+    assert torch.equal(vmap(lambda t: aten.max_pool2d.default(self=t, kernel_size=[2, 2]))(x),
+                       vmap(lambda t: batched_ops.max_pool2d(self=t, kernel_size=[2, 2]))(x))
+
+
+def test_a_tensor_off_the_cpu_gets_the_aten_op() -> None:
+    """The grouped forms are measured and tested on the CPU's kernels only (a GPU worker's CUDA
+    kernels: aten's own rules); a meta tensor stands in for a device here."""
+    x, w = torch.randn(RUNS, 2, 3, 8, 8, device="meta"), torch.randn(RUNS, 4, 3, 3, 3, device="meta")
+    seen: list[bool] = []
+    vmap(lambda t: seen.append(batched_ops._plain_batched(t)) or t)(x)
+    assert seen == [False]
+    assert vmap(lambda t, v: batched_ops.conv2d(t, v))(x, w).shape == vmap(lambda t, v: CONV(t, v))(x, w).shape
