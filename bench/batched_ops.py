@@ -146,8 +146,17 @@ def max_pool2d(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return max_pool2d_with_indices(self, *args, **kwargs)[0]
 
 
+def sym_size(self: torch.Tensor, dim: int) -> int:
+    """``aten.sym_size.int``: the size of ``self`` along ``dim``. The aten op has no batching rule
+    under a plain vmap level, so a model written with ``x.view(x.size(0), -1)`` failed the
+    training step's first try and trained under ``vmap(grad(...))``, where none of the faster
+    forms above apply (a review); a tensor's ``size`` is the logical one under vmap."""
+    return int(self.size(dim))
+
+
 # aten op -> its faster form, for the graph's interpreter (bench.graph.build_graph)
 FASTER: dict[Any, Any] = {
+    torch.ops.aten.sym_size.int: sym_size,
     torch.ops.aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
     torch.ops.aten.max_pool2d.default: max_pool2d,
     _CONV: conv2d,

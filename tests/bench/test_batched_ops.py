@@ -203,3 +203,34 @@ def test_a_tensor_off_the_cpu_gets_the_aten_op() -> None:
     vmap(lambda t: seen.append(batched_ops._plain_batched(t)) or t)(x)
     assert seen == [False]
     assert vmap(lambda t, v: batched_ops.conv2d(t, v))(x, w).shape == vmap(lambda t, v: CONV(t, v))(x, w).shape
+
+
+def test_a_model_that_reads_its_batch_size_trains_under_plain_vmap() -> None:
+    """``x.view(x.size(0), -1)`` captures ``aten.sym_size.int``, which has no batching rule: the
+    training step fell back to ``vmap(grad(...))`` (a review). Run by the graph's interpreter, the
+    batched model gives each run's own outputs under plain vmap."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.head = nn.Conv2d(1, 4, 3, padding=1), nn.Linear(64, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.nn.functional.max_pool2d(self.conv(x).relu(), 2)
+            return self.head(h.view(h.size(0), -1))
+
+    docs, tensors = capture_docs(Net(), [1, 8, 8])
+    assert any(n.get("target") == "aten.sym_size.int" for n in docs["train"]["nodes"])
+    program, signature = build_graph(docs["train"], torch.device("cpu"))
+    names = [target for kind, target in signature.inputs if kind != "user"]
+    values = [torch.stack([torch.from_numpy(tensors[n])] * RUNS) for n in names]
+    x = torch.randn(RUNS, 5, 1, 8, 8)
+
+    def run(*args: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = program(*args)[-1]
+        return out
+
+    with pytest.raises(RuntimeError, match="sym_size"):
+        vmap(lambda t: t.reshape(aten.sym_size.int(t, 0), -1))(x)  # the aten op alone
+    batched = vmap(run)(*values, x)
+    assert all(_close(batched[r], run(*[v[r] for v in values], x[r])) for r in range(RUNS))
