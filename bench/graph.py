@@ -668,7 +668,7 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
             literal_bits += check_call(str(node.get("target")), target, args, decoded)
             if str(node.get("target")) in GUARDS:
                 target = _guarded(target, GUARDS[str(node.get("target"))])
-            # checked as the aten op; run in a faster form with the same values (bench.batched_ops)
+            # checked as the aten op; run in a faster form, its results to float rounding (bench.batched_ops)
             target = batched_ops.FASTER.get(target, target)
             env[name] = graph.call_function(target, tuple(args), decoded)
             module = node.get("module", "")
