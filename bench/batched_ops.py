@@ -15,7 +15,9 @@ channel, so per run). ``conv1d`` is the same grouped convolution with a height o
 put back runs-first (dynamics' circular CNN pads and applies GELU between its convolutions, which
 read the permuted layout slowly). The pool's values and indices are the aten op's bit for bit (ties
 included); the convolution and every gradient equal the aten ops' to float rounding (another
-kernel, another order of summation): ``tests/bench/test_batched_ops.py``. Both arms run the same
+kernel, another order of summation): ``tests/bench/test_batched_ops.py``. ``gru`` runs aten's
+GRU, which has no batching rule at all, as batched matrix products and element-wise ops on the
+runs' physical tensors, so a model with a GRU trains under the plain vmap level too. Both arms run the same
 path, so a job compares like with like, and a run is still bit for bit the same when rerun.
 
 Written here because no library has it: PyTorch's batching rules are its own, and a
@@ -146,6 +148,117 @@ def max_pool2d(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return max_pool2d_with_indices(self, *args, **kwargs)[0]
 
 
+_GRU = torch.ops.aten.gru.input
+
+
+def _gru_shapes(input: torch.Tensor, hx: torch.Tensor, params: Any, has_biases: Any,  # noqa: A002
+                num_layers: Any, batch_first: Any) -> bool:
+    """``params`` is what aten's GRU takes for ``num_layers`` one-directional layers over this
+    input and state: per layer ``w_ih (3H, in)``, ``w_hh (3H, H)`` and, with biases, ``b_ih``,
+    ``b_hh (3H)``, one floating dtype; anything else is aten's to judge."""
+    if type(has_biases) is not bool or type(num_layers) is not int or type(batch_first) is not bool:
+        return False
+    per_layer = 4 if has_biases else 2
+    if num_layers < 1 or not isinstance(params, list | tuple) or len(params) != per_layer * num_layers:
+        return False
+    if input.dim() != 3 or hx.dim() != 3 or not input.dtype.is_floating_point:
+        return False
+    if input.shape[1 if batch_first else 0] == 0:  # no time steps: aten's error
+        return False
+    hidden = hx.shape[2]
+    if tuple(hx.shape) != (num_layers, input.shape[0 if batch_first else 1], hidden):
+        return False
+    width = input.shape[2]
+    for layer in range(num_layers):
+        w_ih, w_hh, *biases = params[layer * per_layer:(layer + 1) * per_layer]
+        if tuple(w_ih.shape) != (3 * hidden, width) or tuple(w_hh.shape) != (3 * hidden, hidden):
+            return False
+        if any(tuple(b.shape) != (3 * hidden,) for b in biases):
+            return False
+        width = hidden
+    return all(t.dtype == input.dtype for t in (hx, *params))
+
+
+def _gru_batched(input: Any, hx: Any, params: Any, has_biases: Any, num_layers: Any,  # noqa: A002
+                 dropout: Any, train: Any, bidirectional: Any, batch_first: Any) -> bool:
+    """The batched form computes this call as aten would: the input and every weight batched by
+    one plain vmap level, the state batched by it too or a plain tensor (one state every run
+    starts from), one-directional layers, no dropout between them, and aten's shapes."""
+    if not isinstance(params, list | tuple) or not isinstance(hx, torch.Tensor):
+        return False
+    batched = [input, *params]
+    if _functorch.is_batchedtensor(hx):
+        batched.append(hx)
+    elif _functorch.is_functorch_wrapped_tensor(hx):
+        return False
+    if not all(isinstance(t, torch.Tensor) and _plain_batched(t) for t in batched):
+        return False
+    if len({_functorch.maybe_get_level(t) for t in batched}) != 1:
+        return False
+    if bidirectional is not False or type(train) is not bool or type(dropout) not in (int, float):
+        return False
+    if train and dropout != 0 and num_layers != 1:
+        return False
+    return _gru_shapes(input, hx, params, has_biases, num_layers, batch_first)
+
+
+def _physical(t: torch.Tensor, runs: int) -> torch.Tensor:
+    """A batched tensor's physical tensor with the runs first; an unbatched one expanded to them."""
+    if not _functorch.is_batchedtensor(t):
+        return t.expand(runs, *t.shape)
+    return _functorch.get_unwrapped(t).movedim(_functorch.maybe_get_bdim(t), 0)
+
+
+def gru(input: torch.Tensor, hx: torch.Tensor, params: Any, has_biases: Any, num_layers: Any,  # noqa: A002
+        dropout: Any, train: Any, bidirectional: Any, batch_first: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``aten.gru.input``; where the input and every weight are batched by one plain vmap level
+    (the state may be batched or shared), the runs' GRUs as batched matrix products and
+    element-wise ops on the physical tensors, so plain autograd differentiates them. aten's GRU
+    has no batching rule, so a model with one trained only under ``vmap(grad(...))``, which
+    decomposes it into per-step ops each batched on its own: a training step of 16 runs of
+    dynamics' baseline took 13.0-14.1 ms, 8.4-8.9 ms with this (docs/performance.md, "Session
+    31"). One-directional layers
+    without dropout between them only; any other call is the aten op's, which under a plain vmap
+    level refuses it (the trainer then steps under ``vmap(grad(...))`` as before).
+
+    Per layer and time step, aten's cell (``torch.nn.GRU``'s formulas): the input's three gates
+    for every step in one product, then ``r, z = sigmoid(i_rz + h_rz)``,
+    ``n = tanh(i_n + r * h_n)``, ``h = n + z * (h - n)``. The steps are taken with ``unbind``
+    and the gates with ``split``, whose gradients are one stack or concatenation: slicing
+    them one by one made autograd write a zero tensor of the whole sequence per slice (half the
+    step's time in a profile)."""
+    if not _gru_batched(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+        out: tuple[torch.Tensor, torch.Tensor] = _GRU(
+            input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        return out
+    level, runs = _functorch.maybe_get_level(input), _runs(input)
+    per_layer = 4 if has_biases else 2
+    time_dim = 2 if batch_first else 1  # of the physical tensors: (runs, batch, time, ...) or (runs, time, batch, ...)
+    x = _physical(input, runs)
+    states = _physical(hx, runs)
+    finals = []
+    for layer in range(num_layers):
+        w_ih, w_hh, *biases = (_physical(t, runs) for t in params[layer * per_layer:(layer + 1) * per_layer])
+        hidden = w_hh.shape[-1]
+        flat = x.reshape(runs, -1, x.shape[-1])
+        gates_in = (torch.baddbmm(biases[0].unsqueeze(1), flat, w_ih.transpose(1, 2)) if biases
+                    else torch.bmm(flat, w_ih.transpose(1, 2))).view(*x.shape[:-1], 3 * hidden)
+        w_hh_t = w_hh.transpose(1, 2)
+        h = states[:, layer]
+        outputs = []
+        for step_in in gates_in.unbind(time_dim):
+            gates_h = torch.baddbmm(biases[1].unsqueeze(1), h, w_hh_t) if biases else torch.bmm(h, w_hh_t)
+            i_rz, i_n = step_in.split_with_sizes([2 * hidden, hidden], -1)
+            h_rz, h_n = gates_h.split_with_sizes([2 * hidden, hidden], -1)
+            r, z = torch.sigmoid(i_rz + h_rz).split_with_sizes([hidden, hidden], -1)
+            n = torch.tanh(torch.addcmul(i_n, r, h_n))
+            h = torch.lerp(n, h, z)
+            outputs.append(h)
+        x = torch.stack(outputs, time_dim)
+        finals.append(h)
+    return _functorch._add_batch_dim(x, 0, level), _functorch._add_batch_dim(torch.stack(finals, 1), 0, level)
+
+
 def sym_size(self: torch.Tensor, dim: int) -> int:
     """``aten.sym_size.int``: the size of ``self`` along ``dim``. The aten op has no batching rule
     under a plain vmap level, so a model written with ``x.view(x.size(0), -1)`` failed the
@@ -161,4 +274,5 @@ FASTER: dict[Any, Any] = {
     torch.ops.aten.max_pool2d.default: max_pool2d,
     _CONV: conv2d,
     _CONV1D: conv1d,
+    _GRU: gru,
 }

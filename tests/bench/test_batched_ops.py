@@ -234,3 +234,125 @@ def test_a_model_that_reads_its_batch_size_trains_under_plain_vmap() -> None:
         vmap(lambda t: t.reshape(aten.sym_size.int(t, 0), -1))(x)  # the aten op alone
     batched = vmap(run)(*values, x)
     assert all(_close(batched[r], run(*[v[r] for v in values], x[r])) for r in range(RUNS))
+
+
+GRU = aten.gru.input
+
+
+def _gru_weights(layers: int, biases: bool, width: int = 3, hidden: int = 5) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(3)
+    shapes: list[tuple[int, ...]] = []
+    for layer in range(layers):
+        shapes += [(RUNS, 3 * hidden, width if layer == 0 else hidden), (RUNS, 3 * hidden, hidden)]
+        shapes += [(RUNS, 3 * hidden), (RUNS, 3 * hidden)] if biases else []
+    return [(torch.randn(*s, generator=gen) * 0.4).requires_grad_(True) for s in shapes]
+
+
+@pytest.mark.parametrize("shared_state", [True, False])
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize(("layers", "biases"), [(1, True), (1, False), (2, True), (2, False)])
+def test_a_batched_gru_gives_the_aten_ops_results(layers: int, biases: bool, batch_first: bool,
+                                                  shared_state: bool) -> None:
+    """Outputs, final states and every gradient (the weights' and a batched state's) equal aten's
+    GRU run one model at a time, to float rounding; a state every run shares is taken as it is."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(RUNS, 6, 7, 3, generator=gen)  # (runs, batch or time, time or batch, features)
+    state = torch.randn(layers, 7 if not batch_first else 6, 5, generator=gen) if shared_state else \
+        torch.randn(RUNS, layers, 7 if not batch_first else 6, 5, generator=gen).requires_grad_(True)
+
+    def loss(gru: Any, x: torch.Tensor, hx: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
+        out, h = gru(x, hx, list(weights), biases, layers, 0.0, True, False, batch_first)
+        return (out.sin().sum() + (h * h).sum()).reshape(1)
+
+    results = []
+    for form in ("aten", "batched"):
+        weights = _gru_weights(layers, biases)
+        if form == "aten":
+            losses = torch.cat([loss(GRU, x[r], state if shared_state else state[r], *[w[r] for w in weights])
+                                for r in range(RUNS)])
+        else:
+            losses = vmap(lambda *a: loss(batched_ops.gru, *a), in_dims=(0, None if shared_state else 0, *[0] * len(weights)))(
+                x, state, *weights).squeeze(1)
+        leaves = weights if shared_state else [*weights, state]
+        results.append((losses.detach(), torch.autograd.grad(losses.sum(), leaves)))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    assert _close(loss_a, loss_b) and all(_close(a, b) for a, b in zip(grads_a, grads_b, strict=True))
+
+
+def _gru_call(x: torch.Tensor, *weights: torch.Tensor, **change: Any) -> Any:
+    args = {"hx": torch.zeros(1, x.shape[0], 5), "has_biases": True, "num_layers": 1, "dropout": 0.0,
+            "train": True, "bidirectional": False, "batch_first": True, **change}
+    return batched_ops.gru(x, args["hx"], list(weights), args["has_biases"], args["num_layers"], args["dropout"],
+                           args["train"], args["bidirectional"], args["batch_first"])
+
+
+def test_a_gru_the_batched_form_does_not_compute_is_the_aten_ops() -> None:
+    """Another direction, dropout between layers, weights in another shape or fewer, a state of
+    another size, no time steps: the aten op, which under a plain vmap level has no batching rule
+    (the trainer then steps under vmap(grad)) or refuses the call itself."""
+    x, weights = torch.randn(RUNS, 4, 6, 3), _gru_weights(1, True)
+    assert vmap(lambda t, *w: _gru_call(t, *w)[0])(x, *weights).shape == (RUNS, 4, 6, 5)
+    for change in ({"bidirectional": True}, {"num_layers": 2, "dropout": 0.5}, {"hx": torch.zeros(1, 4, 6)},
+                   {"has_biases": False}, {"num_layers": 2}, {"train": 1}, {"batch_first": 1}):
+        with pytest.raises(RuntimeError):
+            vmap(lambda t, *w, c=change: _gru_call(t, *w, **c)[0])(x, *weights)
+    with pytest.raises(RuntimeError):
+        vmap(lambda t, *w: _gru_call(t, *w)[0])(x, weights[1], weights[0], *weights[2:])  # w_ih and w_hh swapped
+    with pytest.raises(RuntimeError):
+        vmap(lambda t, *w: _gru_call(t, *w)[0])(x[:, :, :0], *weights)  # no time steps
+    one = _gru_call(x[0], *[w[0] for w in weights])  # one model at a time: aten's own result
+    assert all(torch.equal(a, b) for a, b in zip(one, GRU(x[0], torch.zeros(1, 4, 5), [w[0] for w in weights],
+                                                              True, 1, 0.0, True, False, True), strict=True))
+
+
+def test_no_run_of_a_batched_gru_reaches_another() -> None:
+    """A hundredfold change to run 0's input and weights leaves every other run's outputs, final
+    states and gradients bit for bit as they were."""
+    x = torch.randn(RUNS, 4, 6, 3)
+    results = []
+    for scale in (1.0, 100.0):
+        weights = _gru_weights(2, True)
+        x_run = x.clone()
+        x_run[0] *= scale
+        with torch.no_grad():
+            for w in weights:
+                w[0] *= scale
+        out, h = vmap(lambda t, *w: _gru_call(t, *w, hx=torch.zeros(2, 4, 5), num_layers=2))(x_run, *weights)
+        results.append((out, h, torch.autograd.grad((out.sum() + h.sum()), weights)))
+    (out_a, h_a, g_a), (out_b, h_b, g_b) = results
+    assert not torch.equal(out_a[0], out_b[0])
+    assert torch.equal(out_a[1:], out_b[1:]) and torch.equal(h_a[1:], h_b[1:])
+    assert all(torch.equal(a[1:], b[1:]) for a, b in zip(g_a, g_b, strict=True))
+
+
+def test_a_captured_gru_trains_under_plain_vmap() -> None:
+    """A captured nn.GRU runs in the batched form under plain vmap (the trainer's autograd step),
+    where aten's GRU has no batching rule, and gives each run's own outputs."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gru, self.head = nn.GRU(3, 5, num_layers=2, batch_first=True), nn.Linear(5, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            states, _ = self.gru(x)
+            out: torch.Tensor = self.head(states[:, -1])
+            return out
+
+    docs, tensors = capture_docs(Net(), [6, 3])
+    program, signature = build_graph(docs["train"], torch.device("cpu"))
+    assert batched_ops.gru in [node.target for node in program.graph.nodes if node.op == "call_function"]
+    names = [target for kind, target in signature.inputs if kind != "user"]
+    gen = torch.Generator().manual_seed(5)
+    values = [torch.from_numpy(tensors[n]) + 0.1 * torch.randn(RUNS, *tensors[n].shape, generator=gen) for n in names]
+    x = torch.randn(RUNS, 4, 6, 3, generator=gen)
+
+    def run(*args: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = program(*args)[-1]
+        return out
+
+    with pytest.raises(RuntimeError, match="gru"):
+        vmap(lambda t, *w: GRU(t, torch.zeros(1, 4, 5), list(w), True, 1, 0.0, True, False, True)[0])(
+            x, *_gru_weights(1, True))  # the aten op alone
+    batched = vmap(run)(*values, x)
+    assert all(_close(batched[r], run(*[v[r] for v in values], x[r])) for r in range(RUNS))
