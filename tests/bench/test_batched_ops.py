@@ -356,3 +356,52 @@ def test_a_captured_gru_trains_under_plain_vmap() -> None:
             x, *_gru_weights(1, True))  # the aten op alone
     batched = vmap(run)(*values, x)
     assert all(_close(batched[r], run(*[v[r] for v in values], x[r])) for r in range(RUNS))
+
+
+PAD = aten.pad.default
+
+
+@pytest.mark.parametrize("pads", [[2, 2], [0, 3], [1, 0], [9, 9], [0, 0]])
+def test_a_batched_circular_pad_gives_the_aten_ops_results(pads: list[int]) -> None:
+    """Values bit for bit (a pad copies; a pad of the whole length wraps once), gradients to float
+    rounding, and the next 1-D convolution's result as aten's, through the grouped layout."""
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(RUNS, 5, 4, 9, generator=gen)
+    assert torch.equal(vmap(lambda t: batched_ops.pad(t, pads, "circular"))(x),
+                       torch.stack([PAD(x[r], pads, "circular") for r in range(RUNS)]))
+    results = []
+    for pad, conv in ((PAD, aten.conv1d.default), (batched_ops.pad, batched_ops.conv1d)):
+        w = (torch.randn(RUNS, 6, 4, 3, generator=torch.Generator().manual_seed(7))).requires_grad_(True)
+        xs = x.clone().requires_grad_(True)
+        if pad is PAD:
+            out = torch.stack([conv(pad(xs[r], pads, "circular"), w[r]) for r in range(RUNS)])
+        else:
+            out = vmap(lambda t, v: batched_ops.conv1d(batched_ops.pad(t, pads, "circular"), v))(xs, w)
+        results.append((out.detach(), torch.autograd.grad((out.sin()).sum(), (xs, w))))
+    (out_a, g_a), (out_b, g_b) = results
+    assert _close(out_a, out_b) and all(_close(a, b) for a, b in zip(g_a, g_b, strict=True))
+
+
+def test_a_pad_the_batched_form_does_not_compute_is_the_aten_ops() -> None:
+    """Another mode, a value, another rank, a negative pad or one that wraps more than once: the
+    aten op's result or its refusal; and one model at a time, aten's own."""
+    x = torch.randn(RUNS, 5, 4, 9)
+    for args in ((([1, 1], "reflect"), ([1, 2], "replicate"), ([1, 1], "constant", 0.5), ([-1, 2], "circular"),
+                  ([1, 1, 1, 1], "circular"))):
+        assert torch.equal(vmap(lambda t, a=args: batched_ops.pad(t, *a))(x), vmap(lambda t, a=args: PAD(t, *a))(x))
+    with pytest.raises(RuntimeError):
+        vmap(lambda t: batched_ops.pad(t, [10, 0], "circular"))(x)
+    assert torch.equal(batched_ops.pad(x[0], [2, 2], "circular"), PAD(x[0], [2, 2], "circular"))
+    y = torch.randn(RUNS, 5, 9)  # (rows, length): aten pads it as one channel
+    assert torch.equal(vmap(lambda t: batched_ops.pad(t, [2, 1], "circular"))(y), vmap(lambda t: PAD(t, [2, 1], "circular"))(y))
+
+
+def test_no_run_of_a_circular_pad_and_convolution_reaches_another() -> None:
+    gen = torch.Generator().manual_seed(8)
+    x, w = torch.randn(RUNS, 5, 4, 9, generator=gen), torch.randn(RUNS, 6, 4, 3, generator=gen)
+    outs = []
+    for scale in (1.0, 100.0):
+        xs = x.clone()
+        xs[0] *= scale
+        outs.append(vmap(lambda t, v: batched_ops.conv1d(batched_ops.pad(t, [1, 1], "circular"), v))(xs, w))
+    assert not torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1:], outs[1][1:])
