@@ -97,13 +97,31 @@ def warm(cmd: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def torch_settings() -> None:
+    """How every child computes, for its whole life: one torch thread, and denormal floats
+    (below about 1.2e-38 in float32) read and written as zero (the CPU's FTZ/DAZ flags,
+    ``torch.set_flush_denormal``: per thread, and a child computes on its one thread).
+
+    A CPU computes with denormals up to a hundred times slower, and they appear where a model's
+    values underflow, as at a high learning rate (GELU of a large negative input, gradients
+    dying out under a cosine schedule): dynamics' example at the sweep's top rate (0.09) took
+    1.97 CPU-s a run, 0.80 flushed, as at its best rate (docs/performance.md, "Session 31").
+    What changes lies below every metric's resolution, the same on both arms and on every
+    rerun. Set for the process, not around training: a graph can tell the two modes apart
+    (``1e-30 * 1e-9 > 0``), so the rows predicted alone after training, the probes and the
+    capture's checks must run in the mode the evaluation ran in
+    (``tests/security/hostile/denormal_gated_cross_row.py``)."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.set_flush_denormal(True)
+
+
 def prepare() -> None:
     """What a fork server (``bench.sandbox.zygote``) does once, before it forks this module's
     children: the imports ``main`` would do and a capture child's warm-up (``warm`` with an
     export). No submitted code is involved; each forked child then starts with it done."""
-    import torch
-
-    torch.set_num_threads(1)
+    torch_settings()
     import bench.capture  # noqa: F401 - imported for its modules (the child's first command needs them)
 
     warm({"export": True})
@@ -441,7 +459,7 @@ def main() -> None:
     try:
         import torch
 
-        torch.set_num_threads(1)
+        torch_settings()
         # Attention through the math kernel only, as the vectorized trainer does (defence in
         # depth: the fused CPU kernels trust their callers' shapes; issue 25). The flags are
         # named for CUDA but hold for every device.

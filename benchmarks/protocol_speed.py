@@ -11,7 +11,8 @@ one invocation:
   directory, so the baseline arm is a cache miss and is trained;
 * **reference**: the same protocol as a careful engineer runs it by hand: one process
   per arm (their start, torch imported, inside its time), one torch thread each (two
-  threads on these two cores were 1.6-5x slower per step), plain PyTorch
+  threads on these two cores were 1.6-5x slower per step) with denormals flushed, as the
+  engine's children compute (``bench.child.torch_settings``), plain PyTorch
   (``bench.trainer.train``) one model after another.
 
 Both sides' work is counted: training runs per side (steps per run are the card's), equal
@@ -101,13 +102,14 @@ _ARM: dict[str, Any] = {}  # an arm process's track, builders and secret (``_arm
 
 
 def _arm_start(track_name: str, idea: str) -> None:
-    """An arm process of the reference at its start: one torch thread, the track, the idea."""
-    import torch
-
+    """An arm process of the reference at its start: as the engine's children compute (one torch
+    thread, denormals flushed: ``bench.child.torch_settings``; a careful engineer on a CPU sets
+    both), the track, the idea."""
+    from bench.child import torch_settings
     from bench.registry import load_track
     from bench.seeding import public_secret, task_seed
 
-    torch.set_num_threads(1)
+    torch_settings()
     track = load_track(track_name)
     module = types.ModuleType("reference_idea")
     exec(compile(idea, "idea.py", "exec"), module.__dict__)
@@ -206,7 +208,7 @@ def background(seconds: float = 2.0) -> float:
 
 def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, Any]]:
     """The protocol as a careful engineer runs it by hand (issue 29.3): one process per arm,
-    one torch thread each, plain PyTorch (``bench.trainer.train``) one model after another in
+    one torch thread each (denormals flushed), plain PyTorch (``bench.trainer.train``) one model after another in
     each, the processes' start (``spawn``, torch imported) included. Seconds, CPU seconds and
     per-arm results (``runs``: training runs per arm, for the equal-work check)."""
     import multiprocessing

@@ -407,6 +407,15 @@ def test_a_model_that_reads_other_rows_of_its_eval_batch_is_refused(job_tmp: Pat
     assert info.value.hint and "BatchNorm is fine" in info.value.hint
 
 
+def test_a_sandboxed_child_runs_with_denormals_flushed(job_tmp: Path) -> None:
+    """A capture child is in the mode the trainer children train and check in (denormals
+    flushed, for a child's whole life: bench.child.torch_settings), and a file that asks is told
+    so: no graph can tell scoring from checking by it."""
+    with pytest.raises(BenchError) as info:
+        judge(JudgeRequest(track="smoke", idea_code=(HOSTILE / "denormal_mode.py").read_text(), n_seeds=2))
+    assert "denormals flushed here: True" in info.value.message
+
+
 def test_a_keyword_name_never_becomes_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 25.1: fx's code generator pasted a node's keyword names verbatim into the forward it
     wrote, so a key such as ``"alpha=1)\\nimport os..."`` ran in the trusted trainer. The key is
