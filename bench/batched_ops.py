@@ -101,7 +101,8 @@ def _grouped_conv(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     """The runs' 2-D convolutions as one grouped convolution in channels-last memory (all batched)."""
     level, runs = _functorch.maybe_get_level(input), _runs(input)
     w = _functorch.get_unwrapped(weight).movedim(_functorch.maybe_get_bdim(weight), 0)
-    w = w.reshape(-1, *w.shape[2:]).contiguous(memory_format=torch.channels_last)
+    # the rows counted, not ``-1``: a weight over no input channels has no size to infer (a review)
+    w = w.reshape(w.shape[0] * w.shape[1], *w.shape[2:]).contiguous(memory_format=torch.channels_last)
     b = None if bias is None else _functorch.get_unwrapped(bias).movedim(_functorch.maybe_get_bdim(bias), 0).reshape(-1)
     return _ungrouped(_CONV(_grouped(input), w, b, stride, padding, dilation, groups * runs), runs, level)
 
@@ -282,6 +283,25 @@ def gru(input: torch.Tensor, hx: torch.Tensor, params: Any, has_biases: Any, num
     return _functorch._add_batch_dim(x, 0, level), _functorch._add_batch_dim(torch.stack(finals, 1), 0, level)
 
 
+def view_as_complex(self: torch.Tensor) -> torch.Tensor:
+    """``aten.view_as_complex``, which needs each run's last dimension at stride 1: the grouped
+    layout's outputs above (a convolution's, a pad's) are not, where aten's own are; a batched
+    input is made contiguous first (a copy, under vmap with the runs first), as a review found
+    a captured circular CNN with ``torch.view_as_complex`` after it refused."""
+    if _plain_batched(self):
+        self = self.contiguous()
+    out: torch.Tensor = torch.ops.aten.view_as_complex.default(self)
+    return out
+
+
+def view_as(self: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """``aten.view_as``: the values of ``reshape`` to ``other``'s shape, as ``bench.graph``
+    runs ``view`` (a functional graph needs no aliasing, and the grouped layout cannot be
+    viewed)."""
+    out: torch.Tensor = torch.ops.aten.reshape.default(self, list(other.shape))
+    return out
+
+
 def sym_size(self: torch.Tensor, dim: int) -> int:
     """``aten.sym_size.int``: the size of ``self`` along ``dim``. The aten op has no batching rule
     under a plain vmap level, so a model written with ``x.view(x.size(0), -1)`` failed the
@@ -299,4 +319,6 @@ FASTER: dict[Any, Any] = {
     _CONV1D: conv1d,
     _GRU: gru,
     _PAD: pad,
+    torch.ops.aten.view_as_complex.default: view_as_complex,
+    torch.ops.aten.view_as.default: view_as,
 }

@@ -110,7 +110,7 @@ def torch_settings() -> None:
     rerun. Set for the process, not around training: a graph can tell the two modes apart
     (``1e-30 * 1e-9 > 0``), so the rows predicted alone after training, the probes and the
     capture's checks must run in the mode the evaluation ran in
-    (``tests/security/hostile/denormal_gated_cross_row.py``)."""
+    (``tests/security/hostile/denormal_mode.py``)."""
     import torch
 
     torch.set_num_threads(1)
