@@ -16,14 +16,14 @@ left in that layout too, and ``pad``'s circular form (dynamics' circular CNN pad
 convolutions) writes its output in the same memory order. The pool's and the pad's values (and
 the pool's indices) are the aten op's bit for bit (ties included); the convolution and every
 gradient equal the aten ops' to float rounding (another kernel, another order of summation):
-``tests/bench/test_batched_ops.py``. ``gru`` runs aten's GRU, which has no batching rule at all,
-as batched matrix products and element-wise ops on the runs' physical tensors, so a model with
-a GRU trains under the plain vmap level too. Both arms run the same path, so a job compares like
+``tests/bench/test_batched_ops.py``. ``gru`` and ``lstm`` run aten's GRU and LSTM, which have no
+batching rule at all, as batched matrix products and element-wise ops on the runs' physical
+tensors, so a model with one trains under the plain vmap level too. Both arms run the same path, so a job compares like
 with like, and a run is still bit for bit the same when rerun.
 
 Written here because no library has it: PyTorch's batching rules are its own, and a
 ``torch.library`` custom op with a vmap rule cannot take part in ``vmap(grad(...))`` (the
-trainer's path for composite ops such as nn.GRU). Only tensors batched by one plain vmap level
+trainer's path for composite ops no form here batches, such as a bidirectional GRU). Only tensors batched by one plain vmap level
 (the trainer's training step, whose autograd runs outside vmap on the physical tensors) take the
 fast path; any other call (one model at a time, the evaluation's forward under ``vjp``, a 3-D
 input, a weight the runs share) is the aten op itself. It uses functorch's private wrappers
@@ -173,49 +173,55 @@ def max_pool2d(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
 
 
 _GRU = torch.ops.aten.gru.input
+_LSTM = torch.ops.aten.lstm.input
 
 
-def _gru_shapes(input: torch.Tensor, hx: torch.Tensor, params: Any, has_biases: Any,  # noqa: A002
-                num_layers: Any, batch_first: Any) -> bool:
-    """``params`` is what aten's GRU takes for ``num_layers`` one-directional layers over this
-    input and state: per layer ``w_ih (3H, in)``, ``w_hh (3H, H)`` and, with biases, ``b_ih``,
-    ``b_hh (3H)``, one floating dtype; anything else is aten's to judge."""
+def _rnn_shapes(input: torch.Tensor, states: list[torch.Tensor], params: Any, has_biases: Any,  # noqa: A002
+                num_layers: Any, batch_first: Any, gates: int) -> bool:
+    """``params`` is what aten's GRU (``gates`` 3) or LSTM (4, no projection) takes for
+    ``num_layers`` one-directional layers over this input and these states: per layer
+    ``w_ih (gates x H, in)``, ``w_hh (gates x H, H)`` and, with biases, ``b_ih``,
+    ``b_hh (gates x H)``, one floating dtype; each state ``(num_layers, batch, H)``; at least one
+    time step. Anything else is aten's to judge."""
     if type(has_biases) is not bool or type(num_layers) is not int or type(batch_first) is not bool:
         return False
     per_layer = 4 if has_biases else 2
     if num_layers < 1 or not isinstance(params, list | tuple) or len(params) != per_layer * num_layers:
         return False
-    if input.dim() != 3 or hx.dim() != 3 or not input.dtype.is_floating_point:
+    if input.dim() != 3 or not input.dtype.is_floating_point or any(s.dim() != 3 for s in states):
         return False
     if input.shape[1 if batch_first else 0] == 0:  # no time steps: aten's error
         return False
-    hidden = hx.shape[2]
-    if tuple(hx.shape) != (num_layers, input.shape[0 if batch_first else 1], hidden):
+    hidden = states[0].shape[2]
+    if any(tuple(s.shape) != (num_layers, input.shape[0 if batch_first else 1], hidden) for s in states):
         return False
     width = input.shape[2]
     for layer in range(num_layers):
         w_ih, w_hh, *biases = params[layer * per_layer:(layer + 1) * per_layer]
-        if tuple(w_ih.shape) != (3 * hidden, width) or tuple(w_hh.shape) != (3 * hidden, hidden):
+        if tuple(w_ih.shape) != (gates * hidden, width) or tuple(w_hh.shape) != (gates * hidden, hidden):
             return False
-        if any(tuple(b.shape) != (3 * hidden,) for b in biases):
+        if any(tuple(b.shape) != (gates * hidden,) for b in biases):
             return False
         width = hidden
-    return all(t.dtype == input.dtype for t in (hx, *params))
+    return all(t.dtype == input.dtype for t in (*states, *params))
 
 
-def _gru_batched(input: Any, hx: Any, params: Any, has_biases: Any, num_layers: Any,  # noqa: A002
-                 dropout: Any, train: Any, bidirectional: Any, batch_first: Any) -> bool:
+def _rnn_batched(input: Any, states: Any, params: Any, has_biases: Any, num_layers: Any,  # noqa: A002
+                 dropout: Any, train: Any, bidirectional: Any, batch_first: Any, gates: int) -> bool:
     """The batched form computes this call as aten would: the input and every weight batched by
-    one plain vmap level, the state batched by it too or a plain tensor (one state every run
+    one plain vmap level, each state batched by it too or a plain tensor (one state every run
     starts from), one-directional layers, no dropout between them, and aten's shapes."""
-    if not isinstance(params, list | tuple) or not isinstance(hx, torch.Tensor):
+    if not isinstance(params, list | tuple) or not isinstance(states, list | tuple) or not states:
+        return False
+    if not all(isinstance(t, torch.Tensor) for t in (input, *states, *params)):
         return False
     batched = [input, *params]
-    if _functorch.is_batchedtensor(hx):
-        batched.append(hx)
-    elif _functorch.is_functorch_wrapped_tensor(hx):
-        return False
-    if not all(isinstance(t, torch.Tensor) and _plain_batched(t) for t in batched):
+    for state in states:
+        if _functorch.is_batchedtensor(state):
+            batched.append(state)
+        elif _functorch.is_functorch_wrapped_tensor(state):
+            return False
+    if not all(_plain_batched(t) for t in batched):
         return False
     if len({_functorch.maybe_get_level(t) for t in batched}) != 1:
         return False
@@ -223,7 +229,7 @@ def _gru_batched(input: Any, hx: Any, params: Any, has_biases: Any, num_layers: 
         return False
     if train and dropout != 0 and num_layers != 1:
         return False
-    return _gru_shapes(input, hx, params, has_biases, num_layers, batch_first)
+    return _rnn_shapes(input, list(states), params, has_biases, num_layers, batch_first, gates)
 
 
 def _physical(t: torch.Tensor, runs: int) -> torch.Tensor:
@@ -233,54 +239,103 @@ def _physical(t: torch.Tensor, runs: int) -> torch.Tensor:
     return _functorch.get_unwrapped(t).movedim(_functorch.maybe_get_bdim(t), 0)
 
 
-def gru(input: torch.Tensor, hx: torch.Tensor, params: Any, has_biases: Any, num_layers: Any,  # noqa: A002
-        dropout: Any, train: Any, bidirectional: Any, batch_first: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """``aten.gru.input``; where the input and every weight are batched by one plain vmap level
-    (the state may be batched or shared), the runs' GRUs as batched matrix products and
-    element-wise ops on the physical tensors, so plain autograd differentiates them. aten's GRU
-    has no batching rule, so a model with one trained only under ``vmap(grad(...))``, which
-    decomposes it into per-step ops each batched on its own: a training step of 16 runs of
-    dynamics' baseline took 13.0-14.1 ms, 8.4-8.9 ms with this (docs/performance.md, "Session
-    31"). One-directional layers
-    without dropout between them only; any other call is the aten op's, which under a plain vmap
-    level refuses it (the trainer then steps under ``vmap(grad(...))`` as before).
+Cell = Any  # (the step's input gates, the states, w_hh transposed, b_hh or None, H) -> the new states, h first
 
-    Per layer and time step, aten's cell (``torch.nn.GRU``'s formulas): the input's three gates
-    for every step in one product, then ``r, z = sigmoid(i_rz + h_rz)``,
-    ``n = tanh(i_n + r * h_n)``, ``h = n + z * (h - n)``. The steps are taken with ``unbind``
-    and the gates with ``split``, whose gradients are one stack or concatenation: slicing
-    them one by one made autograd write a zero tensor of the whole sequence per slice (half the
-    step's time in a profile)."""
-    if not _gru_batched(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
-        out: tuple[torch.Tensor, torch.Tensor] = _GRU(
-            input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
-        return out
+
+def _gru_cell(step_in: torch.Tensor, states: tuple[torch.Tensor, ...], w_hh_t: torch.Tensor,
+              b_hh: torch.Tensor | None, hidden: int) -> tuple[torch.Tensor, ...]:
+    """``torch.nn.GRU``'s step: ``r, z = sigmoid(i_rz + h_rz)``, ``n = tanh(i_n + r * h_n)``,
+    ``h = n + z * (h - n)``."""
+    (h,) = states
+    gates_h = torch.baddbmm(b_hh.unsqueeze(1), h, w_hh_t) if b_hh is not None else torch.bmm(h, w_hh_t)
+    i_rz, i_n = step_in.split_with_sizes([2 * hidden, hidden], -1)
+    h_rz, h_n = gates_h.split_with_sizes([2 * hidden, hidden], -1)
+    r, z = torch.sigmoid(i_rz + h_rz).split_with_sizes([hidden, hidden], -1)
+    n = torch.tanh(torch.addcmul(i_n, r, h_n))
+    return (torch.lerp(n, h, z),)
+
+
+def _lstm_cell(step_in: torch.Tensor, states: tuple[torch.Tensor, ...], w_hh_t: torch.Tensor,
+               b_hh: torch.Tensor | None, hidden: int) -> tuple[torch.Tensor, ...]:
+    """``torch.nn.LSTM``'s step (``b_hh`` already in ``step_in``): ``i, f, o`` the sigmoids and
+    ``g`` the tanh of the gates, ``c = f * c + i * g``, ``h = o * tanh(c)``."""
+    h, c = states
+    i_f, g, o = torch.baddbmm(step_in, h, w_hh_t).split_with_sizes([2 * hidden, hidden, hidden], -1)
+    i, f = torch.sigmoid(i_f).split_with_sizes([hidden, hidden], -1)
+    c = torch.addcmul(f * c, i, torch.tanh(g))
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def _recurrent(input: torch.Tensor, states: list[torch.Tensor], params: Any, has_biases: bool,  # noqa: A002
+               num_layers: int, batch_first: bool, gates: int, cell: Cell,
+               fold_hh_bias: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The runs' recurrent layers on the physical tensors (``_rnn_batched`` holds): the output
+    sequence and each state's final values per layer, batched again. Per layer the input's gates
+    for every step are one product; the steps are taken with ``unbind`` and the gates with
+    ``split``, whose gradients are one stack or concatenation (slicing them one by one made
+    autograd write a zero tensor of the whole sequence per slice: half the step in a profile).
+    ``fold_hh_bias``: ``b_hh`` is added to the input's gates once, not at every step."""
     level, runs = _functorch.maybe_get_level(input), _runs(input)
     per_layer = 4 if has_biases else 2
     time_dim = 2 if batch_first else 1  # of the physical tensors: (runs, batch, time, ...) or (runs, time, batch, ...)
     x = _physical(input, runs)
-    states = _physical(hx, runs)
-    finals = []
+    initial = [_physical(s, runs) for s in states]
+    finals: list[list[torch.Tensor]] = [[] for _ in states]
     for layer in range(num_layers):
         w_ih, w_hh, *biases = (_physical(t, runs) for t in params[layer * per_layer:(layer + 1) * per_layer])
         hidden = w_hh.shape[-1]
         flat = x.reshape(runs, x.shape[1] * x.shape[2], x.shape[3])  # rows counted: none may be empty
-        gates_in = (torch.baddbmm(biases[0].unsqueeze(1), flat, w_ih.transpose(1, 2)) if biases
-                    else torch.bmm(flat, w_ih.transpose(1, 2))).view(*x.shape[:-1], 3 * hidden)
+        b_hh = biases[1] if biases else None
+        bias = (biases[0] + biases[1] if fold_hh_bias else biases[0]) if biases else None
+        if fold_hh_bias:
+            b_hh = None
+        gates_in = (torch.baddbmm(bias.unsqueeze(1), flat, w_ih.transpose(1, 2)) if bias is not None
+                    else torch.bmm(flat, w_ih.transpose(1, 2))).view(*x.shape[:-1], gates * hidden)
         w_hh_t = w_hh.transpose(1, 2)
-        h = states[:, layer]
+        state = tuple(s[:, layer] for s in initial)
         outputs = []
         for step_in in gates_in.unbind(time_dim):
-            gates_h = torch.baddbmm(biases[1].unsqueeze(1), h, w_hh_t) if biases else torch.bmm(h, w_hh_t)
-            i_rz, i_n = step_in.split_with_sizes([2 * hidden, hidden], -1)
-            h_rz, h_n = gates_h.split_with_sizes([2 * hidden, hidden], -1)
-            r, z = torch.sigmoid(i_rz + h_rz).split_with_sizes([hidden, hidden], -1)
-            n = torch.tanh(torch.addcmul(i_n, r, h_n))
-            h = torch.lerp(n, h, z)
-            outputs.append(h)
+            state = cell(step_in, state, w_hh_t, b_hh, hidden)
+            outputs.append(state[0])
         x = torch.stack(outputs, time_dim)
-        finals.append(h)
-    return _functorch._add_batch_dim(x, 0, level), _functorch._add_batch_dim(torch.stack(finals, 1), 0, level)
+        for kept, value in zip(finals, state, strict=True):
+            kept.append(value)
+    return (_functorch._add_batch_dim(x, 0, level),
+            [_functorch._add_batch_dim(torch.stack(kept, 1), 0, level) for kept in finals])
+
+
+def gru(input: torch.Tensor, hx: torch.Tensor, params: Any, has_biases: Any, num_layers: Any,  # noqa: A002
+        dropout: Any, train: Any, bidirectional: Any, batch_first: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``aten.gru.input``; where the input and every weight are batched by one plain vmap level
+    (the state may be batched or shared), the runs' GRUs as batched matrix products and
+    element-wise ops on the physical tensors (``_recurrent``), so plain autograd differentiates
+    them. aten's GRU has no batching rule, so a model with one trained only under
+    ``vmap(grad(...))``, which decomposes it into per-step ops each batched on its own: a
+    training step of 16 runs of dynamics' baseline took 13.0-14.1 ms, 8.4-8.9 ms with this
+    (docs/performance.md, "Session 31"). One-directional layers without dropout between them
+    only; any other call is the aten op's, which under a plain vmap level refuses it (the
+    trainer then steps under ``vmap(grad(...))`` as before)."""
+    states = [hx] if isinstance(hx, torch.Tensor) else []
+    if not _rnn_batched(input, states, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, 3):
+        out: tuple[torch.Tensor, torch.Tensor] = _GRU(
+            input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        return out
+    output, (h,) = _recurrent(input, states, params, has_biases, num_layers, batch_first, 3, _gru_cell, False)
+    return output, h
+
+
+def lstm(input: torch.Tensor, hx: Any, params: Any, has_biases: Any, num_layers: Any,  # noqa: A002
+         dropout: Any, train: Any, bidirectional: Any, batch_first: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``aten.lstm.input``, as ``gru`` (no batching rule either): the state ``hx`` is ``[h, c]``,
+    each batched or shared; layers without a projection (``proj_size``: another weight per layer,
+    the aten op's)."""
+    states = list(hx) if isinstance(hx, list | tuple) and len(hx) == 2 else []
+    if not _rnn_batched(input, states, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, 4):
+        out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] = _LSTM(
+            input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        return out
+    output, (h, c) = _recurrent(input, states, params, has_biases, num_layers, batch_first, 4, _lstm_cell, True)
+    return output, h, c
 
 
 def view_as_complex(self: torch.Tensor) -> torch.Tensor:
@@ -318,6 +373,7 @@ FASTER: dict[Any, Any] = {
     _CONV: conv2d,
     _CONV1D: conv1d,
     _GRU: gru,
+    _LSTM: lstm,
     _PAD: pad,
     torch.ops.aten.view_as_complex.default: view_as_complex,
     torch.ops.aten.view_as.default: view_as,

@@ -6,9 +6,10 @@ differ in learning rate, init seed, data (protocol seed) and minibatch order. Ea
 run reproduces ``bench.trainer.train`` (same init, same minibatches, Adam with the
 same update formula) up to float rounding: the runs' trainable parameters live in
 one flat (R, P) tensor (views per parameter feed ``functional_call``), gradients
-come from one autograd backward through the ``vmap``-ed forward (or from
-``vmap(grad(loss))`` for composite ops such as nn.GRU that batch only under a
-functorch transform), and one Adam step updates every run at once with its own
+come from one autograd backward through the ``vmap``-ed forward (the faster forms
+of ``bench.batched_ops`` among its ops, one-directional GRUs and LSTMs included), or from
+``vmap(grad(loss))`` for composite ops that batch only under a functorch transform (a
+bidirectional GRU), and one Adam step updates every run at once with its own
 learning rate. A run whose loss turns non-finite is frozen and marked diverged,
 as the one-at-a-time trainer stops it. Attention runs on the math SDPA kernel
 (fused CPU kernels have no batching rule), so numbers can differ from the
@@ -187,7 +188,7 @@ def _functions(stacked: _Stacked, loss_name: str) -> tuple[Any, Any]:
 
     def forward_one(params: tuple[torch.Tensor, ...], extra: tuple[torch.Tensor, ...],
                     x: torch.Tensor) -> torch.Tensor:
-        # Under a grad transform (vjp: forward only) composite ops such as nn.GRU's
+        # Under a grad transform (vjp: forward only) composite ops (a bidirectional GRU)
         # decompose into ops that vmap can batch; plain no-grad calls would not.
         out: torch.Tensor = vjp(lambda p: call((*p, *extra), x), params)[0]
         return out
@@ -213,8 +214,9 @@ def _functions(stacked: _Stacked, loss_name: str) -> tuple[Any, Any]:
     def step(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-run flat gradients (R, P) and losses (R,).
 
-        Plain autograd through the batched forward is fastest; composite ops such as
-        nn.GRU only batch under a functorch grad transform, used when autograd fails.
+        Plain autograd through the batched forward is fastest; composite ops that no faster
+        form batches (a bidirectional GRU) batch only under a functorch grad transform, used
+        when autograd fails.
         """
         if mode[0] == "autograd":
             try:

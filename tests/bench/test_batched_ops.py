@@ -4,6 +4,8 @@ rounding (another kernel sums in another order), on every path a captured graph 
 
 from __future__ import annotations
 
+import copy
+import math
 from typing import Any
 
 import pytest
@@ -356,6 +358,129 @@ def test_a_captured_gru_trains_under_plain_vmap() -> None:
             x, *_gru_weights(1, True))  # the aten op alone
     batched = vmap(run)(*values, x)
     assert all(_close(batched[r], run(*[v[r] for v in values], x[r])) for r in range(RUNS))
+
+
+LSTM = aten.lstm.input
+
+
+def _lstm_weights(layers: int, biases: bool, width: int = 3, hidden: int = 5) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(9)
+    shapes: list[tuple[int, ...]] = []
+    for layer in range(layers):
+        shapes += [(RUNS, 4 * hidden, width if layer == 0 else hidden), (RUNS, 4 * hidden, hidden)]
+        shapes += [(RUNS, 4 * hidden), (RUNS, 4 * hidden)] if biases else []
+    return [(torch.randn(*s, generator=gen) * 0.4).requires_grad_(True) for s in shapes]
+
+
+@pytest.mark.parametrize("shared_state", [True, False])
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize(("layers", "biases"), [(1, True), (1, False), (2, True), (2, False)])
+def test_a_batched_lstm_gives_the_aten_ops_results(layers: int, biases: bool, batch_first: bool,
+                                                   shared_state: bool) -> None:
+    """Outputs, both final states and every gradient (the weights' and batched states') equal
+    aten's LSTM run one model at a time, to float rounding."""
+    gen = torch.Generator().manual_seed(10)
+    x = torch.randn(RUNS, 6, 7, 3, generator=gen)  # (runs, batch or time, time or batch, features)
+    batch = 6 if batch_first else 7
+    states = [torch.randn(layers, batch, 5, generator=gen) if shared_state else
+              torch.randn(RUNS, layers, batch, 5, generator=gen).requires_grad_(True) for _ in range(2)]
+
+    def loss(lstm: Any, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
+        out, h_n, c_n = lstm(x, [h, c], list(weights), biases, layers, 0.0, True, False, batch_first)
+        return (out.sin().sum() + (h_n * h_n).sum() + c_n.cos().sum()).reshape(1)
+
+    results = []
+    for form in ("aten", "batched"):
+        weights = _lstm_weights(layers, biases)
+        if form == "aten":
+            losses = torch.cat([loss(LSTM, x[r], *[s if shared_state else s[r] for s in states],
+                                     *[w[r] for w in weights]) for r in range(RUNS)])
+        else:
+            dims = None if shared_state else 0
+            losses = vmap(lambda *a: loss(batched_ops.lstm, *a), in_dims=(0, dims, dims, *[0] * len(weights)))(
+                x, *states, *weights).squeeze(1)
+        leaves = weights if shared_state else [*weights, *states]
+        results.append((losses.detach(), torch.autograd.grad(losses.sum(), leaves)))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    assert _close(loss_a, loss_b) and all(_close(a, b) for a, b in zip(grads_a, grads_b, strict=True))
+
+
+def test_an_lstm_the_batched_form_does_not_compute_is_the_aten_ops() -> None:
+    """A projection (a fifth weight per layer), another direction, a state of another size, one
+    state or three: the aten op, which has no batching rule under a plain vmap level."""
+    x, weights = torch.randn(RUNS, 4, 6, 3), _lstm_weights(1, True)
+    states = [torch.zeros(1, 4, 5), torch.zeros(1, 4, 5)]
+    out = vmap(lambda t, *w: batched_ops.lstm(t, states, list(w), True, 1, 0.0, True, False, True)[0])(x, *weights)
+    assert out.shape == (RUNS, 4, 6, 5)
+    projected = [*weights, torch.randn(RUNS, 2, 5)]
+    for hx, ws, bidirectional in (
+        ([torch.zeros(1, 4, 2), torch.zeros(1, 4, 5)], projected, False),
+        (states, weights, True),
+        ([torch.zeros(1, 4, 6), torch.zeros(1, 4, 6)], weights, False),
+        (states[:1], weights, False),
+        ([*states, torch.zeros(1, 4, 5)], weights, False),
+    ):
+        with pytest.raises(RuntimeError):
+            vmap(lambda t, *w, hx=hx, b=bidirectional: batched_ops.lstm(t, hx, list(w), True, 1, 0.0, True, b, True)[0])(
+                x, *ws)
+
+
+def test_no_run_of_a_batched_lstm_reaches_another() -> None:
+    """A poisoned run (NaN input and weights) leaves every other run's outputs, states and
+    gradients bit for bit as they were."""
+    x = torch.randn(RUNS, 4, 6, 3)
+    results = []
+    for poison in (False, True):
+        weights = _lstm_weights(2, True)
+        x_run = x.clone()
+        if poison:
+            x_run[0] = math.nan
+            with torch.no_grad():
+                for w in weights:
+                    w[0] = math.nan
+        states = [torch.zeros(2, 4, 5), torch.zeros(2, 4, 5)]
+        out, h, c = vmap(lambda t, *w, s=states: batched_ops.lstm(t, s, list(w), True, 2, 0.0, True, False, True))(
+            x_run, *weights)
+        results.append((out, h, c, torch.autograd.grad(out.sum() + h.sum() + c.sum(), weights)))
+    (*values_a, g_a), (*values_b, g_b) = results
+    assert bool(values_b[0][0].isnan().all())
+    assert all(torch.equal(a[1:], b[1:]) for a, b in zip(values_a, values_b, strict=True))
+    assert all(torch.equal(a[1:], b[1:]) for a, b in zip(g_a, g_b, strict=True))
+
+
+def test_a_captured_lstm_trains_as_a_group_as_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A captured two-layer nn.LSTM runs in the batched form under plain vmap (the trainer's
+    functorch step, made to fail, is never taken), and a group of its runs trains as each run
+    alone does (bench.trainer.train), to float rounding."""
+    from bench import vectorized
+    from bench.trainer import RunConfig, train
+    from tests.capture_helpers import through_capture
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm, self.head = nn.LSTM(3, 5, num_layers=2, batch_first=True), nn.Linear(5, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            states, _ = self.lstm(x)
+            out: torch.Tensor = self.head(states[:, -1])
+            return out
+
+    torch.manual_seed(11)
+    models = [through_capture(Net(), [6, 3]) for _ in range(3)]
+    assert any(node.target is batched_ops.lstm for node in models[0]._graphs["train"][0].graph.nodes)
+    gen = torch.Generator().manual_seed(12)
+    x, y, x_eval = torch.randn(48, 6, 3, generator=gen), torch.randn(48, 2, generator=gen), torch.randn(9, 6, 3, generator=gen)
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the trainer fell back to vmap(grad)")
+
+    monkeypatch.setattr(torch.func, "grad_and_value", lambda *a, **k: never)
+    monkeypatch.setattr(torch.func, "vjp", never)
+    assert vectorized.probe(models, x, y, "mse") is None
+    config = RunConfig(lr=0.01, epochs=2, batch_size=16)
+    alone = [train(copy.deepcopy(m), config, x, y, x_eval, order_seed=r) for r, m in enumerate(models)]
+    group = vectorized.train_group(models, [config] * 3, [(x, y, x_eval)], [0, 0, 0], [0, 1, 2])
+    assert all(_close(a.predictions, b.predictions) for a, b in zip(alone, group, strict=True))
 
 
 PAD = aten.pad.default
