@@ -324,12 +324,65 @@ def gru(input: torch.Tensor, hx: torch.Tensor, params: Any, has_biases: Any, num
     return output, h
 
 
+def _lstm_refused(input: Any, hx: Any, params: Any, has_biases: Any, num_layers: Any,  # noqa: A002
+                  bidirectional: Any, batch_first: Any) -> str | None:
+    """Why aten's LSTM must not run this call, or None. On a CPU aten runs a float32 LSTM through
+    oneDNN, which trusts the states' shapes: a graph's learned c of one row (h expanded to the
+    batch; export checks no state's rows) made it read and write the heap past c, a segfault or
+    NaN read from memory, in the trusted trainer (a review, session 31). So every call is
+    checked as ``nn.LSTM.check_forward_args`` would, and more (deny by default): ``[h, c]``;
+    a (rows, time, width) or (time, rows, width) input; per layer and direction ``w_ih
+    (4H, width)``, ``w_hh (4H, P)``, with biases ``b_ih``, ``b_hh (4H)``, with a projection
+    ``w_hr (P, H)``; ``h (layers x directions, rows, P)``, ``c (... , H)``, ``P`` H without a
+    projection; a hidden size of at least 1 (oneDNN refuses 0 in float32, answers in float64);
+    one dtype and device."""
+    if not (isinstance(hx, list | tuple) and len(hx) == 2 and isinstance(params, list | tuple)
+            and all(isinstance(t, torch.Tensor) for t in (input, *hx, *params))):
+        return "an LSTM takes a tensor input, a state [h, c] and a list of weight tensors"
+    if (type(has_biases) is not bool or type(num_layers) is not int or num_layers < 1
+            or type(bidirectional) is not bool or type(batch_first) is not bool):
+        return "an LSTM's flags and layer count are not aten's types"
+    if input.dim() != 3:
+        return "an LSTM's input must be (batch, time, features) or (time, batch, features)"
+    directions = 2 if bidirectional else 1
+    cells = num_layers * directions
+    base = 4 if has_biases else 2
+    if len(params) not in (cells * base, cells * (base + 1)) or params[1].dim() != 2 or params[1].shape[0] % 4:
+        return "an LSTM's weights are not one set per layer and direction"
+    per = len(params) // cells
+    hidden = params[1].shape[0] // 4
+    out = params[per - 1].shape[0] if per > base and params[per - 1].dim() == 2 else hidden
+    if hidden < 1 or out < 1:
+        return "an LSTM's hidden size must be at least 1"
+    width = input.shape[2]
+    for layer in range(num_layers):
+        for direction in range(directions):
+            group = params[(layer * directions + direction) * per:(layer * directions + direction + 1) * per]
+            shapes = [(4 * hidden, width), (4 * hidden, out)] + [(4 * hidden,)] * (base - 2)
+            shapes += [(out, hidden)] if per > base else []
+            if [tuple(t.shape) for t in group] != shapes:
+                return "an LSTM's weights do not fit its input, hidden size and layers"
+        width = out * directions
+    rows = input.shape[0 if batch_first else 1]
+    h, c = hx
+    if tuple(h.shape) != (cells, rows, out) or tuple(c.shape) != (cells, rows, hidden):
+        return (f"an LSTM's state must be h {(cells, rows, out)} and c {(cells, rows, hidden)} "
+                f"(layers x directions, the input's rows, the sizes); got {tuple(h.shape)} and {tuple(c.shape)}")
+    if len({(t.dtype, t.device) for t in (input, *hx, *params)}) != 1:
+        return "an LSTM's input, state and weights must share one dtype and device"
+    return None
+
+
 def lstm(input: torch.Tensor, hx: Any, params: Any, has_biases: Any, num_layers: Any,  # noqa: A002
          dropout: Any, train: Any, bidirectional: Any, batch_first: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``aten.lstm.input``, as ``gru`` (no batching rule either): the state ``hx`` is ``[h, c]``,
     each batched or shared; layers without a projection (``proj_size``: another weight per layer,
-    the aten op's)."""
-    states = list(hx) if isinstance(hx, list | tuple) and len(hx) == 2 else []
+    the aten op's). Every call, batched or not, is checked first (``_lstm_refused``): aten's own
+    trusts the states' shapes."""
+    refused = _lstm_refused(input, hx, params, has_biases, num_layers, bidirectional, batch_first)
+    if refused is not None:
+        raise RuntimeError(refused)
+    states = list(hx)
     if not _rnn_batched(input, states, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, 4):
         out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] = _LSTM(
             input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)

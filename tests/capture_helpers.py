@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -28,3 +29,42 @@ def capture_docs(model: nn.Module, input_shape: Sequence[int]) -> tuple[dict[str
 def through_capture(model: nn.Module, input_shape: Sequence[int]) -> CapturedModel:
     """``model`` captured, serialised and rebuilt on the CPU."""
     return rebuild(*capture_docs(model, input_shape), torch.device("cpu"))
+
+
+def runs_of(base: nn.Module, runs: int) -> list[nn.Module]:
+    """``runs`` copies of a (captured) model, each with weights of its own: run r's moved by
+    0.1 x a normal draw of seed r."""
+    models = []
+    for r in range(runs):
+        model = copy.deepcopy(base)
+        gen = torch.Generator().manual_seed(r)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.1 * torch.randn(p.shape, generator=gen))
+        models.append(model)
+    return models
+
+
+def no_functorch(monkeypatch: Any) -> None:
+    """The trainer's functorch step and its vjp forward raise (``monkeypatch``: pytest's): a
+    group trains on the plain vmap level, the faster forms of ``bench.batched_ops`` among its
+    ops, or fails."""
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the trainer fell back to vmap(grad)")
+
+    monkeypatch.setattr(torch.func, "grad_and_value", lambda *a, **k: never)
+    monkeypatch.setattr(torch.func, "vjp", never)
+
+
+def count_calls(monkeypatch: Any, owner: Any, name: str) -> list[int]:
+    """``owner.name`` counted from now on (``monkeypatch``: pytest's): the list grows by one
+    per call, and the call goes through."""
+    calls: list[int] = []
+    original = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls

@@ -44,6 +44,18 @@ def _engine_options() -> Iterator[None]:
     engine_options.configure(HOST_OPTIONS)
 
 
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One torch thread, as in the sandboxed children (tiny ops on many threads are slow here,
+    and two threads' barriers oversubscribe these two cores)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def fresh_children() -> None:
     """Every child of this test starts in a sandbox of its own (no fork server): for a test of a
     parent's defence that a forked child's Landlock refuses before it (a FIFO it cannot make)."""

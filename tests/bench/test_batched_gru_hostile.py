@@ -7,9 +7,8 @@ calls aten refuses one model at a time)."""
 
 from __future__ import annotations
 
-import copy
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -21,20 +20,14 @@ from bench import batched_ops
 from bench.graph import CapturedModel
 from bench.trainer import RunConfig, train
 from bench.vectorized import probe, train_group
-from tests.capture_helpers import through_capture
+from tests.capture_helpers import count_calls, no_functorch, runs_of, through_capture
 
 GRU = torch.ops.aten.gru.input
 RUNS = 3
 Tensors = list[torch.Tensor]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """One torch thread, as in the children (tiny ops on many threads are slow here)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # as in the children (tests/conftest.py)
 
 
 def _weights(layers: int, biases: bool = True, width: int = 4, hidden: int = 5, seed: int = 0,
@@ -79,19 +72,6 @@ def _batched(x: torch.Tensor, hx: torch.Tensor, weights: Sequence[torch.Tensor],
         return out
     result: tuple[torch.Tensor, torch.Tensor] = vmap(one, in_dims=(0, hx_dim, *[w_dim] * len(weights)))(x, hx, *weights)
     return result
-
-
-def _fast_path_taken(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the calls the batched form hands to aten (its ``_GRU``) from now on."""
-    handed: list[int] = []
-    aten_gru = batched_ops._GRU
-
-    def counted(*args: Any) -> Any:
-        handed.append(1)
-        return aten_gru(*args)
-
-    monkeypatch.setattr(batched_ops, "_GRU", counted)
-    return handed
 
 
 # -- 2. calls aten answers that the batched form must answer the same --------------------------
@@ -217,7 +197,7 @@ def test_a_state_or_input_batched_at_another_level_is_not_taken(monkeypatch: pyt
     """Nested vmap: a state (or an input) batched by another level than the weights is aten's,
     which refuses it; the weights and input at the outer level with an inner level over nothing
     of the GRU's give each run its own result."""
-    handed = _fast_path_taken(monkeypatch)
+    handed = count_calls(monkeypatch, batched_ops, "_GRU")
     x, weights = torch.randn(RUNS, 2, 3, 4), _weights(1)
     states, inputs = torch.randn(2, 1, 2, 5), torch.randn(2, 2, 3, 4)
     args = (True, 1, 0.0, True, False, True)
@@ -241,7 +221,7 @@ def test_a_state_or_input_batched_at_another_level_is_not_taken(monkeypatch: pyt
 def test_under_vmap_of_grad_the_call_is_the_aten_ops(monkeypatch: pytest.MonkeyPatch) -> None:
     """The functorch step (vmap(grad)) wraps every argument at its grad level: the form hands
     the call to aten's decomposition, whose gradients are each run's own."""
-    handed = _fast_path_taken(monkeypatch)
+    handed = count_calls(monkeypatch, batched_ops, "_GRU")
     x, weights, head = torch.randn(RUNS, 2, 3, 4), _weights(1), torch.randn(RUNS, 5)
 
     def loss(hd: torch.Tensor, t: torch.Tensor, *w: torch.Tensor) -> torch.Tensor:
@@ -392,32 +372,6 @@ def captured() -> CapturedModel:
     return through_capture(_Net(), [5, 3])
 
 
-def _runs_of(base: nn.Module) -> list[nn.Module]:
-    """RUNS copies of a captured model, each with its own weights."""
-    models = []
-    for r in range(RUNS):
-        model = copy.deepcopy(base)
-        gen = torch.Generator().manual_seed(r)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(0.1 * torch.randn(p.shape, generator=gen))
-        models.append(model)
-    return models
-
-
-def _no_functorch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The trainer's functorch step and vjp forward raise: a group trains on the plain vmap level
-    (the batched GRU) or fails."""
-    def never(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("the trainer fell back to vmap(grad)")
-
-    def transform(*args: Any, **kwargs: Any) -> Callable[..., Any]:
-        return never
-
-    monkeypatch.setattr(torch.func, "grad_and_value", transform)
-    monkeypatch.setattr(torch.func, "vjp", never)
-
-
 def test_captured_grus_train_as_a_group_as_one_at_a_time(captured: CapturedModel, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both captured GRUs run the batched form (no vmap(grad) fallback): the probe passes, and
     each run of a group trains as ``bench.trainer.train`` trains it alone; a group whose run 0
@@ -429,13 +383,13 @@ def test_captured_grus_train_as_a_group_as_one_at_a_time(captured: CapturedModel
     y = x[:, -1, :2] * 0.5 + 0.1
     x_eval = torch.randn(20, 5, 3, generator=gen)
     alone = [train(m, RunConfig(lr=lr, epochs=2, batch_size=16), x, y, x_eval, order_seed=5)
-             for m, lr in zip(_runs_of(captured), (0.01, 0.003, 0.03), strict=True)]
-    _no_functorch(monkeypatch)
-    assert probe(_runs_of(captured), x, y, "mse") is None
+             for m, lr in zip(runs_of(captured, RUNS), (0.01, 0.003, 0.03), strict=True)]
+    no_functorch(monkeypatch)
+    assert probe(runs_of(captured, RUNS), x, y, "mse") is None
     groups = []
     for lrs in ((0.01, 0.003, 0.03), (1e12, 0.003, 0.03)):
         configs = [RunConfig(lr=lr, epochs=2, batch_size=16) for lr in lrs]
-        groups.append(train_group(_runs_of(captured), configs, [(x, y, x_eval)], [0] * RUNS, [5] * RUNS))
+        groups.append(train_group(runs_of(captured, RUNS), configs, [(x, y, x_eval)], [0] * RUNS, [5] * RUNS))
     for a, b in zip(alone, groups[0], strict=True):
         assert not b.diverged and _close(a.predictions, b.predictions, 1e-5)
     assert not torch.equal(groups[0][0].predictions, groups[1][0].predictions)

@@ -33,11 +33,10 @@ turn it off only in a capture child, which never scores, predicts alone or probe
 
 from __future__ import annotations
 
-import copy
 import math
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,7 @@ from bench.errors import BenchError
 from bench.graph import CapturedModel
 from bench.trainer import RunConfig, train
 from bench.vectorized import probe, train_group
-from tests.capture_helpers import through_capture
+from tests.capture_helpers import count_calls, no_functorch, runs_of, through_capture
 
 aten = torch.ops.aten
 PAD, CONV1D = aten.pad.default, aten.conv1d.default
@@ -61,13 +60,7 @@ RUNS = 3
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """One torch thread, as in the children."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # as in the children (tests/conftest.py)
 
 
 def _try(fn: Callable[[], Any]) -> tuple[Any, BaseException | None]:
@@ -96,19 +89,6 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 def _per_run(fn: Callable[..., Any], *tensors: torch.Tensor) -> torch.Tensor:
     return torch.stack([fn(*(t[r] for t in tensors)) for r in range(RUNS)])
-
-
-def _counted(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
-    """Counts the calls the batched forms hand to aten's ``name`` (``_PAD``, ``_CONV``, ...)."""
-    handed: list[int] = []
-    original = getattr(batched_ops, name)
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        handed.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(batched_ops, name, counted)
-    return handed
 
 
 # -- 1. the pad: every argument aten takes or refuses ---------------------------------------------
@@ -224,7 +204,7 @@ def test_a_pad_of_any_layout_and_a_pad_of_a_pad_are_aten_s(layout: str, pads: li
 def test_the_fast_path_is_taken_only_under_one_plain_vmap_level(monkeypatch: pytest.MonkeyPatch) -> None:
     """A circular 3-D pad under one plain vmap level skips aten; nested levels, vmap(grad), a
     tensor off the CPU (meta), one model at a time: aten's own op, with aten's results."""
-    handed = _counted(monkeypatch, "_PAD")
+    handed = count_calls(monkeypatch, batched_ops, "_PAD")
     gen = torch.Generator().manual_seed(3)
     x, inner = torch.randn(RUNS, 5, 4, 9, generator=gen), torch.randn(2, 5, 4, 9, generator=gen)
     vmap(lambda t: batched_ops.pad(t, [1, 2], "circular"))(x)
@@ -598,28 +578,6 @@ class _Flat(nn.Module):
         return out
 
 
-def _runs_of(base: nn.Module) -> list[nn.Module]:
-    models = []
-    for r in range(RUNS):
-        model = copy.deepcopy(base)
-        gen = torch.Generator().manual_seed(r)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(0.1 * torch.randn(p.shape, generator=gen))
-        models.append(model)
-    return models
-
-
-def _no_functorch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The trainer's vmap(grad) step and vjp forward raise: the group trains on the plain vmap
-    level (the faster forms) or fails."""
-    def never(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("the trainer fell back to vmap(grad)")
-
-    monkeypatch.setattr(torch.func, "grad_and_value", lambda *a, **k: never)
-    monkeypatch.setattr(torch.func, "vjp", never)
-
-
 @pytest.mark.parametrize(("model", "pads", "convs"), [(_Circular, 3, 3), (_Flat, 1, 2)])
 def test_captured_1d_cnns_train_as_a_group_as_one_at_a_time(model: type[nn.Module], pads: int, convs: int,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -636,13 +594,13 @@ def test_captured_1d_cnns_train_as_a_group_as_one_at_a_time(model: type[nn.Modul
     x_eval = torch.randn(20, 2, 8, generator=gen)
     rates = (0.01, 0.003, 0.03)
     alone = [train(m, RunConfig(lr=lr, epochs=2, batch_size=16), x, y, x_eval, order_seed=5)
-             for m, lr in zip(_runs_of(captured), rates, strict=True)]
-    _no_functorch(monkeypatch)
-    assert probe(_runs_of(captured), x, y, "mse") is None
+             for m, lr in zip(runs_of(captured, RUNS), rates, strict=True)]
+    no_functorch(monkeypatch)
+    assert probe(runs_of(captured, RUNS), x, y, "mse") is None
     groups = []
     for lrs in (rates, (1e12, *rates[1:])):
         configs = [RunConfig(lr=lr, epochs=2, batch_size=16) for lr in lrs]
-        groups.append(train_group(_runs_of(captured), configs, [(x, y, x_eval)], [0] * RUNS, [5] * RUNS))
+        groups.append(train_group(runs_of(captured, RUNS), configs, [(x, y, x_eval)], [0] * RUNS, [5] * RUNS))
     for a, b in zip(alone, groups[0], strict=True):
         assert not b.diverged and _close(a.predictions, b.predictions)
     assert not torch.equal(groups[0][0].predictions, groups[1][0].predictions)
@@ -677,7 +635,7 @@ def test_a_captured_complex_view_after_a_circular_convolution_still_batches() ->
     captured = through_capture(_Spectral(), [2, 8])
     gen = torch.Generator().manual_seed(16)
     x, y = torch.randn(48, 2, 8, generator=gen), torch.randn(48, 8, generator=gen)
-    assert probe(_runs_of(captured), x, y, "mse") is None
+    assert probe(runs_of(captured, RUNS), x, y, "mse") is None
 
 
 # -- 6. denormals: where each stage computes, and who can flip the flag ------------------------------
@@ -704,16 +662,17 @@ def test_a_child_starts_no_thread_before_it_flushes_and_later_threads_inherit_th
     old mode. In a child's environment (``launcher._child_env``: one OpenMP thread, so neither
     torch nor numpy's OpenBLAS starts a pool) ``import torch`` starts no thread, so the child's
     one thread flushes, and a thread started later inherits the mode, for torch's float32 and
-    for the Python floats a model's own code computes at capture (float64 denormals) alike;
-    the imports after it start none either."""
+    for the Python floats a model's own code computes at capture (float64 denormals) alike. (A
+    thread the imports after it start inherits the mode too; whether one starts varies with the
+    host: a CI run saw one.)"""
     from bench.sandbox.launcher import _child_env
 
     env = _child_env(tmp_path)
     done = subprocess.run([sys.executable, "-c", _THREADS], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    before, after, flushed = done.stdout.strip().splitlines()[-1].split(" ", 2)
-    assert (before, after) == ("1", "1")
+    before, _, flushed = done.stdout.strip().splitlines()[-1].split(" ", 2)
+    assert before == "1"
     assert flushed == "(0.0, 0.0) (0.0, 0.0)"  # the main thread's and the later thread's
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -15,13 +15,7 @@ from tests.conftest import use_cache
 REL = 1e-5
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """One torch thread, as in the children (and no oversubscribed 2-thread barriers)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # as in the children (tests/conftest.py)
 
 
 class TinyGRU(nn.Module):
