@@ -33,6 +33,7 @@ changes them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -239,7 +240,8 @@ def _physical(t: torch.Tensor, runs: int) -> torch.Tensor:
     return _functorch.get_unwrapped(t).movedim(_functorch.maybe_get_bdim(t), 0)
 
 
-Cell = Any  # (the step's input gates, the states, w_hh transposed, b_hh or None, H) -> the new states, h first
+# (the step's input gates, the states, w_hh transposed, b_hh or None, H) -> the new states, h first
+Cell = Callable[[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor, torch.Tensor | None, int], tuple[torch.Tensor, ...]]
 
 
 def _gru_cell(step_in: torch.Tensor, states: tuple[torch.Tensor, ...], w_hh_t: torch.Tensor,
@@ -285,11 +287,10 @@ def _recurrent(input: torch.Tensor, states: list[torch.Tensor], params: Any, has
         w_ih, w_hh, *biases = (_physical(t, runs) for t in params[layer * per_layer:(layer + 1) * per_layer])
         hidden = w_hh.shape[-1]
         flat = x.reshape(runs, x.shape[1] * x.shape[2], x.shape[3])  # rows counted: none may be empty
-        b_hh = biases[1] if biases else None
-        bias = (biases[0] + biases[1] if fold_hh_bias else biases[0]) if biases else None
-        if fold_hh_bias:
-            b_hh = None
-        gates_in = (torch.baddbmm(bias.unsqueeze(1), flat, w_ih.transpose(1, 2)) if bias is not None
+        b_ih, b_hh = biases if biases else (None, None)
+        if fold_hh_bias and b_ih is not None and b_hh is not None:
+            b_ih, b_hh = b_ih + b_hh, None
+        gates_in = (torch.baddbmm(b_ih.unsqueeze(1), flat, w_ih.transpose(1, 2)) if b_ih is not None
                     else torch.bmm(flat, w_ih.transpose(1, 2))).view(*x.shape[:-1], gates * hidden)
         w_hh_t = w_hh.transpose(1, 2)
         state = tuple(s[:, layer] for s in initial)
