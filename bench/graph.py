@@ -452,9 +452,103 @@ def _gain_per_slice(op: Any, given: dict[str, Any]) -> dict[str, Any]:
     return {"v": v.contiguous(), "g": gain.contiguous()}
 
 
+def _group_norm_sizes(op: Any, given: dict[str, Any]) -> None:
+    """Group norm's kernel takes N, C and HxW as the graph gives them and checks only
+    ``numel == N * C * HxW`` in 64-bit integers: an HxW of ``3 + 2**61`` wraps the product to
+    the real count and the kernel walked 2**61 elements past its input, a segfault (red team,
+    session 31). Each must be the input's own, compared as Python integers."""
+    x, groups = given.get("input"), given.get("group")
+    if not isinstance(x, torch.Tensor) or x.dim() < 2 or type(groups) is not int or groups < 1:
+        raise RuntimeError(f"{op} needs an input of at least two dimensions and a group count")
+    sizes = (int(given.get("N", -1)), int(given.get("C", -1)), int(given.get("HxW", -1)))
+    if sizes != (x.size(0), x.size(1), math.prod(x.shape[2:])) or x.size(1) % groups:
+        raise RuntimeError(f"{op}: N, C and HxW must be the input's {tuple(x.shape)}, C a multiple of the groups")
+    for name in ("weight", "bias"):
+        value = given.get(name)
+        if value is not None and (not isinstance(value, torch.Tensor) or value.numel() != x.size(1)):
+            raise RuntimeError(f"{op}: {name} must hold one value per channel ({x.size(1)})")
+
+
+def _circular_pad_keeps(op: Any, given: dict[str, Any]) -> None:
+    """A circular pad's kernel allocates its output empty and fills it from what each padded
+    dimension keeps (its length less the negative pads); a positive pad longer than that, which
+    aten's check lets through with a negative pad on the other side ((-5, 5) on a length of 5),
+    left memory nobody wrote: a freed tensor's values (red team, session 31). Each dimension
+    must keep at least one element and wrap at most once. Other modes of ``pad`` and
+    ``_pad_enum`` (circular is 2) pass as they are."""
+    mode = given.get("mode", "constant")
+    if (op is torch.ops.aten.pad.default and mode != "circular") or (op is torch.ops.aten._pad_enum.default and mode != 2):
+        return
+    x, pad = given.get("self"), given.get("pad")
+    if not isinstance(x, torch.Tensor) or not isinstance(pad, list | tuple) or len(pad) % 2 or len(pad) > 2 * x.dim():
+        raise RuntimeError(f"{op} needs a tensor and pairs of pads for its last dimensions")
+    for i in range(0, len(pad), 2):
+        left, right = int(pad[i]), int(pad[i + 1])
+        kept = x.size(-1 - i // 2) + min(left, 0) + min(right, 0)
+        if kept < 1 or max(left, 0) > kept or max(right, 0) > kept:
+            raise RuntimeError(f"{op}: a circular pad must keep at least one element of a dimension and wrap it "
+                               f"at most once (pads {left}, {right} on {x.size(-1 - i // 2)})")
+
+
+def _attention_shapes(op: Any, given: dict[str, Any]) -> None:
+    """The CPU kernel behind scaled dot-product attention takes the key's length from the value:
+    a key of fewer rows read rows past its end (a slice's neighbours; a segfault past the heap;
+    red team, session 31). Query, key and value must share a rank and a dtype, key and value
+    their rows, query and key their width, their leading dimensions broadcast as the math form
+    does, a mask broadcast to the scores; no grouped-query heads."""
+    q, k, v, mask = given.get("query"), given.get("key"), given.get("value"), given.get("attn_mask")
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+        raise RuntimeError(f"{op} needs query, key and value tensors")
+    assert isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+    if given.get("enable_gqa", False) or q.dim() < 2 or not q.dim() == k.dim() == v.dim():
+        raise RuntimeError(f"{op}: query, key and value must share a rank of at least 2 (no grouped heads)")
+    if len({q.dtype, k.dtype, v.dtype}) != 1 or k.size(-2) != v.size(-2) or q.size(-1) != k.size(-1):
+        raise RuntimeError(f"{op}: key and value must have the same rows, query and key the same width, one dtype")
+    try:
+        lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])  # type: ignore[no-untyped-call]
+        if mask is not None:
+            if not isinstance(mask, torch.Tensor):
+                raise RuntimeError("the mask is not a tensor")
+            scores = (*lead, q.size(-2), k.size(-2))
+            if torch.broadcast_shapes(mask.shape, scores) != torch.Size(scores):  # type: ignore[no-untyped-call]
+                raise RuntimeError("the mask does not broadcast to the scores")
+    except RuntimeError as exc:
+        raise RuntimeError(f"{op}: the shapes do not broadcast as attention's ({exc})") from None
+
+
+def _pool_window(op: Any, given: dict[str, Any]) -> None:
+    """A 1-D max-pool computes ``(kernel - 1) * dilation`` in 64-bit integers: a kernel of
+    ``2**62 + 1`` with a dilation of 4 wraps it to 0, every check passes, and one call looped
+    2**62 times (red team, session 31). Each window, stride, padding and dilation must be a
+    small positive count, the dilated window within the padded input."""
+    x = given.get("self")
+    values = [given.get(name) for name in ("kernel_size", "stride", "padding", "dilation")]
+    if not isinstance(x, torch.Tensor) or x.dim() < 1:
+        raise RuntimeError(f"{op} needs an input tensor")
+    parts = []
+    for value, default in zip(values, (None, None, 0, 1), strict=True):
+        if value is None or (isinstance(value, list | tuple) and len(value) == 0):
+            value = [default] if default is not None else []
+        if not isinstance(value, list | tuple) or len(value) > 1 or any(type(v) is not int for v in value):
+            raise RuntimeError(f"{op}: kernel, stride, padding and dilation must be one int each")
+        parts.append(value[0] if value else None)
+    kernel, stride = parts[0], parts[1] if parts[1] is not None else parts[0]
+    padding, dilation = int(parts[2] or 0), int(parts[3] or 0)
+    if kernel is None or kernel < 1 or stride is None or stride < 1 or padding < 0 or dilation < 1:
+        raise RuntimeError(f"{op}: kernel, stride and dilation must be at least 1, padding at least 0")
+    if (kernel - 1) * dilation + 1 > x.size(-1) + 2 * padding:
+        raise RuntimeError(f"{op}: the dilated window is longer than the padded input")
+
+
 # Ops whose kernels trust arguments their public wrappers check: each runs behind its check.
 GUARDS: dict[str, Any] = {
     **{name: _floating_only for name in INTEGER_DIVISIONS},
+    "aten.native_group_norm.default": _group_norm_sizes,
+    "aten._pad_circular.default": _circular_pad_keeps,
+    "aten.pad.default": _circular_pad_keeps,
+    "aten._pad_enum.default": _circular_pad_keeps,
+    "aten.scaled_dot_product_attention.default": _attention_shapes,
+    "aten.max_pool1d.default": _pool_window,
     "aten._native_batch_norm_legit_functional.default": _per_channel,
     "aten._native_batch_norm_legit_no_training.default": _per_channel,
     "aten._native_batch_norm_legit.no_stats": _per_channel,
@@ -463,17 +557,20 @@ GUARDS: dict[str, Any] = {
 }
 
 
-def _guarded(op: Any, guard: Any) -> Any:
-    """``op`` behind ``guard``, which sees the call's arguments by name, raises to refuse it, and
-    may return arguments to pass in their place (by name)."""
+def _guarded(op: Any, guard: Any, run: Any = None) -> Any:
+    """``op`` behind ``guard``, which sees the call's arguments by name (``op``'s schema), raises
+    to refuse it, and may return arguments to pass in their place (by name); ``run``: what runs
+    then, ``op`` or its faster form (``bench.batched_ops.FASTER``), its ``__wrapped__``."""
     names = [argument.name for argument in op._schema.arguments]
+    runs = op if run is None else run
 
     def call(*args: Any, **kwargs: Any) -> Any:
         instead = guard(op, {**dict(zip(names, args, strict=False)), **kwargs}) or {}
         if instead:
             args = tuple(instead.get(name, value) for name, value in zip(names, args, strict=False))
             kwargs = {name: instead.get(name, value) for name, value in kwargs.items()}
-        return op(*args, **kwargs)
+        return runs(*args, **kwargs)
+    call.__wrapped__ = runs  # type: ignore[attr-defined]
     return call
 
 
@@ -666,10 +763,11 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
             if len(decoded) != len(kwargs):
                 raise not_capturable("the captured graph is malformed (arguments)")
             literal_bits += check_call(str(node.get("target")), target, args, decoded)
-            if str(node.get("target")) in GUARDS:
-                target = _guarded(target, GUARDS[str(node.get("target"))])
-            # checked as the aten op; run in a faster form, its results to float rounding (bench.batched_ops)
-            target = batched_ops.FASTER.get(target, target)
+            # checked as the aten op; run in a faster form, its results to float rounding (bench.batched_ops),
+            # behind the op's guard where it has one
+            faster = batched_ops.FASTER.get(target, target)
+            guard = GUARDS.get(str(node.get("target")))
+            target = faster if guard is None else _guarded(target, guard, faster)
             env[name] = graph.call_function(target, tuple(args), decoded)
             module = node.get("module", "")
             if not isinstance(module, str) or not (module == "" or MODULE_PATH.fullmatch(module)):
