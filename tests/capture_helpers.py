@@ -68,3 +68,14 @@ def count_calls(monkeypatch: Any, owner: Any, name: str) -> list[int]:
 
     monkeypatch.setattr(owner, name, counted)
     return calls
+
+
+def close_to_rounding(a: torch.Tensor, b: torch.Tensor, rel: float = 1e-6) -> bool:
+    """Equal to float rounding, shapes included: the largest difference at most ``rel`` of the
+    largest value (or of 1), computed in float64; two empty tensors of one shape are equal."""
+    a, b = a.detach(), b.detach()
+    if a.shape != b.shape:
+        return False
+    if a.numel() == 0:
+        return True
+    return float((a.double() - b.double()).abs().max()) <= rel * max(float(a.abs().max()), 1.0)

@@ -20,6 +20,7 @@ from bench import batched_ops
 from bench.graph import CapturedModel
 from bench.trainer import RunConfig, train
 from bench.vectorized import probe, train_group
+from tests.capture_helpers import close_to_rounding as _close
 from tests.capture_helpers import count_calls, no_functorch, runs_of, through_capture
 
 GRU = torch.ops.aten.gru.input
@@ -39,16 +40,6 @@ def _weights(layers: int, biases: bool = True, width: int = 4, hidden: int = 5, 
         shapes += [(RUNS, 3 * hidden, width if layer == 0 else hidden), (RUNS, 3 * hidden, hidden)]
         shapes += [(RUNS, 3 * hidden), (RUNS, 3 * hidden)] if biases else []
     return [(torch.randn(*s, generator=gen) * 0.4).to(dtype).requires_grad_(True) for s in shapes]
-
-
-def _close(a: torch.Tensor, b: torch.Tensor, rel: float = 1e-6) -> bool:
-    """Equal to float rounding (the test_batched_ops measure), shapes included."""
-    a, b = a.detach(), b.detach()
-    if a.shape != b.shape:
-        return False
-    if a.numel() == 0:
-        return True
-    return float((a.double() - b.double()).abs().max()) <= rel * max(float(a.abs().max()), 1.0)
 
 
 def _per_run(x: torch.Tensor, hx: torch.Tensor | None, weights: Sequence[torch.Tensor], *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
