@@ -33,6 +33,7 @@ changes them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -419,6 +420,45 @@ def sym_size(self: torch.Tensor, dim: int) -> int:
     return int(self.size(dim))
 
 
+_SDPA = torch.ops.aten.scaled_dot_product_attention.default
+
+
+def _safe_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """aten's ``_safe_softmax`` along the last dimension (a row of ``-inf`` only is all 0), as
+    element-wise ops: aten's softmax kernel over rows of a few elements (attention over 8 tokens)
+    costs about 18 ns an element on a CPU, five times these ops' (and its backward ten times)."""
+    top = scores.amax(-1, keepdim=True).detach()
+    e = (scores - top).exp()
+    return torch.where(top == float("-inf"), 0.0, e / e.sum(-1, keepdim=True))
+
+
+def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, *, scale: float | None = None,
+                                 enable_gqa: bool = False) -> torch.Tensor:
+    """``aten.scaled_dot_product_attention``; where query, key and value are all batched by one
+    plain vmap level, of one rank (and no mask, dropout, causal mask, grouped heads, scale of 0
+    or less or key of no rows), the math kernel's products on the runs' physical tensors (the runs a leading batch
+    dimension of the matrix products) with its softmax as element-wise ops (``_safe_softmax``).
+    Under vmap aten runs the math kernel through batching rules, its softmax on rows of the
+    token count; the children run attention on the math kernel alone (``bench.vectorized``), so
+    one model at a time is the same arithmetic up to float rounding. Any other call is aten's."""
+    parts = (query, key, value)
+    if not (all(isinstance(t, torch.Tensor) and _plain_batched(t) for t in parts)
+            and len({_functorch.maybe_get_level(t) for t in parts}) == 1
+            and query.dim() == key.dim() == value.dim()  # (the runs' products broadcast from the right)
+            and attn_mask is None and dropout_p == 0.0 and not is_causal and not enable_gqa and key.size(-2) > 0
+            and (scale is None or (isinstance(scale, int | float) and scale > 0))):
+        out: torch.Tensor = _SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+        return out
+    level = _functorch.maybe_get_level(query)
+    q, k, v = (_functorch.get_unwrapped(t).movedim(_functorch.maybe_get_bdim(t), 0) for t in parts)
+    # aten's math kernel: the scale's square root on each side (calculate_scale(...).sqrt())
+    root = math.sqrt(1.0 / math.sqrt(query.size(-1)) if scale is None else float(scale))
+    scores = torch.matmul(q * root, k.transpose(-2, -1) * root)
+    return _functorch._add_batch_dim(torch.matmul(_safe_softmax(scores), v), 0, level)
+
+
 # aten op -> its faster form, for the graph's interpreter (bench.graph.build_graph)
 FASTER: dict[Any, Any] = {
     torch.ops.aten.sym_size.int: sym_size,
@@ -431,4 +471,5 @@ FASTER: dict[Any, Any] = {
     _PAD: pad,
     torch.ops.aten.view_as_complex.default: view_as_complex,
     torch.ops.aten.view_as.default: view_as,
+    _SDPA: scaled_dot_product_attention,
 }

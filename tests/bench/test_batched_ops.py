@@ -15,7 +15,7 @@ from torch.func import grad, vmap
 
 from bench import batched_ops
 from bench.graph import build_graph
-from tests.capture_helpers import capture_docs
+from tests.capture_helpers import capture_docs, count_calls, no_functorch
 
 aten = torch.ops.aten
 POOL, CONV = aten.max_pool2d_with_indices.default, aten.conv2d.default
@@ -530,3 +530,143 @@ def test_no_run_of_a_circular_pad_and_convolution_reaches_another() -> None:
         xs[0] *= scale
         outs.append(vmap(lambda t, v: batched_ops.conv1d(batched_ops.pad(t, [1, 1], "circular"), v))(xs, w))
     assert not torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1:], outs[1][1:])
+
+
+SDPA = aten.scaled_dot_product_attention.default
+
+
+def _math(fn: Any) -> Any:
+    """``fn`` run with attention on the math kernel, as every child runs it."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with sdpa_kernel(SDPBackend.MATH):
+            return fn(*args, **kwargs)
+    return call
+
+
+def _qkv(query_rows: int = 5, key_rows: int = 7, width: int = 4, heads: int = 2, seed: int = 9) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(RUNS, 3, heads, rows, width, generator=gen).requires_grad_(True)
+            for rows in (query_rows, key_rows, key_rows)]
+
+
+@pytest.mark.parametrize("scale", [None, 0.3, 2])
+@pytest.mark.parametrize(("query_rows", "key_rows", "heads"), [(8, 8, 2), (5, 7, 1), (1, 9, 3)])
+def test_batched_attention_gives_the_math_kernels_results(scale: Any, query_rows: int, key_rows: int,
+                                                          heads: int) -> None:
+    """Values and gradients (query, key, value) to float rounding against the math kernel one
+    run at a time (what a model alone computes in a child), over rows, heads and scales."""
+    results = []
+    for batched in (False, True):
+        q, k, v = _qkv(query_rows, key_rows, heads=heads)
+        if batched:
+            out = _math(vmap(lambda a, b, c: batched_ops.scaled_dot_product_attention(a, b, c, scale=scale)))(q, k, v)
+        else:
+            out = torch.stack([_math(SDPA)(q[r], k[r], v[r], scale=scale) for r in range(RUNS)])
+        results.append((out.detach(), torch.autograd.grad(out.sin().sum(), (q, k, v))))
+    (out_a, g_a), (out_b, g_b) = results
+    assert _close(out_a, out_b) and all(_close(a, b) for a, b in zip(g_a, g_b, strict=True))
+
+
+def test_batched_attention_broadcasts_leading_dimensions_as_aten() -> None:
+    """A key and value of one head shared by the query's heads (leading dimensions broadcast, as
+    the math kernel's products do)."""
+    q, k, v = _qkv()
+    k1, v1 = k[:, :, :1].detach(), v[:, :, :1].detach()
+    ours = vmap(lambda a, b, c: batched_ops.scaled_dot_product_attention(a, b, c))(q, k1, v1)
+    assert _close(ours, _math(vmap(SDPA))(q, k1, v1))
+
+
+def test_a_row_of_minus_infinity_scores_attends_to_nothing_as_aten() -> None:
+    """``_safe_softmax``: a query whose every score is -inf gives 0, not NaN; an infinite score
+    gives aten's NaN. The rest bit for bit as the element-wise form computes it either way."""
+    q, k, v = (t.detach().clone() for t in _qkv())
+    k = k.abs() + 0.1
+    q[:, 0, 0, 0] = -math.inf  # every score of query row 0: -inf
+    q[:, 1, 0, 1] = math.inf
+    ours = vmap(lambda a, b, c: batched_ops.scaled_dot_product_attention(a, b, c))(q, k, v)
+    theirs = _math(vmap(SDPA))(q, k, v)
+    assert torch.equal(ours[:, 0, 0, 0], torch.zeros_like(ours[:, 0, 0, 0]))
+    assert torch.equal(ours.isnan(), theirs.isnan())
+    assert _close(ours.nan_to_num(), theirs.nan_to_num())
+
+
+def test_an_attention_the_batched_form_does_not_compute_is_the_aten_ops() -> None:
+    """A mask, a causal mask, dropout, grouped heads, a scale of 0 or less, a key the runs share,
+    a key and value of another rank (the runs' products would broadcast run against head: a
+    review), a key of no rows, one model at a time: aten's own call, bit for bit (or its refusal)."""
+    q, k, v = (t.detach() for t in _qkv(7, 7))
+    mask = torch.rand(7, 7, generator=torch.Generator().manual_seed(2)) > 0.3
+    for kwargs in ({"attn_mask": mask}, {"attn_mask": mask.float()}, {"is_causal": True}, {"scale": -0.5},
+                   {"scale": 0.0}):
+        assert torch.equal(vmap(lambda a, b, c, kw=kwargs: batched_ops.scaled_dot_product_attention(a, b, c, **kw))(q, k, v),
+                           vmap(lambda a, b, c, kw=kwargs: SDPA(a, b, c, **kw))(q, k, v))
+    k2, v2 = k[:, 0, 0], v[:, 0, 0]  # a key and value of fewer dimensions (broadcast by aten from the right)
+    assert torch.equal(vmap(lambda a, b, c: batched_ops.scaled_dot_product_attention(a, b, c))(q, k2, v2),
+                       vmap(lambda a, b, c: SDPA(a, b, c))(q, k2, v2))
+    shared = k[0]
+    assert torch.equal(vmap(lambda a, c: batched_ops.scaled_dot_product_attention(a, shared, c))(q, v),
+                       vmap(lambda a, c: SDPA(a, shared, c))(q, v))
+    assert torch.equal(batched_ops.scaled_dot_product_attention(q[0], k[0], v[0]), SDPA(q[0], k[0], v[0]))
+    no_rows = vmap(lambda a, b, c: batched_ops.scaled_dot_product_attention(a, b, c))(q, k[:, :, :, :0], v[:, :, :, :0])
+    assert torch.equal(no_rows, vmap(SDPA)(q, k[:, :, :, :0], v[:, :, :, :0])) and no_rows.shape == q.shape
+    with pytest.raises(RuntimeError):  # aten's refusal: under vmap, dropout needs randomness="different"
+        vmap(lambda a, b, c: batched_ops.scaled_dot_product_attention(a, b, c, dropout_p=0.5))(q, k, v)
+    q4 = torch.randn(RUNS, 3, 4, 7, 4)  # grouped-query heads: aten's form
+    assert torch.equal(vmap(lambda a, b, c: batched_ops.scaled_dot_product_attention(a, b, c, enable_gqa=True))(q4, k, v),
+                       vmap(lambda a, b, c: SDPA(a, b, c, enable_gqa=True))(q4, k, v))
+
+
+@pytest.mark.parametrize("poison", [math.nan, math.inf, 1e30])
+def test_no_run_of_batched_attention_reaches_another(poison: float) -> None:
+    """Run 0's query, key and value poisoned: every other run's outputs and gradients bit for bit."""
+    results = []
+    for poisoned in (False, True):
+        q, k, v = (t.detach().clone() for t in _qkv())
+        if poisoned:
+            for t in (q, k, v):
+                t[0, 1] = poison
+        parts = [t.requires_grad_(True) for t in (q, k, v)]
+        out = vmap(lambda a, b, c: batched_ops.scaled_dot_product_attention(a, b, c))(*parts)
+        results.append((out.detach(), torch.autograd.grad(out.sum(), parts)))
+    (out_a, g_a), (out_b, g_b) = results
+    assert not torch.equal(out_a[0], out_b[0]) and torch.equal(out_a[1:], out_b[1:])
+    assert all(torch.equal(a[1:], b[1:]) for a, b in zip(g_a, g_b, strict=True))
+
+
+def test_a_captured_attention_trains_as_a_group_as_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A captured nn.MultiheadAttention block runs in the batched form under plain vmap (the
+    functorch step, made to fail, is never taken), and a group of its runs trains as each run
+    alone does on the math kernel (bench.trainer.train), to float rounding."""
+    from bench import vectorized
+    from bench.trainer import RunConfig, train
+    from tests.capture_helpers import through_capture
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed, self.attn = nn.Linear(3, 8), nn.MultiheadAttention(8, 2, batch_first=True)
+            self.head = nn.Linear(8, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            z = self.embed(x)
+            z = z + self.attn(z, z, z, need_weights=False)[0]
+            out: torch.Tensor = self.head(z[:, -1])
+            return out
+
+    torch.manual_seed(13)
+    models = [through_capture(Net(), [6, 3]) for _ in range(3)]
+    assert any(node.target.__wrapped__ is batched_ops.scaled_dot_product_attention
+               for node in models[0]._graphs["train"][0].graph.nodes if hasattr(node.target, "__wrapped__"))
+    gen = torch.Generator().manual_seed(14)
+    x, y, x_eval = torch.randn(48, 6, 3, generator=gen), torch.randn(48, 2, generator=gen), torch.randn(9, 6, 3, generator=gen)
+    calls = count_calls(monkeypatch, batched_ops, "_safe_softmax")
+    no_functorch(monkeypatch)
+    assert vectorized.probe(models, x, y, "mse") is None and calls
+    calls.clear()
+    config = RunConfig(lr=0.01, epochs=2, batch_size=16)
+    alone = [_math(train)(copy.deepcopy(m), config, x, y, x_eval, order_seed=r) for r, m in enumerate(models)]
+    assert not calls  # one model at a time: aten's own
+    group = vectorized.train_group(models, [config] * 3, [(x, y, x_eval)], [0, 0, 0], [0, 1, 2])
+    assert calls and all(_close(a.predictions, b.predictions) for a, b in zip(alone, group, strict=True))
