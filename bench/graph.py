@@ -452,21 +452,30 @@ def _gain_per_slice(op: Any, given: dict[str, Any]) -> dict[str, Any]:
     return {"v": v.contiguous(), "g": gain.contiguous()}
 
 
-def _group_norm_sizes(op: Any, given: dict[str, Any]) -> None:
+def _group_norm_sizes(op: Any, given: dict[str, Any]) -> dict[str, Any]:
     """Group norm's kernel takes N, C and HxW as the graph gives them and checks only
     ``numel == N * C * HxW`` in 64-bit integers: an HxW of ``3 + 2**61`` wraps the product to
     the real count and the kernel walked 2**61 elements past its input, a segfault (red team,
-    session 31). Each must be the input's own, compared as Python integers."""
+    session 31). Each must be the input's own, compared as Python integers. The kernel also
+    reads its weight and bias as dense vectors whatever their strides: an expanded one-element
+    weight (stride 0) gave the values after that element (a neighbour's -777s; NaN from the heap
+    at 2**16 channels), a strided one the elements between (red team, session 32). Each must be
+    a vector of one value per channel, and gets a dense copy."""
     x, groups = given.get("input"), given.get("group")
     if not isinstance(x, torch.Tensor) or x.dim() < 2 or type(groups) is not int or groups < 1:
         raise RuntimeError(f"{op} needs an input of at least two dimensions and a group count")
     sizes = (int(given.get("N", -1)), int(given.get("C", -1)), int(given.get("HxW", -1)))
     if sizes != (x.size(0), x.size(1), math.prod(x.shape[2:])) or x.size(1) % groups:
         raise RuntimeError(f"{op}: N, C and HxW must be the input's {tuple(x.shape)}, C a multiple of the groups")
+    dense = {}
     for name in ("weight", "bias"):
         value = given.get(name)
-        if value is not None and (not isinstance(value, torch.Tensor) or value.numel() != x.size(1)):
+        if value is not None and (not isinstance(value, torch.Tensor) or value.dim() != 1
+                                  or value.numel() != x.size(1)):
             raise RuntimeError(f"{op}: {name} must hold one value per channel ({x.size(1)})")
+        if value is not None:
+            dense[name] = value.contiguous()
+    return dense
 
 
 def _circular_pad_keeps(op: Any, given: dict[str, Any]) -> None:
@@ -540,20 +549,180 @@ def _pool_window(op: Any, given: dict[str, Any]) -> None:
         raise RuntimeError(f"{op}: the dilated window is longer than the padded input")
 
 
+MAX_MATRIX_POWER = 1 << 32
+
+
+def _matrix_power_exponent(op: Any, given: dict[str, Any]) -> None:
+    """``matrix_power`` negates a negative exponent and halves it until it is 0: ``-2**63``
+    negates to itself, and one call on a 3x3 matrix looped for ever (red team, session 32).
+    The exponent must be an int within ``MAX_MATRIX_POWER`` either side of 0."""
+    n = given.get("n")
+    if type(n) is not int or not -MAX_MATRIX_POWER <= n <= MAX_MATRIX_POWER:
+        raise RuntimeError(f"{op}: the exponent must be an int between -{MAX_MATRIX_POWER} and {MAX_MATRIX_POWER}")
+
+
+def _prelu_weight_rank(op: Any, given: dict[str, Any]) -> None:
+    """``_prelu_kernel``'s backward batching rule lines a weight and an input of different ranks
+    up by their trailing dimensions, run axis included: under ``vmap(grad)`` one run's
+    weight scaled another run's input gradient (a run poisoned with 1e30 showed in the others;
+    red team, session 32). ``prelu`` (what models capture to) reshapes its weight itself. The
+    weight must have the input's number of dimensions, each of its sizes 1 or the input's."""
+    x, weight = given.get("self"), given.get("weight")
+    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor) or x.dim() < 1:
+        raise RuntimeError(f"{op} needs an input of at least one dimension and a weight tensor")
+    if weight.dim() != x.dim() or any(w not in (1, s) for w, s in zip(weight.shape, x.shape, strict=True)):
+        raise RuntimeError(f"{op}: the weight must have the input's dimensions {tuple(x.shape)}, each of size 1 or "
+                           "the input's (use prelu)")
+
+
+def _distance_ranks(op: Any, given: dict[str, Any]) -> None:
+    """``_euclidean_dist``'s batching rule lines up two inputs of different ranks by their
+    trailing dimensions, run axis included: under ``vmap`` a (2, 3, 4) and a (5, 4) gave run 1
+    distances to run 0's points (a poisoned run showed in the others; red team, session 32).
+    ``cdist`` (what models capture to) expands both to one rank itself. Both must be tensors of
+    the same number of dimensions, at least 2, and the same width."""
+    x1, x2 = given.get("x1"), given.get("x2")
+    if (not isinstance(x1, torch.Tensor) or not isinstance(x2, torch.Tensor) or x1.dim() < 2
+            or x1.dim() != x2.dim() or x1.size(-1) != x2.size(-1)):
+        raise RuntimeError(f"{op}: x1 and x2 must have the same number of dimensions (at least 2) and width "
+                           "(use cdist)")
+
+
+def _upsample_scales(op: Any, given: dict[str, Any]) -> None:
+    """The nearest and linear upsampling kernels map output index ``i`` to input index
+    ``floor(i / scale)`` in float32, cast to int64 and clamped from above only: a scale of
+    ``1e-300`` (``1 / scale`` infinite) or ``1e-19`` (past int64) cast to ``-2**63``, and a uint8
+    input was read 2**63 bytes before its start, a segfault (red team, session 32; a float input
+    landed on its own first element by luck: 2**63 times its 4 bytes wraps to 0). The ``.vec``
+    forms models capture to compute the output size from the scale; these ``.default`` forms
+    take both. Each scale must be None or the one the output size came from, ``out == floor(in *
+    scale)`` with a margin: ``out / (in + 1) <= scale <= (out + 1) / in``, sizes at least 1."""
+    x, size = given.get("self"), given.get("output_size")
+    names = [a.name for a in op._schema.arguments if a.name.startswith("scales")]
+    if (not isinstance(x, torch.Tensor) or x.dim() != 2 + len(names) or not isinstance(size, list | tuple)
+            or len(size) != len(names) or any(type(s) is not int for s in size)):
+        raise RuntimeError(f"{op} needs an input of {2 + len(names)} dimensions and {len(names)} output sizes")
+    for name, out, length in zip(names, size, x.shape[2:], strict=True):
+        scale = given.get(name)
+        if scale is None:
+            continue
+        if (type(scale) not in (int, float) or not math.isfinite(scale) or out < 1 or length < 1
+                or not out <= scale * (length + 1) or not scale * length <= out + 1):
+            raise RuntimeError(f"{op}: {name} must be None or the scale the output size {out} came from "
+                               f"(an input of {length})")
+
+
+def _im2col_sizes(op: Any, given: dict[str, Any]) -> None:
+    """``im2col`` multiplies the channels by the kernel's taps in int64 unchecked: a kernel of
+    2**32 x 2**32 wrapped the product to 0 and its output had a negative size, (1, 0,
+    -51539607516), a tensor no public op makes (red team, session 32); within 2**31, 4 channels
+    and a kernel of 2**31 x 2**31 wrap it to 0 (an empty result where there is none). Kernel,
+    dilation and stride must be two ints in 1..2**31 each, padding two in 0..2**31, the input
+    (C, H, W) or (N, C, H, W), the number of blocks (counted in Python integers) at least one
+    each way, and the result's elements (rows x C x taps x blocks) at most 2**62."""
+    x = given.get("self")
+    values = [given.get(name) for name in ("kernel_size", "dilation", "padding", "stride")]
+    if not isinstance(x, torch.Tensor) or x.dim() not in (3, 4):
+        raise RuntimeError(f"{op} needs an input of 3 or 4 dimensions")
+    if any(not isinstance(v, list | tuple) or len(v) != 2 or any(type(i) is not int for i in v) for v in values):
+        raise RuntimeError(f"{op}: kernel, dilation, padding and stride must be two ints each")
+    (kernel, dilation, padding, stride), limit = [list(v or ()) for v in values], 1 << 31
+    if not all(1 <= k <= limit and 1 <= d <= limit and 0 <= p <= limit and 1 <= s <= limit
+               for k, d, p, s in zip(kernel, dilation, padding, stride, strict=True)):
+        raise RuntimeError(f"{op}: kernel, dilation and stride must be in 1..2**31, padding in 0..2**31")
+    count = math.prod(x.shape[:-2]) * kernel[0] * kernel[1]
+    for size, k, d, p, s in zip(x.shape[-2:], kernel, dilation, padding, stride, strict=True):
+        blocks = (size + 2 * p - d * (k - 1) - 1) // s + 1
+        if blocks < 1:
+            raise RuntimeError(f"{op}: the dilated kernel is longer than the padded input")
+        count *= blocks
+    if count > 1 << 62:
+        raise RuntimeError(f"{op}: the result would hold {count} elements")
+
+
+def _max_pool_windows(op: Any, given: dict[str, Any]) -> None:
+    """A max-pool's window that holds no input element (dilated taps that step over the input
+    from the padding: length 2, padding 1, kernel 2, dilation 3) gives -inf and the index of its
+    first tap, one row past the plane; the backward adds the window's gradient there: into the
+    next sample's gradient, or past the buffer, a segfault at a width of 8192 (red team,
+    session 32). Kernel, stride, padding and dilation must be one int or one per spatial
+    dimension (stride none: the kernel), kernel, stride and dilation in 1..2**31, padding in
+    0..kernel / 2, at least one window, and every window (aten's count, ceil mode included) must
+    hold an input element: counted in Python integers over the windows that start in the
+    padding (at most ``padding`` of them, the only ones that can miss the input)."""
+    dims = 1 if "1d" in str(op) else 2 if "2d" in str(op) else 3
+    x, ceil = given.get("self"), given.get("ceil_mode", False)
+    if not isinstance(x, torch.Tensor) or x.dim() not in (dims + 1, dims + 2) or type(ceil) is not bool:
+        raise RuntimeError(f"{op} needs an input of {dims + 1} or {dims + 2} dimensions")
+    parts = []
+    for name, default in (("kernel_size", None), ("stride", None), ("padding", 0), ("dilation", 1)):
+        value = given.get(name)
+        value = [default] if value is None or (isinstance(value, list | tuple) and not value) else value
+        if (not isinstance(value, list | tuple) or len(value) not in (1, dims)
+                or any(type(v) is not int and v is not None for v in value)):
+            raise RuntimeError(f"{op}: kernel, stride, padding and dilation must be one int or {dims} ints each")
+        parts.append(list(value) * (dims // len(value)))
+    kernels, strides, paddings, dilations = parts
+    strides = kernels if strides[0] is None else strides
+    limit = 1 << 31
+    for length, k, s, p, d in zip(x.shape[-dims:], kernels, strides, paddings, dilations, strict=True):
+        if k is None or not (1 <= k <= limit and 1 <= s <= limit and 1 <= d <= limit and 0 <= 2 * p <= k):
+            raise RuntimeError(f"{op}: kernel, stride and dilation must be in 1..2**31, padding at most half the kernel")
+        span = d * (k - 1) + 1
+        windows = (length + 2 * p - span + (s - 1 if ceil else 0)) // s + 1
+        if ceil and (windows - 1) * s >= length + p:
+            windows -= 1
+        if windows < 1 or (windows - 1) * s - p >= length:
+            raise RuntimeError(f"{op}: the dilated window is longer than the padded input")
+        for start in range(-p, min(0, windows * s - p), s):  # the windows that start in the padding
+            first = start + -(start // d) * d  # the first tap at 0 or after
+            if first >= length or first > start + d * (k - 1):
+                raise RuntimeError(f"{op}: a window of dilated taps holds no element of the input")
+
+
+def _max_pool1d_window(op: Any, given: dict[str, Any]) -> None:
+    _pool_window(op, given)
+    _max_pool_windows(op, given)
+
+
+PAD_MODES = 4  # _pad_enum's modes: reflect, replicate, circular, constant (at::padding_mode)
+
+
+def _pad_enum_mode(op: Any, given: dict[str, Any]) -> None:
+    """``_pad_enum`` casts its int64 mode to a 32-bit enum: a mode of ``2 + 2**32`` was circular to
+    the kernel but not 2 to ``_circular_pad_keeps``, so a pad of (-5, 5) returned memory nobody
+    wrote, heap pointers among it (red team, session 32). The mode must be one of the four, and
+    a circular one keeps what it wraps (``_circular_pad_keeps``)."""
+    mode = given.get("mode")
+    if type(mode) is not int or mode not in range(PAD_MODES):
+        raise RuntimeError(f"{op}: the mode must be 0 to {PAD_MODES - 1} (reflect, replicate, circular, constant)")
+    _circular_pad_keeps(op, given)
+
+
 # Ops whose kernels trust arguments their public wrappers check: each runs behind its check.
 GUARDS: dict[str, Any] = {
     **{name: _floating_only for name in INTEGER_DIVISIONS},
     "aten.native_group_norm.default": _group_norm_sizes,
+    **{f"aten.{name}.default": _upsample_scales for name in (
+        "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
+        "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d")},
+    "aten.im2col.default": _im2col_sizes,
     "aten._pad_circular.default": _circular_pad_keeps,
     "aten.pad.default": _circular_pad_keeps,
-    "aten._pad_enum.default": _circular_pad_keeps,
+    "aten._pad_enum.default": _pad_enum_mode,
     "aten.scaled_dot_product_attention.default": _attention_shapes,
-    "aten.max_pool1d.default": _pool_window,
+    "aten.max_pool1d.default": _max_pool1d_window,
+    **{f"aten.{name}.default": _max_pool_windows for name in (
+        "max_pool1d_with_indices", "max_pool2d", "max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices")},
     "aten._native_batch_norm_legit_functional.default": _per_channel,
     "aten._native_batch_norm_legit_no_training.default": _per_channel,
     "aten._native_batch_norm_legit.no_stats": _per_channel,
     "aten._weight_norm.default": _gain_per_slice,
     "aten._weight_norm_interface.default": _gain_per_slice,
+    "aten.linalg_matrix_power.default": _matrix_power_exponent,
+    "aten.matrix_power.default": _matrix_power_exponent,
+    "aten._prelu_kernel.default": _prelu_weight_rank,
+    "aten._euclidean_dist.default": _distance_ranks,
 }
 
 
@@ -612,6 +781,26 @@ def _fits(value: Any, jit_type: Any) -> bool:
     return False  # generators, streams, storages, anything else: never from a capture
 
 
+MAX_INT_ARG = 1 << 31
+# export writes "to the end" of a slice as int64's largest value; the slice kernels clamp it
+INT_SENTINELS: dict[tuple[str, str], frozenset[int]] = {
+    (op, name): frozenset({(1 << 63) - 1})
+    for op in ("aten.slice.Tensor", "aten.slice_scatter.default") for name in ("start", "end")}
+
+
+def _integers(value: Any, jit_type: Any) -> list[int]:
+    """The literal integers of an argument whose schema type is an integer (a size, a dim, an
+    index, a mode), alone, in a list or optional; a node's value is bounded where it is made
+    (``_bounded``), a Scalar's is a number, not a size."""
+    kind = jit_type.kind()
+    if kind in ("OptionalType", "ListType"):
+        inner = jit_type.getElementType()
+        return [i for v in (value if isinstance(value, list | tuple) else [value]) for i in _integers(v, inner)]
+    if kind in ("IntType", "SymIntType") and isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    return []
+
+
 def _literal_bits(value: Any) -> int:
     """How many bits of the graph's own data ``value`` holds, in any argument: an integer its
     length in bits and a sign (a size, dim or index: a few bits), another number 32, a string 8 a
@@ -635,7 +824,10 @@ def _literal_bits(value: Any) -> int:
 def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -> int:
     """Deny by default: a node's arguments must bind to its op's schema (positional arguments
     at most as many as it has, keyword names among its own, each once, every argument without
-    a default given) with values of the argument's type; a size-arithmetic op takes one or
+    a default given) with values of the argument's type, every integer of a size, dim, index or
+    mode within ``MAX_INT_ARG`` of 0 (the one sentinel export writes aside: ``INT_SENTINELS``;
+    kernels multiply them in 64 bits or cast them to 32, and a red team wrapped five of them:
+    tests/security/test_kernel_shapes.py); a size-arithmetic op takes one or
     two numbers or nodes and no keywords. ``not_capturable`` otherwise. Returns how many bits
     of literal data the node holds (``_literal_bits``)."""
     def refused(why: str) -> BenchError:
@@ -673,6 +865,9 @@ def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) 
             raise refused(f"argument {argument.name!r} is not a {argument.real_type}")
         elif argument.name in INT_ENUMS and given[argument.name] not in range(INT_ENUMS[argument.name]):
             raise refused(f"argument {argument.name!r} is none of its modes")
+        elif any(abs(i) > MAX_INT_ARG and i not in INT_SENTINELS.get((name, argument.name), ())
+                 for i in _integers(given[argument.name], argument.real_type)):
+            raise refused(f"argument {argument.name!r} holds an integer beyond 2**31 either side of 0")
     return sum(_literal_bits(given[a.name]) for a in arguments if a.name in given)
 
 

@@ -453,6 +453,43 @@ def test_arguments_must_bind_to_the_schema() -> None:
     assert "given twice" in _refused(twice)
 
 
+def _one_call(target: str, args: list[Any], kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A graph of one call on its input ``x`` (``"@x"``) as a capture child could write it."""
+    encode = {"@x": {"$node": "x"}}
+    return {"format": 1, "inputs": [{"kind": "user", "name": "x", "target": ""}],
+            "outputs": [{"kind": "user", "target": "y"}],
+            "nodes": [{"name": "x", "op": "placeholder"},
+                      {"name": "y", "op": "call_function", "target": target,
+                       "args": [encode.get(a, a) if isinstance(a, str) else a for a in args], "kwargs": kwargs or {}},
+                      {"name": "output", "op": "output", "args": [[{"$node": "y"}]]}]}
+
+
+@pytest.mark.parametrize(("target", "args", "kwargs"), [
+    ("aten.view.default", ["@x", [2, 1 + 2**31]], {}),  # in a list
+    ("aten.max_pool1d.default", ["@x", [2**62 + 1], [], [0], [4]], {}),  # wrapped to a 2**62-step loop
+    ("aten.native_group_norm.default", ["@x", None, None, 2, 3, 3 + 2**61, 1, 1e-5], {}),  # wrapped: a segfault
+    ("aten._pad_enum.default", ["@x", [-5, 5], 2 + 2**32], {}),  # a 32-bit enum: circular, past its guard
+    ("aten.matrix_power.default", ["@x", -2**63], {}),  # negated to itself: a loop for ever
+    ("aten.slice.Tensor", ["@x", 0, 0, 2**63 - 2], {}),  # only export's own sentinel, exactly
+    ("aten.sum.dim_IntList", ["@x", [2**40]], {}),  # an optional list
+    ("aten.squeeze.dims", ["@x"], {"dim": [-(2**31) - 1]}),  # by keyword
+])
+def test_an_integer_argument_beyond_2_31_is_refused_before_any_kernel(target: str, args: list[Any],
+                                                                       kwargs: dict[str, Any]) -> None:
+    """Deny by default: kernels multiply sizes in 64 bits or cast modes to 32, so a size, dim,
+    index or mode must lie within 2**31 of 0 (the kernel sweeps' holes, each also guarded)."""
+    assert "beyond 2**31" in _refused(_one_call(target, args, kwargs))
+
+
+def test_integers_within_2_31_and_exports_slice_sentinel_pass() -> None:
+    """What models capture to: a slice "to the end" (int64's largest), sizes, dims and indices."""
+    for target, args in (("aten.slice.Tensor", ["@x", 0, 0, 2**63 - 1]), ("aten.view.default", ["@x", [2**31, -1]]),
+                         ("aten.select.int", ["@x", 0, -(2**31)]), ("aten.mul.Scalar", ["@x", 2**40])):
+        build_graph(_one_call(target, args), torch.device("cpu"))
+    program, _ = build_graph(_one_call("aten.slice.Tensor", ["@x", 1, 1, 2**63 - 1]), torch.device("cpu"))
+    assert torch.equal(program(torch.arange(6.0).view(2, 3))[0], torch.tensor([[1.0, 2.0], [4.0, 5.0]]))
+
+
 @pytest.mark.parametrize("target", [
     "aten._reshape_alias.default",  # a view of any size and stride: read a neighbour row (issue 25.2)
     "aten.batch_norm.default",  # writes running statistics although its schema says it does not (25.3)
