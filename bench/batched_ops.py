@@ -427,9 +427,33 @@ def _safe_softmax(scores: torch.Tensor) -> torch.Tensor:
     """aten's ``_safe_softmax`` along the last dimension (a row of ``-inf`` only is all 0), as
     element-wise ops: aten's softmax kernel over rows of a few elements (attention over 8 tokens)
     costs about 18 ns an element on a CPU, five times these ops' (and its backward ten times)."""
-    top = scores.amax(-1, keepdim=True).detach()
+    # A row of -inf only is shifted by 0, not by its top (-inf - -inf is NaN), and divided by at
+    # least 1 (the top's own exp(0) makes any other row's sum 1 or more): 0 / 1, no NaN to mask.
+    # A ``where`` over 0 / 0 sent back 0 times NaN, the query's and key's gradients NaN where
+    # aten's ``_safe_softmax`` gives 0, for finite inputs whose scores overflow (red team).
+    top = scores.amax(-1, keepdim=True).detach().nan_to_num(nan=math.nan, posinf=math.inf, neginf=0.0)
     e = (scores - top).exp()
-    return torch.where(top == float("-inf"), 0.0, e / e.sum(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True).clamp_min(1.0)
+
+
+def _scale_root(scale: Any, width: int) -> float | None:
+    """The square root of the scale, which aten's math kernel multiplies each side by
+    (``calculate_scale(...).sqrt()``): of 1 / sqrt(width) for None, of an int or a float (not a
+    bool) that is a positive, finite double. None, and the call is aten's, for any other: a width
+    of 0 (aten's scale is inf; Python's 1 / 0 raised ZeroDivisionError where aten answers), a
+    scale of 0 or less, inf or NaN, an int past the doubles (Python's ``float`` raised
+    OverflowError before aten judged it): red team."""
+    if width < 1:
+        return None
+    if scale is None:
+        return math.sqrt(1.0 / math.sqrt(width))
+    if type(scale) not in (int, float):
+        return None
+    try:
+        value = float(scale)
+    except OverflowError:
+        return None
+    return math.sqrt(value) if 0.0 < value < math.inf else None
 
 
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -437,24 +461,27 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                                  is_causal: bool = False, *, scale: float | None = None,
                                  enable_gqa: bool = False) -> torch.Tensor:
     """``aten.scaled_dot_product_attention``; where query, key and value are all batched by one
-    plain vmap level, of one rank (and no mask, dropout, causal mask, grouped heads, scale of 0
-    or less or key of no rows), the math kernel's products on the runs' physical tensors (the runs a leading batch
-    dimension of the matrix products) with its softmax as element-wise ops (``_safe_softmax``).
+    plain vmap level, of one rank, float or double (and no mask, dropout, causal mask, grouped
+    heads, scale but a positive finite one, key of no rows or query of no width), the math
+    kernel's products on the runs' physical tensors (the runs a leading batch dimension of the
+    matrix products) with its softmax as element-wise ops (``_safe_softmax``).
     Under vmap aten runs the math kernel through batching rules, its softmax on rows of the
     token count; the children run attention on the math kernel alone (``bench.vectorized``), so
     one model at a time is the same arithmetic up to float rounding. Any other call is aten's."""
     parts = (query, key, value)
     if not (all(isinstance(t, torch.Tensor) and _plain_batched(t) for t in parts)
             and len({_functorch.maybe_get_level(t) for t in parts}) == 1
-            and query.dim() == key.dim() == value.dim()  # (the runs' products broadcast from the right)
+            and query.dim() == key.dim() == value.dim() >= 2  # (the runs' products broadcast from the right)
+            # float and double only (red team): aten's math kernel computes half and bfloat16 in
+            # float and rounds the result; these products in half overflowed to NaN (scores of
+            # 8e4) and in either were 14 of its units off
+            and query.dtype == key.dtype == value.dtype and query.dtype in (torch.float32, torch.float64)
             and attn_mask is None and dropout_p == 0.0 and not is_causal and not enable_gqa and key.size(-2) > 0
-            and (scale is None or (isinstance(scale, int | float) and scale > 0))):
+            and (root := _scale_root(scale, query.size(-1))) is not None):
         out: torch.Tensor = _SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
         return out
     level = _functorch.maybe_get_level(query)
     q, k, v = (_functorch.get_unwrapped(t).movedim(_functorch.maybe_get_bdim(t), 0) for t in parts)
-    # aten's math kernel: the scale's square root on each side (calculate_scale(...).sqrt())
-    root = math.sqrt(1.0 / math.sqrt(query.size(-1)) if scale is None else float(scale))
     scores = torch.matmul(q * root, k.transpose(-2, -1) * root)
     return _functorch._add_batch_dim(torch.matmul(_safe_softmax(scores), v), 0, level)
 

@@ -89,7 +89,8 @@ def _header(session: CaptureFiles, relative: str) -> tuple[tuple[int, ...], str]
     with open_output(session.workdir, relative, session.role) as fh:
         shape, dtype = npy_header(fh, session.role, "captured tensor", ErrorCode.NOT_CAPTURABLE)
     if dtype.name not in DTYPES:
-        raise not_capturable(f"the {session.role}'s capture holds a tensor of dtype {dtype}")
+        raise not_capturable(f"the {session.role}'s capture holds a tensor of dtype {dtype}",
+                             f"Keep parameters and buffers in {', '.join(DTYPES)}.")
     return shape, dtype.name
 
 
@@ -107,7 +108,8 @@ def _checked_array(session: CaptureFiles, relative: str) -> np.ndarray:
     with open_output(session.workdir, relative, session.role) as fh:
         array = load_npy(fh, session.role, "captured tensor", ErrorCode.NOT_CAPTURABLE)
     if array.dtype.name not in DTYPES:
-        raise not_capturable(f"the {session.role}'s capture holds a tensor of dtype {array.dtype}")
+        raise not_capturable(f"the {session.role}'s capture holds a tensor of dtype {array.dtype}",
+                             f"Keep parameters and buffers in {', '.join(DTYPES)}.")
     return np.ascontiguousarray(array)
 
 

@@ -131,10 +131,12 @@ PYTHON_OPS: dict[str, Any] = {
 }
 INPUT_KINDS = ("parameter", "buffer", "constant", "user")
 OUTPUT_KINDS = ("user", "buffer_mutation")
+# The dtypes a graph may name or store (deny by default): no half, byte or short types, whose
+# kernels are separate code paths (an upsample's uint8 path read 2**63 bytes before its input,
+# red team, session 32) that no track's model needs: inputs are float32, labels int64
 DTYPES = {
     name: getattr(torch, name)
-    for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
-                 "complex64", "complex128")
+    for name in ("float32", "float64", "int32", "int64", "bool", "complex64", "complex128")
 }
 LAYOUTS = {"strided": torch.strided}
 MEMORY_FORMATS = {"contiguous_format": torch.contiguous_format, "preserve_format": torch.preserve_format,
@@ -711,6 +713,7 @@ GUARDS: dict[str, Any] = {
     "aten.pad.default": _circular_pad_keeps,
     "aten._pad_enum.default": _pad_enum_mode,
     "aten.scaled_dot_product_attention.default": _attention_shapes,
+    "aten._scaled_dot_product_attention_math.default": _attention_shapes,
     "aten.max_pool1d.default": _max_pool1d_window,
     **{f"aten.{name}.default": _max_pool_windows for name in (
         "max_pool1d_with_indices", "max_pool2d", "max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices")},
@@ -746,15 +749,26 @@ def _guarded(op: Any, guard: Any, run: Any = None) -> Any:
 MAX_STRING_ARG = 64  # the strings ATen ops take: einsum equations, modes ("tanh", "reflect", "floor")
 
 
+SCALAR_KINDS = frozenset({"IntType", "SymIntType", "FloatType", "NumberType", "BoolType", "SymBoolType",
+                          "SymFloatType"})
+
+
+def _scalar_node(value: Any) -> bool:
+    """A node whose value is a Python number: a size op's result (``sym_size``, ``numel``, ...)
+    or size arithmetic on them (``build_graph`` marks them)."""
+    return isinstance(value, fx.Node) and bool(value.meta.get("scalar"))
+
+
 def _fits(value: Any, jit_type: Any) -> bool:
-    """Whether a decoded argument can be a value of the schema's type (a node stands for a
-    tensor or a symbolic size; its own type is known only when it runs)."""
+    """Whether a decoded argument can be a value of the schema's type: a node stands for a
+    tensor (or a number, wrapped as aten wraps a Python number) where a tensor goes, and only a
+    size's node for a number: a tensor where a size, dim or scalar goes would be read as its
+    value, a data-dependent number (``_local_scalar_dense``'s, which DENIED_OPS refuses)."""
     kind = jit_type.kind()
     if kind == "OptionalType":
         return value is None or _fits(value, jit_type.getElementType())
     if isinstance(value, fx.Node):
-        return kind in ("TensorType", "IntType", "SymIntType", "FloatType", "NumberType", "BoolType",
-                        "SymBoolType", "SymFloatType")
+        return kind == "TensorType" or (kind in SCALAR_KINDS and _scalar_node(value))
     if kind == "TensorType":  # a Python number where a tensor goes is wrapped (mul.Tensor(x, 0.5))
         return isinstance(value, int | float | bool)
     if kind == "ListType":
@@ -838,11 +852,11 @@ def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) 
         if kwargs or len(args) != arity:
             raise refused("size arithmetic takes two values (one for neg) and no keywords")
         if name == "operator.getitem":
-            if not (isinstance(args[0], fx.Node) and isinstance(args[1], int) and not isinstance(args[1], bool)):
-                raise refused("getitem takes a node and an integer index")
-        elif not all(isinstance(a, fx.Node) or (isinstance(a, int | float) and not isinstance(a, bool))
-                     for a in args):
-            raise refused("size arithmetic takes nodes and numbers")
+            if not (isinstance(args[0], fx.Node) and args[0].meta.get("several")
+                    and isinstance(args[1], int) and not isinstance(args[1], bool)):
+                raise refused("getitem takes an op's several results and an integer index")
+        elif not all(_scalar_node(a) or (isinstance(a, int | float) and not isinstance(a, bool)) for a in args):
+            raise refused("size arithmetic takes sizes and numbers")
         return _literal_bits(args)
     arguments = target._schema.arguments
     positional = [a for a in arguments if not a.kwarg_only]
@@ -886,6 +900,9 @@ def _decode(value: Any, env: dict[str, fx.Node], device: torch.device) -> Any:
             return float(inner)
         if key == "$dtype" and inner in DTYPES:
             return DTYPES[inner]
+        if key == "$dtype":
+            raise not_capturable(f"the graph computes in dtype {str(inner)[:20]}; ideabench takes {', '.join(DTYPES)}",
+                                 "Compute in float32 (or float64); round and clamp in float to model lower precision.")
         if key == "$device" and inner in ("cpu", "cuda"):
             return device  # the trainer's device, whatever the capture saw
         if key == "$layout" and inner in LAYOUTS:
@@ -958,12 +975,19 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
             if len(decoded) != len(kwargs):
                 raise not_capturable("the captured graph is malformed (arguments)")
             literal_bits += check_call(str(node.get("target")), target, args, decoded)
+            if isinstance(target, torch._ops.OpOverload):
+                returns = [r.type.kind() for r in target._schema.returns]
+                scalar = returns in ([kind] for kind in SCALAR_KINDS)
+                several = len(returns) > 1 or returns == ["ListType"]
+            else:  # size arithmetic on sizes is a size; getitem picks one of an op's tensors
+                scalar, several = str(node.get("target")) != "operator.getitem", False
             # checked as the aten op; run in a faster form, its results to float rounding (bench.batched_ops),
             # behind the op's guard where it has one
             faster = batched_ops.FASTER.get(target, target)
             guard = GUARDS.get(str(node.get("target")))
             target = faster if guard is None else _guarded(target, guard, faster)
             env[name] = graph.call_function(target, tuple(args), decoded)
+            env[name].meta.update(scalar=scalar, several=several)
             module = node.get("module", "")
             if not isinstance(module, str) or not (module == "" or MODULE_PATH.fullmatch(module)):
                 raise not_capturable("the captured graph is malformed (a node's module label)")

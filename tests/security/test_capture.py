@@ -588,3 +588,73 @@ def test_integer_division_cannot_kill_the_trainer() -> None:
     calls[0]["kwargs"] = {"dtype": {"$dtype": "float32"}}  # with a float it is ordinary division
     program, _ = build_graph(_hand_written(calls, "o"), torch.device("cpu"))
     assert program(torch.ones(2, 2))[0].shape == (2, 2)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "uint8", "int8", "int16"])
+def test_a_graph_that_names_a_dtype_off_the_list_is_refused_with_a_hint(dtype: str) -> None:
+    """Deny by default: half, byte and short types are other kernels' code paths (an upsample's
+    uint8 path read 2**63 bytes before its input) that no track's model needs."""
+    doc = _one_call("aten._to_copy.default", ["@x"], {"dtype": {"$dtype": dtype}})
+    with pytest.raises(BenchError) as info:
+        build_graph(doc, torch.device("cpu"))
+    assert info.value.code == ErrorCode.NOT_CAPTURABLE and f"dtype {dtype}" in info.value.message
+    assert "float32" in (info.value.hint or "")
+
+
+def test_a_model_that_computes_in_half_is_refused_at_capture_and_float_models_pass() -> None:
+    class Half(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.lin(x.half().float())
+            return out
+
+    docs, _ = capture_docs(Half(), [8])
+    with pytest.raises(BenchError, match="dtype float16"):
+        build_graph(docs["train"], torch.device("cpu"))
+    for dtype in ("float32", "float64", "int32", "int64", "bool"):
+        build_graph(_one_call("aten._to_copy.default", ["@x"], {"dtype": {"$dtype": dtype}}), torch.device("cpu"))
+
+
+def _calls(*calls: tuple[str, str, list[Any], dict[str, Any]]) -> dict[str, Any]:
+    """A graph of ``calls`` (name, target, args, kwargs) on its input ``x``; ``"@name"`` is a
+    node; the last call's value is the output."""
+    def encode(value: Any) -> Any:
+        if isinstance(value, str) and value.startswith("@"):
+            return {"$node": value[1:]}
+        return [encode(v) for v in value] if isinstance(value, list) else value
+
+    nodes: list[dict[str, Any]] = [{"name": "x", "op": "placeholder"}]
+    nodes += [{"name": n, "op": "call_function", "target": t, "args": encode(a), "kwargs": {k: encode(v) for k, v in kw.items()}}
+              for n, t, a, kw in calls]
+    nodes.append({"name": "output", "op": "output", "args": [[{"$node": calls[-1][0]}]]})
+    return {"format": 1, "inputs": [{"kind": "user", "name": "x", "target": ""}],
+            "outputs": [{"kind": "user", "target": calls[-1][0]}], "nodes": nodes}
+
+
+TWO = ("two", "aten.sum.default", ["@x"], {})  # a 0-dim tensor, whose value aten would read as a number
+
+
+@pytest.mark.parametrize(("calls", "why"), [
+    ([TWO, ("y", "aten.view.default", ["@x", ["@two", -1]], {})], "'shape' is not a List[int]"),  # a size
+    ([TWO, ("y", "aten.mul.Scalar", ["@x", "@two"], {})], "'other' is not a number"),
+    ([TWO, ("y", "aten.select.int", ["@x", 0, "@two"], {})], "'index' is not a int"),  # an index
+    ([TWO, ("y", "aten.scaled_dot_product_attention.default", ["@x", "@x", "@x"], {"scale": "@two"})], "'scale' is not a Optional[float]"),
+    ([TWO, ("y", "operator.add", ["@two", 1], {})], "sizes and numbers"),  # size arithmetic on a tensor
+    ([("y", "operator.getitem", ["@x", 0], {})], "several results"),  # getitem of a tensor, not of an op's results
+])
+def test_a_tensor_where_a_number_goes_is_refused(calls: list[Any], why: str) -> None:
+    """Deny by default: where the schema takes a size, dim, index or scalar, a node must be a size
+    (``sym_size``, ``numel`` and arithmetic on them); aten would read a tensor's value there, a
+    number that depends on the data (what ``_local_scalar_dense`` gives, on DENIED_OPS)."""
+    assert why in _refused(_calls(*calls))
+
+
+def test_sizes_and_arithmetic_on_them_fill_sizes() -> None:
+    """What export writes for a dynamic batch: ``sym_size`` of the input, arithmetic, a view."""
+    doc = _calls(("b", "aten.sym_size.int", ["@x", 0], {}), ("n", "operator.mul", ["@b", 2], {}),
+                 ("y", "aten.view.default", ["@x", ["@n", -1]], {}))
+    program, _ = build_graph(doc, torch.device("cpu"))
+    assert program(torch.zeros(4, 6))[0].shape == (8, 3)

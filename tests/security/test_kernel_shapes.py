@@ -280,3 +280,19 @@ def test_grid_sampler_with_nan_and_huge_grids_reads_only_the_input() -> None:
                 assert not (y.abs() > 1e4).any(), (value, mode, padding)
         y = aten.grid_sampler_2d.default(x, grid, 1, 1, False)
         assert set(y.flatten().tolist()) <= set(x.flatten().tolist()) | {0.0}, value
+
+
+def test_the_math_attention_kernel_runs_behind_attentions_guard() -> None:
+    """``_scaled_dot_product_attention_math`` is on the allowlist (memory-safe: its products
+    check their shapes; a review) and runs behind the same guard as the public op: grouped-query
+    heads and a key of other rows than the value are refused before it runs."""
+    doc = _doc([("k", "aten.slice.Tensor", ["@x", 2, 0, 2]),
+                ("a", "aten._scaled_dot_product_attention_math.default", ["@x", "@k", "@x"]),
+                ("y", "operator.getitem", ["@a", 0])], "y")
+    with pytest.raises(RuntimeError, match="same rows"):
+        _run(doc, torch.randn(1, 1, 6, 8))
+    honest = _doc([("a", "aten._scaled_dot_product_attention_math.default", ["@x", "@x", "@x"]),
+                   ("y", "operator.getitem", ["@a", 0])], "y")
+    x = torch.randn(1, 2, 6, 8)
+    program, _ = build_graph(honest, CPU)
+    assert torch.equal(program(x)[0], aten._scaled_dot_product_attention_math.default(x, x, x)[0])
