@@ -106,7 +106,11 @@ MAX_SIZE_INT = 1 << 48
 def _bounded(fn: Any) -> Any:
     def call(*args: Any) -> Any:
         result = fn(*args)
-        if isinstance(result, int | float) and not abs(result) <= MAX_SIZE_INT:
+        if not isinstance(result, int | float) or isinstance(result, bool):
+            # a negative size to a fractional power is complex: unbounded by the test below, it reached
+            # a Scalar at 2**141 (a complex tensor of inf; red team, session 32). Only ints and floats.
+            raise OverflowError(f"size arithmetic gave a {type(result).__name__}, not an int or a float")
+        if not abs(result) <= MAX_SIZE_INT:
             raise OverflowError(f"size arithmetic gave {str(result)[:20]}, beyond {MAX_SIZE_INT}")
         return result
     return call
@@ -687,6 +691,29 @@ def _max_pool1d_window(op: Any, given: dict[str, Any]) -> None:
     _max_pool_windows(op, given)
 
 
+def _one_hot_classes(op: Any, given: dict[str, Any]) -> None:
+    """``one_hot``'s default of -1 classes takes the count from the input's largest value: a size
+    that is data, read back by ``sym_size`` (red team, session 32). The count must be an int of
+    at least 1 (what ``F.one_hot(x, n)`` captures to)."""
+    classes = given.get("num_classes", -1)
+    if type(classes) is not int or classes < 1:
+        raise RuntimeError(f"{op}: num_classes must be given, at least 1 (-1 reads it from the data)")
+
+
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def _integer_indices(op: Any, given: dict[str, Any]) -> None:
+    """``index.Tensor`` with a bool (or byte) mask selects the masked elements: a result whose
+    length is the count of true values, a size that is data, read back by ``sym_size`` (red team,
+    session 32). Each index must be None or a tensor of int32 or int64 positions (what ``x[:, i]``
+    captures to); a mask selects with ``where`` or ``masked_fill`` instead."""
+    indices = given.get("indices")
+    if not isinstance(indices, list | tuple) or not all(
+            i is None or (isinstance(i, torch.Tensor) and i.dtype in INDEX_DTYPES) for i in indices):
+        raise RuntimeError(f"{op}: each index must be None or an int32 or int64 tensor (no masks: a data-dependent size)")
+
+
 PAD_MODES = 4  # _pad_enum's modes: reflect, replicate, circular, constant (at::padding_mode)
 
 
@@ -726,6 +753,8 @@ GUARDS: dict[str, Any] = {
     "aten.matrix_power.default": _matrix_power_exponent,
     "aten._prelu_kernel.default": _prelu_weight_rank,
     "aten._euclidean_dist.default": _distance_ranks,
+    "aten.one_hot.default": _one_hot_classes,
+    "aten.index.Tensor": _integer_indices,
 }
 
 
@@ -753,6 +782,12 @@ SCALAR_KINDS = frozenset({"IntType", "SymIntType", "FloatType", "NumberType", "B
                           "SymFloatType"})
 
 
+# What a size's node may fill: a number, never a flag. No size is a bool, but aten read an int as
+# one: the batch size turned ``native_dropout``'s ``train`` or a ``keepdim`` on and off (red team,
+# session 32). A bool argument takes a literal True or False.
+SIZE_FILLS = SCALAR_KINDS - {"BoolType", "SymBoolType"}
+
+
 def _scalar_node(value: Any) -> bool:
     """A node whose value is a Python number: a size op's result (``sym_size``, ``numel``, ...)
     or size arithmetic on them (``build_graph`` marks them)."""
@@ -768,7 +803,9 @@ def _fits(value: Any, jit_type: Any) -> bool:
     if kind == "OptionalType":
         return value is None or _fits(value, jit_type.getElementType())
     if isinstance(value, fx.Node):
-        return kind == "TensorType" or (kind in SCALAR_KINDS and _scalar_node(value))
+        if value.meta.get("several"):  # an op's several results: only getitem takes them
+            return False
+        return kind == "TensorType" or (kind in SIZE_FILLS and _scalar_node(value))
     if kind == "TensorType":  # a Python number where a tensor goes is wrapped (mul.Tensor(x, 0.5))
         return isinstance(value, int | float | bool)
     if kind == "ListType":
@@ -813,6 +850,39 @@ def _integers(value: Any, jit_type: Any) -> list[int]:
     if kind in ("IntType", "SymIntType") and isinstance(value, int) and not isinstance(value, bool):
         return [value]
     return []
+
+
+def _node_integers(target: Any, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, ...]:
+    """The names of ``target``'s integer arguments (a size, dim, index or mode, alone, in a list or
+    optional) that a node fills: a size's value is known only when the graph runs."""
+    def holds(value: Any, jit_type: Any) -> bool:
+        kind = jit_type.kind()
+        if kind in ("OptionalType", "ListType"):
+            inner = jit_type.getElementType()
+            return any(holds(v, inner) for v in (value if isinstance(value, list | tuple) else [value]))
+        return kind in ("IntType", "SymIntType") and isinstance(value, fx.Node)
+
+    positional = [a for a in target._schema.arguments if not a.kwarg_only]
+    given = {**{a.name: v for a, v in zip(positional, args, strict=False)}, **kwargs}
+    return tuple(a.name for a in target._schema.arguments if a.name in given and holds(given[a.name], a.real_type))
+
+
+def _sizes_within(name: str, arguments: tuple[str, ...]) -> Any:
+    """A guard: the integers of ``arguments`` that nodes filled are ints within ``MAX_INT_ARG`` of 0
+    (``INT_SENTINELS`` aside) when the graph runs, as ``check_call`` holds a literal's. A size op's
+    result or arithmetic on it reached a kernel at 2**48 (``_bounded``) or 2**62 (``numel`` of an
+    expanded tensor), and a float (``truediv``) where an int goes (red team, session 32)."""
+    def guard(op: Any, given: dict[str, Any]) -> None:
+        for argument in arguments:
+            value = given.get(argument)
+            for v in value if isinstance(value, list | tuple) else [value]:
+                if v is None:
+                    continue
+                if (not isinstance(v, int) or isinstance(v, bool)
+                        or (abs(v) > MAX_INT_ARG and v not in INT_SENTINELS.get((name, argument), ()))):
+                    raise RuntimeError(f"{op}: argument {argument!r} holds a size beyond 2**31 either side of 0 "
+                                       f"or not an int ({str(v)[:24]})")
+    return guard
 
 
 def _literal_bits(value: Any) -> int:
@@ -892,6 +962,9 @@ def _decode(value: Any, env: dict[str, fx.Node], device: torch.device) -> Any:
         return [_decode(v, env, device) for v in value]
     if isinstance(value, dict) and len(value) == 1:
         (key, inner), = value.items()
+        if not isinstance(inner, str) and key in ("$node", "$dtype", "$layout", "$memory_format"):
+            # a list or dict there made ``inner in env`` raise TypeError: an internal error, not a refusal
+            raise not_capturable(f"the graph holds an argument ideabench does not accept: {str(value)[:80]}")
         if key == "$node" and inner in env:
             return env[inner]
         if key == "$tuple" and isinstance(inner, list):
@@ -985,7 +1058,10 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
             # behind the op's guard where it has one
             faster = batched_ops.FASTER.get(target, target)
             guard = GUARDS.get(str(node.get("target")))
-            target = faster if guard is None else _guarded(target, guard, faster)
+            op, target = target, faster if guard is None else _guarded(target, guard, faster)
+            sized = _node_integers(op, args, decoded) if isinstance(op, torch._ops.OpOverload) else ()
+            if sized:  # every integer a node fills is bounded as a literal is, when the graph runs
+                target = _guarded(op, _sizes_within(str(node.get("target")), sized), target)
             env[name] = graph.call_function(target, tuple(args), decoded)
             env[name].meta.update(scalar=scalar, several=several)
             module = node.get("module", "")

@@ -25,7 +25,10 @@ reason it meets, with a test of its own if it is in none.
 (``bench.graph.GUARDS``), as integer division does. The red team of this list found five such
 kernels reading or writing past a tensor (a neighbour row, a segfault, heap bytes): the private
 FFTs, ``_scaled_dot_product_flash_attention_for_cpu`` and the embedding bags, which no model
-captures to, are off the list; batch and weight norm are guarded.
+captures to, are off the list; batch and weight norm are guarded. Off it too since session 32: ops
+whose result's size or offset is a tensor's value (``where`` of a condition alone, which is
+``nonzero``; ``narrow.Tensor``'s start; a red team read a count of true values back through
+``sym_size``): a size is never data.
 """
 
 from __future__ import annotations
@@ -101,7 +104,7 @@ ALLOWED_OPS: dict[str, frozenset[str]] = {
         "special_xlogy.self_scalar", "sqrt.default", "square.default", "sub.Scalar", "sub.Tensor",
         "subtract.Scalar", "subtract.Tensor", "tan.default", "tanh.default", "threshold.default",
         "true_divide.Scalar", "true_divide.Tensor", "trunc.default", "where.Scalar", "where.ScalarOther",
-        "where.ScalarSelf", "where.default", "where.self", "xlogy.Scalar_Other", "xlogy.Scalar_Self",
+        "where.ScalarSelf", "where.self", "xlogy.Scalar_Other", "xlogy.Scalar_Self",
         "xlogy.Tensor",
     ),
     "reduce": _ops(
@@ -132,7 +135,7 @@ ALLOWED_OPS: dict[str, frozenset[str]] = {
         "dsplit.int", "dstack.default", "expand.default", "expand_as.default", "expand_copy.default",
         "flatten.using_ints", "flip.default", "fliplr.default", "flipud.default", "hsplit.array", "hsplit.int",
         "hstack.default", "mH.default", "mT.default", "matrix_H.default", "moveaxis.int", "moveaxis.intlist",
-        "movedim.int", "movedim.intlist", "narrow.Tensor", "narrow.default", "numpy_T.default",
+        "movedim.int", "movedim.intlist", "narrow.default", "numpy_T.default",
         "permute.default", "ravel.default", "repeat.default", "repeat_interleave.self_int", "reshape.default",
         "reshape_as.default", "roll.default", "rot90.default", "row_stack.default", "select.int",
         "slice.Tensor", "split.Tensor", "split.sizes", "split_with_sizes.default",

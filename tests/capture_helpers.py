@@ -79,3 +79,20 @@ def close_to_rounding(a: torch.Tensor, b: torch.Tensor, rel: float = 1e-6) -> bo
     if a.numel() == 0:
         return True
     return float((a.double() - b.double()).abs().max()) <= rel * max(float(a.abs().max()), 1.0)
+
+
+def graph_of(*calls: tuple[str, str, list[Any], dict[str, Any]]) -> dict[str, Any]:
+    """A graph document as a hostile capture child could write it: one input ``x``, then
+    ``calls`` (name, target, args, kwargs) with ``"@name"`` standing for a node; the last call's
+    value is the output."""
+    def encode(value: Any) -> Any:
+        if isinstance(value, str) and value.startswith("@"):
+            return {"$node": value[1:]}
+        return [encode(v) for v in value] if isinstance(value, list) else value
+
+    nodes: list[dict[str, Any]] = [{"name": "x", "op": "placeholder"}]
+    nodes += [{"name": n, "op": "call_function", "target": t, "args": encode(a),
+               "kwargs": {k: encode(v) for k, v in kw.items()}} for n, t, a, kw in calls]
+    nodes.append({"name": "output", "op": "output", "args": [[{"$node": calls[-1][0]}]]})
+    return {"format": 1, "inputs": [{"kind": "user", "name": "x", "target": ""}],
+            "outputs": [{"kind": "user", "target": calls[-1][0]}], "nodes": nodes}

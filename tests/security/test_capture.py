@@ -20,7 +20,7 @@ from bench.errors import BenchError, ErrorCode
 from bench.graph import build_graph, rebuild
 from bench.protocol import JudgeRequest, judge
 from bench.registry import load_track
-from tests.capture_helpers import capture_docs
+from tests.capture_helpers import capture_docs, graph_of
 from tests.conftest import use_cache
 
 HOSTILE = Path(__file__).parent / "hostile"
@@ -455,13 +455,7 @@ def test_arguments_must_bind_to_the_schema() -> None:
 
 def _one_call(target: str, args: list[Any], kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     """A graph of one call on its input ``x`` (``"@x"``) as a capture child could write it."""
-    encode = {"@x": {"$node": "x"}}
-    return {"format": 1, "inputs": [{"kind": "user", "name": "x", "target": ""}],
-            "outputs": [{"kind": "user", "target": "y"}],
-            "nodes": [{"name": "x", "op": "placeholder"},
-                      {"name": "y", "op": "call_function", "target": target,
-                       "args": [encode.get(a, a) if isinstance(a, str) else a for a in args], "kwargs": kwargs or {}},
-                      {"name": "output", "op": "output", "args": [[{"$node": "y"}]]}]}
+    return graph_of(("y", target, args, kwargs or {}))
 
 
 @pytest.mark.parametrize(("target", "args", "kwargs"), [
@@ -618,22 +612,6 @@ def test_a_model_that_computes_in_half_is_refused_at_capture_and_float_models_pa
         build_graph(_one_call("aten._to_copy.default", ["@x"], {"dtype": {"$dtype": dtype}}), torch.device("cpu"))
 
 
-def _calls(*calls: tuple[str, str, list[Any], dict[str, Any]]) -> dict[str, Any]:
-    """A graph of ``calls`` (name, target, args, kwargs) on its input ``x``; ``"@name"`` is a
-    node; the last call's value is the output."""
-    def encode(value: Any) -> Any:
-        if isinstance(value, str) and value.startswith("@"):
-            return {"$node": value[1:]}
-        return [encode(v) for v in value] if isinstance(value, list) else value
-
-    nodes: list[dict[str, Any]] = [{"name": "x", "op": "placeholder"}]
-    nodes += [{"name": n, "op": "call_function", "target": t, "args": encode(a), "kwargs": {k: encode(v) for k, v in kw.items()}}
-              for n, t, a, kw in calls]
-    nodes.append({"name": "output", "op": "output", "args": [[{"$node": calls[-1][0]}]]})
-    return {"format": 1, "inputs": [{"kind": "user", "name": "x", "target": ""}],
-            "outputs": [{"kind": "user", "target": calls[-1][0]}], "nodes": nodes}
-
-
 TWO = ("two", "aten.sum.default", ["@x"], {})  # a 0-dim tensor, whose value aten would read as a number
 
 
@@ -649,12 +627,12 @@ def test_a_tensor_where_a_number_goes_is_refused(calls: list[Any], why: str) -> 
     """Deny by default: where the schema takes a size, dim, index or scalar, a node must be a size
     (``sym_size``, ``numel`` and arithmetic on them); aten would read a tensor's value there, a
     number that depends on the data (what ``_local_scalar_dense`` gives, on DENIED_OPS)."""
-    assert why in _refused(_calls(*calls))
+    assert why in _refused(graph_of(*calls))
 
 
 def test_sizes_and_arithmetic_on_them_fill_sizes() -> None:
     """What export writes for a dynamic batch: ``sym_size`` of the input, arithmetic, a view."""
-    doc = _calls(("b", "aten.sym_size.int", ["@x", 0], {}), ("n", "operator.mul", ["@b", 2], {}),
+    doc = graph_of(("b", "aten.sym_size.int", ["@x", 0], {}), ("n", "operator.mul", ["@b", 2], {}),
                  ("y", "aten.view.default", ["@x", ["@n", -1]], {}))
     program, _ = build_graph(doc, torch.device("cpu"))
     assert program(torch.zeros(4, 6))[0].shape == (8, 3)
