@@ -199,7 +199,7 @@ def nested(jobs: dict[Any, Any], pairs: int, replicates: int, scale: float) -> d
     return {"pairs": len(diffs), "within": round(100.0 * math.sqrt(within) / scale, 2),
             "between": round(100.0 * math.sqrt(between) / scale, 2),
             "mde8": {str(n): round(100.0 * minimum_detectable_effect(math.sqrt(between + within / n), 8) / scale, 2)
-                     for n in (1, 2, 3, 4, 6, 8)},
+                     for n in (1, 2, 3, 4, 6, 8, 12, 16)},
             "diffs": [[round(100.0 * v / scale, 3) for v in d] for d in diffs]}
 
 
