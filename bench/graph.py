@@ -1050,7 +1050,7 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
             literal_bits += check_call(str(node.get("target")), target, args, decoded)
             if isinstance(target, torch._ops.OpOverload):
                 returns = [r.type.kind() for r in target._schema.returns]
-                scalar = returns in ([kind] for kind in SCALAR_KINDS)
+                scalar = len(returns) == 1 and returns[0] in SCALAR_KINDS  # a size op's number
                 several = len(returns) > 1 or returns == ["ListType"]
             else:  # size arithmetic on sizes is a size; getitem picks one of an op's tensors
                 scalar, several = str(node.get("target")) != "operator.getitem", False
