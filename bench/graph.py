@@ -531,30 +531,6 @@ def _attention_shapes(op: Any, given: dict[str, Any]) -> None:
         raise RuntimeError(f"{op}: the shapes do not broadcast as attention's ({exc})") from None
 
 
-def _pool_window(op: Any, given: dict[str, Any]) -> None:
-    """A 1-D max-pool computes ``(kernel - 1) * dilation`` in 64-bit integers: a kernel of
-    ``2**62 + 1`` with a dilation of 4 wraps it to 0, every check passes, and one call looped
-    2**62 times (red team, session 31). Each window, stride, padding and dilation must be a
-    small positive count, the dilated window within the padded input."""
-    x = given.get("self")
-    values = [given.get(name) for name in ("kernel_size", "stride", "padding", "dilation")]
-    if not isinstance(x, torch.Tensor) or x.dim() < 1:
-        raise RuntimeError(f"{op} needs an input tensor")
-    parts = []
-    for value, default in zip(values, (None, None, 0, 1), strict=True):
-        if value is None or (isinstance(value, list | tuple) and len(value) == 0):
-            value = [default] if default is not None else []
-        if not isinstance(value, list | tuple) or len(value) > 1 or any(type(v) is not int for v in value):
-            raise RuntimeError(f"{op}: kernel, stride, padding and dilation must be one int each")
-        parts.append(value[0] if value else None)
-    kernel, stride = parts[0], parts[1] if parts[1] is not None else parts[0]
-    padding, dilation = int(parts[2] or 0), int(parts[3] or 0)
-    if kernel is None or kernel < 1 or stride is None or stride < 1 or padding < 0 or dilation < 1:
-        raise RuntimeError(f"{op}: kernel, stride and dilation must be at least 1, padding at least 0")
-    if (kernel - 1) * dilation + 1 > x.size(-1) + 2 * padding:
-        raise RuntimeError(f"{op}: the dilated window is longer than the padded input")
-
-
 MAX_MATRIX_POWER = 1 << 32
 
 
@@ -651,7 +627,8 @@ def _max_pool_windows(op: Any, given: dict[str, Any]) -> None:
     from the padding: length 2, padding 1, kernel 2, dilation 3) gives -inf and the index of its
     first tap, one row past the plane; the backward adds the window's gradient there: into the
     next sample's gradient, or past the buffer, a segfault at a width of 8192 (red team,
-    session 32). Kernel, stride, padding and dilation must be one int or one per spatial
+    session 32); a 1-D kernel of ``2**62 + 1`` with a dilation of 4 wrapped ``(kernel - 1) *
+    dilation`` to 0 and looped 2**62 times (session 31). Kernel, stride, padding and dilation must be one int or one per spatial
     dimension (stride none: the kernel), kernel, stride and dilation in 1..2**31, padding in
     0..kernel / 2, at least one window, and every window (aten's count, ceil mode included) must
     hold an input element: counted in Python integers over the windows that start in the
@@ -684,11 +661,6 @@ def _max_pool_windows(op: Any, given: dict[str, Any]) -> None:
             first = start + -(start // d) * d  # the first tap at 0 or after
             if first >= length or first > start + d * (k - 1):
                 raise RuntimeError(f"{op}: a window of dilated taps holds no element of the input")
-
-
-def _max_pool1d_window(op: Any, given: dict[str, Any]) -> None:
-    _pool_window(op, given)
-    _max_pool_windows(op, given)
 
 
 def _one_hot_classes(op: Any, given: dict[str, Any]) -> None:
@@ -741,7 +713,7 @@ GUARDS: dict[str, Any] = {
     "aten._pad_enum.default": _pad_enum_mode,
     "aten.scaled_dot_product_attention.default": _attention_shapes,
     "aten._scaled_dot_product_attention_math.default": _attention_shapes,
-    "aten.max_pool1d.default": _max_pool1d_window,
+    "aten.max_pool1d.default": _max_pool_windows,
     **{f"aten.{name}.default": _max_pool_windows for name in (
         "max_pool1d_with_indices", "max_pool2d", "max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices")},
     "aten._native_batch_norm_legit_functional.default": _per_channel,

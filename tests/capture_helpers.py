@@ -96,3 +96,13 @@ def graph_of(*calls: tuple[str, str, list[Any], dict[str, Any]]) -> dict[str, An
     nodes.append({"name": "output", "op": "output", "args": [[{"$node": calls[-1][0]}]]})
     return {"format": 1, "inputs": [{"kind": "user", "name": "x", "target": ""}],
             "outputs": [{"kind": "user", "target": calls[-1][0]}], "nodes": nodes}
+
+
+def no_worse_than_aten(exact: Sequence[torch.Tensor], aten_results: Sequence[torch.Tensor],
+                       got: Sequence[torch.Tensor], dtype: torch.dtype) -> None:
+    """In a low-precision ``dtype``, each of a batched form's results is within twice aten's own
+    error of the double-precision ``exact`` result, plus 4 units of the dtype."""
+    eps = torch.finfo(dtype).eps
+    for ref, a, b in zip(exact, aten_results, got, strict=True):
+        aten_error = float((a.double() - ref).abs().max())
+        assert float((b.double() - ref).abs().max()) <= 2 * aten_error + 4 * eps

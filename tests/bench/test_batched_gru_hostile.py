@@ -21,7 +21,13 @@ from bench.graph import CapturedModel
 from bench.trainer import RunConfig, train
 from bench.vectorized import probe, train_group
 from tests.capture_helpers import close_to_rounding as _close
-from tests.capture_helpers import count_calls, no_functorch, runs_of, through_capture
+from tests.capture_helpers import (
+    count_calls,
+    no_functorch,
+    no_worse_than_aten,
+    runs_of,
+    through_capture,
+)
 
 GRU = torch.ops.aten.gru.input
 RUNS = 3
@@ -306,10 +312,7 @@ def test_other_float_dtypes_give_the_aten_ops_results(dtype: torch.dtype) -> Non
     if dtype == torch.float64:
         assert all(_close(a, b, 1e-12) for a, b in zip(aten_, got, strict=True))
         return
-    eps = torch.finfo(dtype).eps
-    for ref, a, b in zip(exact, aten_, got, strict=True):
-        aten_error = float((a.double() - ref).abs().max())
-        assert float((b.double() - ref).abs().max()) <= 2 * aten_error + 4 * eps
+    no_worse_than_aten(exact, aten_, got, dtype)
 
 
 @pytest.mark.parametrize("kind", ["complex", "integer", "mixed", "float8"])

@@ -24,8 +24,8 @@ compared bit for bit. Probes that could crash ran in a subprocess (``_in_child``
   over the input from the padding (length 2, padding 1, kernel 2, dilation 3) gives -inf and the
   index of its first tap, one row past the plane; the backward adds the window's gradient
   there: into the next sample's gradient (10, 20 where 0 was due), past the buffer for the last
-  sample (a segfault at a width of 8192). Guard ``_max_pool_windows`` (with session 31's
-  ``_pool_window`` for ``max_pool1d``).
+  sample (a segfault at a width of 8192). Guard ``_max_pool_windows``, on every max-pool (it
+  also holds session 31's ``max_pool1d`` kernel that wrapped).
 - ``_pad_enum.default`` casts its int64 mode to 32 bits: mode ``2 + 2**32`` is circular to the
   kernel but slipped past session 31's circular-pad guard (which tested ``mode == 2``), and pads
   (-5, 5) returned uninitialised memory (heap pointers). Guard ``_pad_enum_mode``; the build's
