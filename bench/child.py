@@ -258,10 +258,11 @@ class ArmRunner:
 
     def check(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Rebuild one model per config; check its output shape; count what it holds."""
-        from bench.trainer import check_output_shape, flops_per_example
+        from bench.cost import forward_costs
+        from bench.trainer import check_output_shape
 
         x = self._arrays(cmd["data_dir"])["x_train"]
-        counts, buffers, flops, tensors = [], [], [], []
+        counts, buffers, flops, fixed, tensors = [], [], [], [], []
         for hparams in cmd["configs"]:
             model = self._build(hparams, init_seed=self.init_seeds[0])
             # counted as built, before any forward: a train-mode forward rewrites running
@@ -270,6 +271,13 @@ class ArmRunner:
             counts.append(n_params)
             buffers.append(n_buffers)
             tensors.append(len(model._parameters))
+            # counted on fake tensors first: a forward too dear to run is refused before one runs
+            try:
+                per_example, fixed_cost = forward_costs(model, x)
+            except Exception as exc:
+                raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
+            flops.append(per_example)
+            fixed.append(fixed_cost)
             try:
                 check_output_shape(model, x, self.spec["output_shape"], self.role)
             except BenchError:
@@ -287,11 +295,8 @@ class ArmRunner:
                                      "The submodule must exist in both arms (the baseline's too), be called "
                                      "once with one activation in and one out, train a parameter and feed "
                                      "the model's output (docs/idea-contract.md).") from None
-            try:
-                flops.append(flops_per_example(model, x))
-            except Exception as exc:
-                raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
-        answer: dict[str, Any] = {"n_params": counts, "n_buffers": buffers, "flops": flops, "n_tensors": tensors}
+        answer: dict[str, Any] = {"n_params": counts, "n_buffers": buffers, "flops": flops, "fixed_flops": fixed,
+                                  "n_tensors": tensors}
         if cmd.get("probe"):
             answer["vectorizable"], answer["why"] = self._probe(cmd)
         return answer

@@ -295,14 +295,26 @@ def parity_error(limits: ParityLimits, hparams: Mapping[str, Any], n_params: int
     return None
 
 
-def compute_error(hparams: Mapping[str, Any], cost: float, base_flops: float, ratio: float) -> BenchError | None:
-    """Why one idea config costs too many forward FLOPs per example (compute parity), or None."""
-    if cost <= ratio * base_flops:
+FIXED_FREE = float(2**20)  # operations a forward may spend besides its rows before they count (about 1 ms)
+
+
+def compute_error(hparams: Mapping[str, Any], cost: float, base_flops: float, ratio: float,
+                  fixed: float = 0.0, batch_size: int = 1) -> BenchError | None:
+    """Why one idea config costs too much compute (compute parity), or None: its forward's
+    operations per example (``bench.cost``), its fixed cost past ``FIXED_FREE`` spread over a
+    training batch, at most ``ratio`` times the baseline's per example. The fixed part is what a
+    forward costs whatever its rows (a weight transposed once, a constant the model builds):
+    until session 33 it was not counted, and a model that summed an expanded constant of 2**29
+    elements each forward, the baseline's cost per example, made a smoke job 45 times slower."""
+    spread = max(0.0, fixed - FIXED_FREE) / max(batch_size, 1)
+    if cost + spread <= ratio * base_flops:
         return None
     where = f" (config {dict(hparams)})" if hparams else ""
+    besides = (f" and {fixed:.4g} a forward besides its rows ({spread:.4g} per example of a batch of "
+               f"{batch_size})") if spread > 0 else ""
     return BenchError(
         ErrorCode.COMPUTE_PARITY,
-        f"The idea costs {cost:.4g} forward FLOPs per example{where}, more than {ratio:g} x the "
+        f"The idea costs {cost:.4g} forward FLOPs per example{besides}{where}, more than {ratio:g} x the "
         f"baseline's {base_flops:.4g}: it is not judged.",
     )
 

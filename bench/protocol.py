@@ -50,6 +50,7 @@ from bench.contract import (
     declared_hparams,
 )
 from bench.decide import (
+    FIXED_FREE,
     ParityLimits,
     SweepRow,
     SweepRun,
@@ -558,9 +559,12 @@ class _Job:
         flops = {arm: [float(f) for f in checked[arm]["flops"]] for arm in ARMS}
         if not all(math.isfinite(f) and f >= 0 for arm in ARMS for f in flops[arm]):
             raise BenchError(ErrorCode.INTERNAL, "a trainer counted FLOPs that are not finite")
+        fixed = [float(f) for f in checked["idea"]["fixed_flops"]]
+        if not all(math.isfinite(f) and f >= 0 for f in fixed):
+            raise BenchError(ErrorCode.INTERNAL, "a trainer counted FLOPs that are not finite")
         base, ratio = self.compute_limit(flops, base_params)
-        for hparams, cost in zip(self.grids["idea"], flops["idea"], strict=True):
-            error = compute_error(hparams, cost, base, ratio)
+        for hparams, cost, besides in zip(self.grids["idea"], flops["idea"], fixed, strict=True):
+            error = compute_error(hparams, cost, base, ratio, besides, self.settings.defaults.batch_size)
             if error is not None:
                 raise error
         self.flops = {arm: max(flops[arm]) for arm in ARMS}
@@ -1287,7 +1291,9 @@ def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, se
         "parameter_tensors": {"idea": [int(n) for n in checked["idea"]["n_tensors"]],
                               "limit": max_tensors(max(int(n) for n in checked["baseline"]["n_tensors"]))},
         "flops_per_example": {"idea": flops["idea"], "baseline": base_flops,
-                              "limit": compute_ratio * base_flops},
+                              "limit": compute_ratio * base_flops,
+                              "idea_fixed": [float(f) for f in checked["idea"]["fixed_flops"]],
+                              "fixed_free": FIXED_FREE, "batch_size": job.settings.defaults.batch_size},
         "graph_sha256": list(job.capture_info["idea"].graph_sha256),
         "execution": {"path": job.path, "why": job.path_reason or None},
         "mechanism": job.mechanism,

@@ -203,7 +203,7 @@ def load_npy(fh: BinaryIO, role: str, what: str, code: ErrorCode = ErrorCode.TRA
 # that sends one of those is taken at its word only as far as "the arm's process failed".
 CHILD_CODES = frozenset({
     ErrorCode.INVALID_CODE, ErrorCode.MISSING_BUILD_MODEL, ErrorCode.BAD_OUTPUT_SHAPE, ErrorCode.NOT_A_MODULE,
-    ErrorCode.NOT_CAPTURABLE, ErrorCode.TOO_MANY_PARAMETERS, ErrorCode.PARAMETER_PARITY,
+    ErrorCode.NOT_CAPTURABLE, ErrorCode.TOO_MANY_PARAMETERS, ErrorCode.PARAMETER_PARITY, ErrorCode.COMPUTE_PARITY,
     ErrorCode.INVALID_HPARAMS, ErrorCode.INVALID_MECHANISM, ErrorCode.MECHANISM_ERROR, ErrorCode.ROW_DEPENDENT,
     ErrorCode.TRAINING_ERROR, ErrorCode.OUT_OF_MEMORY, ErrorCode.OUTPUT_LIMIT, ErrorCode.SANDBOX_VIOLATION,
     ErrorCode.INVALID_TRACK, ErrorCode.CRASHED,

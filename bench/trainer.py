@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench.errors import BenchError, ErrorCode
 
@@ -111,72 +110,6 @@ def check_output_shape(model: nn.Module, x: torch.Tensor, output_shape: list[int
             ErrorCode.BAD_OUTPUT_SHAPE,
             f"The {role} maps input {tuple(x[:2].shape)} to {got}; expected {expected}.",
         )
-
-
-FLOP_ROWS = 8
-
-
-class _ElementWork(TorchDispatchMode):  # type: ignore[no-untyped-call]  # (torch's, untyped)
-    """Counts, over every ATen op a forward calls, the elements its tensor outputs hold: what
-    ``FlopCounterMode`` leaves out (it counts matrix products, convolutions and attention only,
-    so a dense layer written as broadcast multiply and sum cost nothing; red team)."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.elements = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        for value in torch.utils._pytree.tree_leaves(out):
-            if isinstance(value, torch.Tensor):
-                self.elements += value.numel()
-        return out
-
-
-def _never_compiled(mode: type) -> None:
-    """Let ``mode``'s ``__torch_dispatch__`` run without importing ``torch._dynamo``.
-
-    ``TorchDispatchMode`` wraps each subclass's ``__torch_dispatch__`` in ``torch._disable_dynamo``,
-    whose first call imports all of ``torch._dynamo`` (about 1 CPU-second, as much as ``import
-    torch``) only to keep a ``torch.compile`` out of the mode's frames. A trainer child compiles
-    nothing, so the wrapper is handed the function itself as its disabled form (the cache it
-    fills on that first call): the same function runs, without the import. A torch that wraps
-    otherwise is left alone (the import comes back, nothing else changes)."""
-    raw = getattr(mode.__dict__.get("__torch_dispatch__"), "__wrapped__", None)
-    if callable(raw) and getattr(raw, "__dynamo_disable", None) is None:
-        setattr(raw, "__dynamo_disable", raw)  # noqa: B010 - a literal name, never mangled
-
-
-def _forward_cost(model: nn.Module, rows: torch.Tensor) -> float:
-    from torch.utils import flop_counter
-    from torch.utils.flop_counter import FlopCounterMode
-
-    _never_compiled(flop_counter._FlopCounterMode)
-    _never_compiled(_ElementWork)
-    with torch.no_grad(), FlopCounterMode(display=False) as counter, _ElementWork() as work:
-        model(rows)
-    return float(counter.get_total_flops() + work.elements)
-
-
-def flops_per_example(model: nn.Module, x: torch.Tensor) -> float:
-    """The model's forward cost per example: the FLOPs of its matrix products, convolutions and
-    attention (torch's ``FlopCounterMode``) plus one operation per element every op outputs
-    (elementwise work, reductions, copies), per added row: the cost of ``2 * FLOP_ROWS`` rows
-    less that of ``FLOP_ROWS``, over ``FLOP_ROWS`` (what does not grow with the batch, such as
-    a weight transposed once, is not the example's). In eval mode and in train mode (on a copy
-    when training writes buffers, so the count changes no running statistics); the larger. A
-    weight-tied block applied twenty times holds one block's parameters and costs twenty."""
-    import copy
-
-    was_training = model.training
-    counts = []
-    for training in (False, True):
-        target = copy.deepcopy(model) if training and getattr(model, "mutates_buffers", False) else model
-        target.train(training)
-        small, large = (_forward_cost(target, x[:n]) for n in (FLOP_ROWS, 2 * FLOP_ROWS))
-        counts.append(max(0.0, large - small) / FLOP_ROWS)
-    model.train(was_training)
-    return float(max(counts))
 
 
 def _loss_fn(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:

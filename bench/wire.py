@@ -191,7 +191,8 @@ class CheckReply(Reply):
 
     n_params: list[int] = Field(max_length=MAX_ANSWER_ITEMS)
     n_buffers: list[int] = Field(max_length=MAX_ANSWER_ITEMS)
-    flops: list[float] = Field(max_length=MAX_ANSWER_ITEMS)
+    flops: list[float] = Field(max_length=MAX_ANSWER_ITEMS)  # forward cost per example (bench.cost)
+    fixed_flops: list[float] = Field(max_length=MAX_ANSWER_ITEMS)  # a forward's cost besides
     n_tensors: list[int] = Field(max_length=MAX_ANSWER_ITEMS)
     vectorizable: bool | None = None
     why: str | None = None

@@ -157,7 +157,7 @@ class ScriptedExecutor:
     def check(self, arm: str, command: wire.Check) -> dict[str, Any]:
         n = len(command.configs)
         return {"ok": True, "n_params": [self.counts.get(arm, 321)] * n, "n_buffers": [0] * n, "flops": [642.0] * n,
-                "n_tensors": [4] * n, "vectorizable": True}
+                "fixed_flops": [0.0] * n, "n_tensors": [4] * n, "vectorizable": True}
 
     def train(self, arm: str, runs: list[dict[str, Any]], path: str, on_run: Callable[[Trained], None]) -> None:
         for run in runs:

@@ -355,6 +355,18 @@ def test_compute_is_counted_and_capped(job_tmp: Path, name: str) -> None:
     assert error.code is ErrorCode.COMPUTE_PARITY and "per example" in error.message, error.to_dict()
 
 
+@pytest.mark.parametrize(("name", "said"), [("fixed_cost_gadget.py", "a forward besides its rows"),
+                                            ("endless_forward.py", "A forward of 16 rows costs")])
+def test_compute_that_does_not_grow_with_the_batch_is_counted_before_it_runs(job_tmp: Path, name: str,
+                                                                            said: str) -> None:
+    """Session 33: a constant summed each forward cost nothing per added row, so it was not
+    counted (2**29 elements: judged, 45 times the baseline's job time; 2**40: the trainer held
+    for the job's whole timeout, counting). Both are counted on fake tensors and refused before
+    a forward runs (the job's 120 s would end the second as ``timeout``)."""
+    error = judge_error(hostile(name))
+    assert error.code is ErrorCode.COMPUTE_PARITY and said in error.message, error.to_dict()
+
+
 CANONICAL_COPY = (
     "from torch import nn\n"
     "def build_model(spec):\n"

@@ -138,7 +138,7 @@ def test_a_command_off_its_model_fails_where_the_parent_writes_it(model: type[wi
      {"ok": True, "hparams": {}, "mechanism": None, "has_measure": "yes"}),
     (wire.Measure(runs=[]), {"ok": True, "values": ["0.5"]}),  # a number as text
     (wire.Check(data_dir="/d", configs=[{}]),
-     {"ok": True, "n_params": [True], "n_buffers": [0], "flops": [1.0], "n_tensors": [1]}),  # a bool as a count
+     {"ok": True, "n_params": [True], "n_buffers": [0], "flops": [1.0], "fixed_flops": [0.0], "n_tensors": [1]}),  # a bool as a count
     (wire.Measure(runs=[]), {"ok": True, "values": [0.0] * (wire.MAX_ANSWER_ITEMS + 1)}),
     (wire.Load(role="idea", spec={}, param_cap=1, captured=wire.CapturedRef(dir="/", configs=[], init_seeds=[])),
      {"ok": False, "device": "cpu"}),
@@ -151,7 +151,8 @@ def test_an_answer_off_its_model_is_a_sandbox_violation(command: wire.Command, a
 
 def test_answers_on_their_model_are_read_as_typed_values() -> None:
     checked = wire.parse_reply(wire.Check(data_dir="/d", configs=[{}]), {
-        "ok": True, "n_params": [321], "n_buffers": [0], "flops": [642], "n_tensors": [4]}, "idea")
+        "ok": True, "n_params": [321], "n_buffers": [0], "flops": [642], "fixed_flops": [0],
+        "n_tensors": [4]}, "idea")
     assert isinstance(checked, wire.CheckReply) and checked.flops == [642.0] and checked.vectorizable is None
     measured = wire.parse_reply(wire.Measure(runs=[]), {"ok": True, "values": [1, float("nan")]}, "idea")
     assert isinstance(measured, wire.ValuesReply) and measured.values[0] == 1.0  # NaN passes: the parent checks
