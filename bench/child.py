@@ -258,11 +258,13 @@ class ArmRunner:
 
     def check(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Rebuild one model per config; check its output shape; count what it holds."""
-        from bench.cost import forward_costs
+        from bench.cost import forward_costs, forward_sizes
         from bench.trainer import check_output_shape
 
-        x = self._arrays(cmd["data_dir"])["x_train"]
-        counts, buffers, flops, fixed, tensors = [], [], [], [], []
+        arrays = self._arrays(cmd["data_dir"])
+        x = arrays["x_train"]
+        sizes = forward_sizes(len(x), int(cmd["batch_size"]), [len(arrays["x_val"]), len(arrays["x_test"])])
+        counts, buffers, flops, tensors, forward_rows, forward_cost = [], [], [], [], [], []
         for hparams in cmd["configs"]:
             model = self._build(hparams, init_seed=self.init_seeds[0])
             # counted as built, before any forward: a train-mode forward rewrites running
@@ -273,11 +275,12 @@ class ArmRunner:
             tensors.append(len(model._parameters))
             # counted on fake tensors first: a forward too dear to run is refused before one runs
             try:
-                per_example, fixed_cost = forward_costs(model, x)
+                costs = forward_costs(model, x, *sizes)
             except Exception as exc:
                 raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
-            flops.append(per_example)
-            fixed.append(fixed_cost)
+            flops.append(costs.per_example)
+            forward_rows.append([rows for rows, _ in costs.forwards])
+            forward_cost.append([cost for _, cost in costs.forwards])
             try:
                 check_output_shape(model, x, self.spec["output_shape"], self.role)
             except BenchError:
@@ -295,8 +298,8 @@ class ArmRunner:
                                      "The submodule must exist in both arms (the baseline's too), be called "
                                      "once with one activation in and one out, train a parameter and feed "
                                      "the model's output (docs/idea-contract.md).") from None
-        answer: dict[str, Any] = {"n_params": counts, "n_buffers": buffers, "flops": flops, "fixed_flops": fixed,
-                                  "n_tensors": tensors}
+        answer: dict[str, Any] = {"n_params": counts, "n_buffers": buffers, "flops": flops, "n_tensors": tensors,
+                                  "forward_rows": forward_rows, "forward_cost": forward_cost}
         if cmd.get("probe"):
             answer["vectorizable"], answer["why"] = self._probe(cmd)
         return answer

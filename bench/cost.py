@@ -10,8 +10,10 @@ timeout, and a cost that did not grow with the batch was not counted at all: a g
 
 What an op costs (``Work``), deny by default:
 
-- every op reads its tensor inputs and writes its outputs: their elements, and one for each
-  tensor (a split into four million empty pieces costs four million);
+- every op costs ``OP_COST`` to dispatch, and reads its tensor inputs and writes its outputs:
+  their elements, and one for each tensor; a forward may dispatch at most ``MAX_OPS`` ops (a red
+  team's RNN of width 1 over 23,000 constant steps counted as little and took 82 ms a forward,
+  and 94 s to count on fake tensors);
 - matrix products, convolutions and fused attention: ``FlopCounterMode``'s FLOPs on top;
 - ops whose work grows faster than what they read and write are priced by a formula of their
   own (``PRICED``: factorisations and inverses cubic in the matrix, pools by their window,
@@ -22,7 +24,9 @@ What an op costs (``Work``), deny by default:
 
 From the counts of ``FLOP_ROWS`` and ``2 * FLOP_ROWS`` rows, in train and eval mode, come the
 cost per example (what each added row costs) and the fixed cost (what a forward costs besides);
-``bench.decide.compute_error`` spreads the fixed cost over the track's batch.
+and every row count a trainer runs a forward of is counted too (``forward_sizes``), each in its
+mode: ``bench.decide.compute_error`` holds the dearest of them, per example of at least a
+training batch, to the same ratio (a red team's cost was 0 at 8 and 16 rows and 2**59 at 2).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import contextlib
 import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,6 +50,8 @@ FLOP_ROWS = 8
 # refused in the trainer, before the output-shape check runs the model for real: no built-in
 # baseline comes within a thousandth of it. The track's compute_ratio refuses far less.
 MAX_FORWARD_COST = float(2**34)
+MAX_OPS = 2**14  # ops a forward may dispatch: the count follows each at ~0.4 ms on fake tensors
+OP_COST = 2**10  # what dispatching an op costs, in operations (1-5 us for real: a red team's RNN of width 1)
 CUBIC = 4  # LU, QR, Cholesky, eigen- and singular value decompositions: a few n**3 each
 
 
@@ -71,8 +78,12 @@ def _matrices(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
 
 
 def _matrix_exp(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
-    # a Pade approximant of degree up to 18 and squarings: about twenty products
-    return 5.0 * _matrices(args, kwargs, out)
+    """A Pade approximant of degree up to 18 (about ten products) and one squaring for each
+    doubling of the matrix's norm past about 5, a value (red team, session 33: 64 x 64 in float64
+    at a norm of 1e300, about 1,000 squarings): priced at the most its dtype's range allows."""
+    squarings = max((math.ceil(math.log2(torch.finfo(t.dtype).max)) for t in _tensors(args)
+                     if t.is_floating_point() or t.is_complex()), default=128)
+    return float((10 + squarings) * 2.0 * _matrices(args, kwargs, out) / CUBIC)
 
 
 def _window(kernel: Any) -> int:
@@ -94,13 +105,18 @@ def _adaptive_pool(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> flo
     return float(y.numel() * window)
 
 
-def _resample(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
-    """Upsampling or a grid sample: each output element reads at most 4**d taps of a window the
-    input's extent over the output's wide (anti-aliased downsampling reads the whole window)."""
-    x, y = args[0], _tensors(out)[0]
-    dims = max(x.dim() - 2, 1)
-    window = math.prod(-(-x.shape[-d] // max(y.shape[-d], 1)) + 1 for d in range(1, dims + 1))
-    return float(y.numel() * 4**dims * window)
+def _resampling(taps: int) -> Callable[[Sequence[Any], dict[str, Any], Any], float]:
+    """Upsampling or a grid sample: each output element reads ``taps`` inputs a dimension (one
+    for nearest, two for linear, four for cubic) over a window the input's extent over the
+    output's wide (an anti-aliased downsampling reads the whole window)."""
+
+    def price(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
+        x, y = args[0], _tensors(out)[0]
+        dims = max(x.dim() - 2, 1)
+        window = math.prod(-(-x.shape[-d] // max(y.shape[-d], 1)) + 1 for d in range(1, dims + 1))
+        return float(y.numel() * taps**dims * window)
+
+    return price
 
 
 def _rnn_layer(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
@@ -135,6 +151,57 @@ def _fourier(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
     return float(_log2(_numel(out)) * (_numel((args, kwargs)) + _numel(out)))
 
 
+def _polygamma(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
+    """``polygamma(n, x)``: digamma and trigamma are a few steps an element; from n = 2 on the
+    kernel's Hurwitz zeta walks from a negative x up to 9 one step at a time (x = -1e6 + 0.5:
+    13 ms an element; red team, session 33): a cost of values, which a count of shapes cannot
+    bound, so it is refused."""
+    n = args[0] if args else kwargs.get("n", 0)
+    if not isinstance(n, int) or n >= 2:
+        raise BenchError(ErrorCode.COMPUTE_PARITY, "The model calls polygamma of order 2 or more, whose kernel "
+                         "walks |x| steps an element: the bench cannot bound its cost, so it is not judged.",
+                         "Use digamma or trigamma (polygamma of order 0 or 1), or another function.")
+    return float(8 * _numel(out))
+
+
+def _series(terms: int) -> Callable[[Sequence[Any], dict[str, Any], Any], float]:
+    """A function summed as a series of up to ``terms`` terms an element (the incomplete gamma
+    functions: 2,000; red team, session 33: about 100 times a ``sin`` of the same size)."""
+
+    def price(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
+        return float(terms * _numel(out))
+
+    return price
+
+
+def _trilinear(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
+    """``_trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, ...)`` (what ``bilinear``
+    calls): each input takes size-1 dimensions at its ``expand`` positions, and the product runs
+    over the union of every dimension: 2 x the product of the largest size in each (a
+    Bilinear(n, n, n) costs 2 n**3 an example; it was counted 3 n, red team, session 33)."""
+    shapes = []
+    for tensor, expand in zip(args[:3], args[3:6], strict=True):
+        shape = list(tensor.shape)
+        for d in sorted(expand):
+            shape.insert(d, 1)
+        shapes.append(shape)
+    return float(2 * math.prod(max(shape[d] for shape in shapes) for d in range(len(shapes[0]))))
+
+
+def _pairs_per_row(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
+    """``multilabel_margin_loss_forward(x, target, ...)``: every listed target against every
+    class, width**2 a row."""
+    x = args[0]
+    return float(x.numel() * (x.shape[-1] if x.dim() else 1))
+
+
+def _isin(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
+    """``isin(elements, test_elements)``: each element against each test element, or a sort of
+    both (the kernel picks by sizes): the dearer of the two."""
+    n, m = _numel(args[0]), _numel(args[1]) if len(args) > 1 else 1
+    return float(max(n * m, 4 * (n + m) * _log2(n + m)))
+
+
 def _mvlgamma(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
     """``mvlgamma(x, p)`` sums p log-gammas per element."""
     p = args[1] if len(args) > 1 else kwargs.get("p", 1)
@@ -152,15 +219,17 @@ PRICED: dict[str, Callable[[Sequence[Any], dict[str, Any], Any], float]] = {
     **{f"aten.{name}": _pool for name in (
         "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d", "max_pool2d", "max_pool3d",
         "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices",
-        "fractional_max_pool2d", "fractional_max_pool3d", "max_unpool2d", "max_unpool3d")},
+        "fractional_max_pool2d", "fractional_max_pool3d")},
     **{f"aten.{name}": _adaptive_pool for name in (
         "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_max_pool2d", "adaptive_max_pool3d",
         "adaptive_avg_pool1d", "adaptive_max_pool1d")},
-    **{f"aten.{name}": _resample for name in (
+    **{f"aten.{name}": _resampling(1) for name in (
         "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
-        "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
-        "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa",
-        "grid_sampler_2d", "grid_sampler_3d")},
+        "_upsample_nearest_exact2d", "_upsample_nearest_exact3d")},
+    **{f"aten.{name}": _resampling(2) for name in (
+        "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "_upsample_bilinear2d_aa")},
+    **{f"aten.{name}": _resampling(4) for name in (
+        "upsample_bicubic2d", "_upsample_bicubic2d_aa", "grid_sampler_2d", "grid_sampler_3d")},
     "aten.mkldnn_rnn_layer": _rnn_layer,
     "aten._cdist_forward": _distances,
     "aten._pdist_forward": _distances,
@@ -173,6 +242,12 @@ PRICED: dict[str, Callable[[Sequence[Any], dict[str, Any], Any], float]] = {
         "bucketize", "quantile", "nanquantile")},
     **{f"aten.{name}": _fourier for name in ("_fft_r2c", "_fft_c2r", "_fft_c2c")},
     "aten.mvlgamma": _mvlgamma,
+    "aten.polygamma": _polygamma,
+    "aten.igamma": _series(2000),
+    "aten.igammac": _series(2000),
+    "aten._trilinear": _trilinear,
+    "aten.multilabel_margin_loss_forward": _pairs_per_row,
+    "aten.isin": _isin,
 }
 
 # Names that may hide work beyond what an op reads and writes: such an op must be priced above,
@@ -183,7 +258,7 @@ SUSPECT = re.compile(
     r"\w*pool\w*|rnn|lstm|gru|\w*dist|\w*fft\w*|i?stft|\w*sort\w*|topk|kthvalue|\w*median|mode|\w*quantile|"
     r"bucketize|\w*gamma\w*|\w*mm|\w*mv|conv\w*|\w*attention\w*|\w*dot|einsum|upsample\w*|grid\w*|im2col|"
     r"col2im|unfold\w*|embedding\w*|hist\w*|bincount|ctc\w*|\w*power|kron|cross|tensordot|vander|cartesian\w*|"
-    r"combinations|\w*interp\w*|\w*bessel\w*|zeta)(?:$|_|\d)"
+    r"combinations|\w*interp\w*|\w*bessel\w*|zeta|\w*linear|multilabel\w*|isin)(?:$|_|\d)"
 )
 LINEAR = frozenset(f"aten.{name}" for name in (
     # each reads its inputs and writes its outputs a bounded number of times per element
@@ -191,12 +266,7 @@ LINEAR = frozenset(f"aten.{name}" for name in (
     "mv", "addmv", "dot", "vdot", "addr", "im2col", "col2im", "unfold", "unfold_copy", "embedding",
     "histc", "bincount", "affine_grid_generator", "float_power", "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
-    "lgamma", "digamma", "polygamma", "special_polygamma", "special_multigammaln", "special_gammaln",
-    "special_digamma", "special_psi", "igamma", "igammac", "special_gammainc", "special_gammaincc",
-    "special_zeta", "special_bessel_j0", "special_bessel_j1", "special_bessel_y0", "special_bessel_y1",
-    "special_modified_bessel_i0", "special_modified_bessel_i1", "special_modified_bessel_k0",
-    "special_modified_bessel_k1", "special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k1",
-    "special_spherical_bessel_j0",
+    "lgamma", "digamma",  # a bounded recurrence and series an element, whatever the value
 ))
 
 
@@ -208,15 +278,22 @@ class Work(TorchDispatchMode):  # type: ignore[no-untyped-call]  # (torch's, unt
         super().__init__()  # type: ignore[no-untyped-call]
         self.flop_counted = flop_counted
         self.elements = 0.0
+        self.ops = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
         packet = func.overloadpacket
         name = str(packet)
         if name == "prim.device":  # a query fake tensors make of their inputs' devices: no work
-            return out
-        self.elements += _numel((args, kwargs)) + _numel(out)
+            return func(*args, **kwargs)
+        self.ops += 1
+        if self.ops > MAX_OPS:
+            raise BenchError(ErrorCode.COMPUTE_PARITY,
+                             f"A forward of the model runs more than {MAX_OPS} ops (counted by the bench): it is "
+                             "not judged.", "Fewer, larger ops: a loop over steps of a literal length "
+                             "unrolls into the graph; batch it into tensor ops.")
+        out = func(*args, **kwargs)
+        self.elements += OP_COST + _numel((args, kwargs)) + _numel(out)
         priced = PRICED.get(name)
         if priced is not None:
             self.elements += priced(args, kwargs, out)
@@ -244,9 +321,10 @@ def _never_compiled(mode: type) -> None:
         setattr(raw, "__dynamo_disable", raw)  # noqa: B010 - a literal name, never mangled
 
 
-def forward_cost(model: nn.Module, rows: torch.Tensor, fake: bool = True) -> float:
-    """The operations one forward of ``model`` on ``rows`` costs (``Work``), counted on fake
-    tensors: nothing is computed (``fake=False``, for tests: the same count, computed)."""
+def forward_cost(model: nn.Module, x: torch.Tensor, rows: int, fake: bool = True) -> float:
+    """The operations one forward of ``model`` on ``rows`` rows shaped as ``x``'s costs
+    (``Work``), counted on fake tensors: nothing is computed (``fake=False``, for tests: the
+    same count of a forward on ``x[:rows]``, computed)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils import flop_counter
     from torch.utils.flop_counter import FlopCounterMode
@@ -256,32 +334,84 @@ def forward_cost(model: nn.Module, rows: torch.Tensor, fake: bool = True) -> flo
     with contextlib.ExitStack() as stack:
         stack.enter_context(torch.no_grad())
         if fake:
-            rows = stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True)).from_tensor(rows)
+            stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+            batch = torch.zeros((rows, *x.shape[1:]), dtype=x.dtype)
+        else:
+            batch = x[:rows]
         counter = stack.enter_context(FlopCounterMode(display=False))
         work = stack.enter_context(Work(frozenset(counter.flop_registry)))
-        model(rows)
+        model(batch)
     return float(counter.get_total_flops() + work.elements)
 
 
-def forward_costs(model: nn.Module, x: torch.Tensor) -> tuple[float, float]:
-    """``(per example, fixed)``: what each added row of a forward costs (the count of ``2 *
-    FLOP_ROWS`` rows less that of ``FLOP_ROWS``, over ``FLOP_ROWS``) and what a forward costs
-    besides (a weight transposed once, a constant the model builds), in eval mode and in train
-    mode, the larger of each. A weight-tied block applied twenty times holds one block's
-    parameters and costs twenty. Refused past ``MAX_FORWARD_COST``; a forward the count cannot
-    follow (it reads a tensor's values as a size) is refused too: the bench cannot bound it."""
+@dataclass(frozen=True)
+class Costs:
+    """What a model's forwards cost (``forward_costs``)."""
+
+    per_example: float  # what each added row costs, from 8 and 16 rows
+    fixed: float  # what a forward of 8 rows costs besides its rows
+    forwards: tuple[tuple[int, float], ...]  # (rows, cost) of each forward counted
+
+
+def forward_sizes(n_train: int, batch_size: int, eval_rows: Sequence[int]) -> tuple[set[int], set[int]]:
+    """The row counts of the forwards the trainer runs (train mode, eval mode): the training
+    batch and an epoch's last, shorter one, the output check's 2 rows and the batched probe's
+    ``FLOP_ROWS``; the evaluation in chunks of ``EVAL_CHUNK`` (and each split's last chunk), the
+    rows predicted alone and the mechanism check's 7. A red team (session 33) made a cost zero
+    at 8 and 16 rows and 2**59 at 2 (a size ``n % 8`` from the batch), and one that grew as the
+    batch's fourth power: every count the trainer runs is counted."""
+    from bench.trainer import EVAL_CHUNK
+
+    train = {2, FLOP_ROWS, 2 * FLOP_ROWS, batch_size, n_train % batch_size}
+    evaluate = {1, 7, FLOP_ROWS, 2 * FLOP_ROWS}
+    for n in eval_rows:
+        evaluate |= {min(n, EVAL_CHUNK), n % EVAL_CHUNK}
+    return train - {0}, evaluate - {0}
+
+
+def _one_graph(model: nn.Module) -> bool:
+    """Whether a captured model runs the same graph in train and eval mode (no dropout, no
+    batch statistics): then a count in one mode is the count in both."""
+    graphs = getattr(model, "_graphs", None)
+    if not isinstance(graphs, dict) or set(graphs) != {"train", "eval"}:
+        return False
+    return bool(str(graphs["train"][0].graph) == str(graphs["eval"][0].graph))
+
+
+def forward_costs(model: nn.Module, x: torch.Tensor, train_rows: set[int] | None = None,
+                  eval_rows: set[int] | None = None) -> Costs:
+    """What each added row of a forward costs (the count of ``2 * FLOP_ROWS`` rows less that of
+    ``FLOP_ROWS``, over ``FLOP_ROWS``), what a forward costs besides (a weight transposed once,
+    a constant the model builds), in eval mode and in train mode, the larger of each; and the
+    cost of a forward of every row count in ``train_rows`` (train mode) and ``eval_rows`` (eval
+    mode): ``forward_sizes``. A weight-tied block applied twenty times holds one block's
+    parameters and costs twenty. A forward past ``MAX_FORWARD_COST`` per ``2 * FLOP_ROWS`` rows is
+    refused at once, and so is one the count cannot follow (it reads a tensor's values as a
+    size): the bench cannot bound it."""
     was_training = model.training
     per_example, fixed = 0.0, 0.0
+    forwards: dict[int, float] = {}
+    sizes = {True: (train_rows or set()) | {FLOP_ROWS, 2 * FLOP_ROWS},
+             False: (eval_rows or set()) | {FLOP_ROWS, 2 * FLOP_ROWS}}
+    modes: tuple[bool, ...] = (False, True)
+    if _one_graph(model):  # the same ops in either mode: each row count once
+        sizes[False] |= sizes[True]
+        modes = (False,)
     try:
-        for training in (False, True):
+        for training in modes:
             model.train(training)
-            small, large = (forward_cost(model, x[:n]) for n in (FLOP_ROWS, 2 * FLOP_ROWS))
-            if large > MAX_FORWARD_COST:
-                raise BenchError(ErrorCode.COMPUTE_PARITY,
-                                 f"A forward of {2 * FLOP_ROWS} rows costs {large:.4g} operations (counted by the "
-                                 f"bench), past {MAX_FORWARD_COST:.4g}: the model is not judged.")
+            counted = {}
+            for rows in sorted(sizes[training]):
+                counted[rows] = forward_cost(model, x, rows)
+                limit = MAX_FORWARD_COST * max(1.0, rows / (2 * FLOP_ROWS))
+                if counted[rows] > limit:
+                    raise BenchError(ErrorCode.COMPUTE_PARITY,
+                                     f"A forward of {rows} row{'s' * (rows != 1)} costs {counted[rows]:.4g} operations (counted by "
+                                     f"the bench), past {limit:.4g}: the model is not judged.")
+                forwards[rows] = max(forwards.get(rows, 0.0), counted[rows])
+            small, large = counted[FLOP_ROWS], counted[2 * FLOP_ROWS]
             row = max(0.0, large - small) / FLOP_ROWS
             per_example, fixed = max(per_example, row), max(fixed, small - FLOP_ROWS * row)
     finally:
         model.train(was_training)
-    return per_example, max(fixed, 0.0)
+    return Costs(per_example, max(fixed, 0.0), tuple(sorted(forwards.items())))

@@ -471,7 +471,8 @@ def validate(
                 role="baseline", spec=card["spec"], param_cap=card["param_cap"],
                 captured=wire.CapturedRef(dir=str(captured.directory), configs=[{}], init_seeds=[seeds.init])))
             checked = session.request(wire.Check(
-                data_dir=str(exported.data_dir), configs=[{}], loss=card["metric"]["loss"])).model_dump(exclude_none=True)
+                data_dir=str(exported.data_dir), configs=[{}], batch_size=d.batch_size,
+                loss=card["metric"]["loss"])).model_dump(exclude_none=True)
             session.request(wire.Train(path="sequential", runs=[{
                 "run_id": wire.SMOKE_RUN, "cfg": cfg, "eval": "val", "data_dir": str(exported.data_dir),
                 "init_seed": seeds.init, "order_seed": seeds.order, "loss": card["metric"]["loss"],

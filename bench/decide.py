@@ -295,28 +295,50 @@ def parity_error(limits: ParityLimits, hparams: Mapping[str, Any], n_params: int
     return None
 
 
-FIXED_FREE = float(2**20)  # operations a forward may spend besides its rows before they count (about 1 ms)
+FIXED_FREE = float(2**20)  # operations any forward may spend besides its rows' share (about 1 ms)
+
+
+def dearest_per_example(rows: int, cost: float, batch_size: int) -> float:
+    """The cost per example of a forward of ``rows`` rows costing ``cost`` operations: past
+    ``FIXED_FREE``, over its rows but at least a training batch (an epoch's last batch and the
+    rows predicted alone may cost what a whole batch may, no more)."""
+    return max(0.0, cost - FIXED_FREE) / max(rows, batch_size, 1)
+
+
+def dearest_forward(rows: Sequence[int], costs: Sequence[float], batch_size: int) -> tuple[int, float]:
+    """Of the forwards a trainer counted (their rows and costs), the dearest per example."""
+    return max(zip(rows, costs, strict=True), key=lambda f: dearest_per_example(f[0], f[1], batch_size))
 
 
 def compute_error(hparams: Mapping[str, Any], cost: float, base_flops: float, ratio: float,
-                  fixed: float = 0.0, batch_size: int = 1) -> BenchError | None:
+                  dearest: tuple[int, float] | None = None, batch_size: int = 1,
+                  base_dearest: float = 0.0) -> BenchError | None:
     """Why one idea config costs too much compute (compute parity), or None: its forward's
-    operations per example (``bench.cost``), its fixed cost past ``FIXED_FREE`` spread over a
-    training batch, at most ``ratio`` times the baseline's per example. The fixed part is what a
-    forward costs whatever its rows (a weight transposed once, a constant the model builds):
-    until session 33 it was not counted, and a model that summed an expanded constant of 2**29
-    elements each forward, the baseline's cost per example, made a smoke job 45 times slower."""
-    spread = max(0.0, fixed - FIXED_FREE) / max(batch_size, 1)
-    if cost + spread <= ratio * base_flops:
-        return None
+    operations per example (``bench.cost``), and those of the dearest forward the trainer runs
+    (``dearest``: its rows and its cost; ``dearest_per_example``), at most ``ratio`` times the
+    baseline's per example (the second, or its own dearest forward's, ``base_dearest``, the larger). A cost per added row misses what does not grow with the batch and
+    what grows faster: until session 33 a model that summed an expanded constant of 2**29
+    elements each forward made a smoke job 45 times slower and was judged, and a red team's
+    cost was 0 at the 8 and 16 rows counted and 2**59 at 2."""
     where = f" (config {dict(hparams)})" if hparams else ""
-    besides = (f" and {fixed:.4g} a forward besides its rows ({spread:.4g} per example of a batch of "
-               f"{batch_size})") if spread > 0 else ""
-    return BenchError(
-        ErrorCode.COMPUTE_PARITY,
-        f"The idea costs {cost:.4g} forward FLOPs per example{besides}{where}, more than {ratio:g} x the "
-        f"baseline's {base_flops:.4g}: it is not judged.",
-    )
+    limit = ratio * base_flops
+    if cost > limit:
+        return BenchError(
+            ErrorCode.COMPUTE_PARITY,
+            f"The idea costs {cost:.4g} forward FLOPs per example{where}, more than {ratio:g} x the "
+            f"baseline's {base_flops:.4g}: it is not judged.",
+        )
+    rows, total = dearest if dearest is not None else (0, 0.0)
+    reference = max(base_flops, base_dearest)
+    if dearest_per_example(rows, total, batch_size) > ratio * reference:
+        return BenchError(
+            ErrorCode.COMPUTE_PARITY,
+            f"A forward of the idea on {rows} rows costs {total:.4g} operations{where}: "
+            f"{dearest_per_example(rows, total, batch_size):.4g} per example past the first {FIXED_FREE:.4g} "
+            f"(over at least a batch of {batch_size}), more than {ratio:g} x the baseline's {reference:.4g} "
+            "per example: it is not judged.",
+        )
+    return None
 
 
 # -- what the verdict is made of ----------------------------------------------------------------

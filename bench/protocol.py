@@ -50,13 +50,14 @@ from bench.contract import (
     declared_hparams,
 )
 from bench.decide import (
-    FIXED_FREE,
     ParityLimits,
     SweepRow,
     SweepRun,
     at_edge,
     best,
     compute_error,
+    dearest_forward,
+    dearest_per_example,
     densify,
     diverged_score,
     edge_steps,
@@ -559,12 +560,17 @@ class _Job:
         flops = {arm: [float(f) for f in checked[arm]["flops"]] for arm in ARMS}
         if not all(math.isfinite(f) and f >= 0 for arm in ARMS for f in flops[arm]):
             raise BenchError(ErrorCode.INTERNAL, "a trainer counted FLOPs that are not finite")
-        fixed = [float(f) for f in checked["idea"]["fixed_flops"]]
-        if not all(math.isfinite(f) and f >= 0 for f in fixed):
+        batch = self.settings.defaults.batch_size
+        dearest = {arm: [dearest_forward(rows, costs, batch) for rows, costs in
+                         zip(checked[arm]["forward_rows"], checked[arm]["forward_cost"], strict=True)] for arm in ARMS}
+        if not all(math.isfinite(c) and c >= 0 for arm in ARMS for _, c in dearest[arm]):
             raise BenchError(ErrorCode.INTERNAL, "a trainer counted FLOPs that are not finite")
         base, ratio = self.compute_limit(flops, base_params)
-        for hparams, cost, besides in zip(self.grids["idea"], flops["idea"], fixed, strict=True):
-            error = compute_error(hparams, cost, base, ratio, besides, self.settings.defaults.batch_size)
+        # a matched baseline's job holds the idea to the canonical baseline's cost per example
+        base_dearest = 0.0 if self.request.canonical is not None else max(
+            dearest_per_example(rows, cost, batch) for rows, cost in dearest["baseline"])
+        for hparams, cost, forward in zip(self.grids["idea"], flops["idea"], dearest["idea"], strict=True):
+            error = compute_error(hparams, cost, base, ratio, forward, batch, base_dearest)
             if error is not None:
                 raise error
         self.flops = {arm: max(flops[arm]) for arm in ARMS}
@@ -1274,6 +1280,7 @@ def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, se
     base, ratio, cap = job.parity_limits(checked)
     flops = {arm: [float(f) for f in checked[arm]["flops"]] for arm in ARMS}
     base_flops, compute_ratio = job.compute_limit(flops, base)
+    batch = job.settings.defaults.batch_size
     sizes = (len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
              len(job.grids["idea"]), len(job.grids["baseline"]))
     # a matched baseline's job: its check against the track's baseline comes first
@@ -1292,8 +1299,9 @@ def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, se
                               "limit": max_tensors(max(int(n) for n in checked["baseline"]["n_tensors"]))},
         "flops_per_example": {"idea": flops["idea"], "baseline": base_flops,
                               "limit": compute_ratio * base_flops,
-                              "idea_fixed": [float(f) for f in checked["idea"]["fixed_flops"]],
-                              "fixed_free": FIXED_FREE, "batch_size": job.settings.defaults.batch_size},
+                              "idea_dearest": [dearest_per_example(*dearest_forward(rows, costs, batch), batch_size=batch)
+                                               for rows, costs in zip(checked["idea"]["forward_rows"],
+                                                                      checked["idea"]["forward_cost"], strict=True)]},
         "graph_sha256": list(job.capture_info["idea"].graph_sha256),
         "execution": {"path": job.path, "why": job.path_reason or None},
         "mechanism": job.mechanism,
@@ -1611,7 +1619,8 @@ def _judge(
             first = job.data(job.sweep_seed_list[0])
             want_vectorized = job.options.execution != "sequential" and not job.matched_path_fixed
             checked = job.both(lambda arm: job.executor.check(arm, wire.Check(
-                data_dir=str(first.data_dir), configs=job.grids[arm], probe=want_vectorized,
+                data_dir=str(first.data_dir), configs=job.grids[arm], batch_size=job.settings.defaults.batch_size,
+                probe=want_vectorized,
                 loss=track.card["metric"]["loss"], mechanism_probe=(job.mechanism or {}).get("probe"),
             )))
             job.check_parity(checked)

@@ -192,7 +192,9 @@ class CheckReply(Reply):
     n_params: list[int] = Field(max_length=MAX_ANSWER_ITEMS)
     n_buffers: list[int] = Field(max_length=MAX_ANSWER_ITEMS)
     flops: list[float] = Field(max_length=MAX_ANSWER_ITEMS)  # forward cost per example (bench.cost)
-    fixed_flops: list[float] = Field(max_length=MAX_ANSWER_ITEMS)  # a forward's cost besides
+    # per config, each forward counted (bench.cost.forward_sizes): its rows and its operations
+    forward_rows: list[Annotated[list[int], Field(max_length=64)]] = Field(max_length=MAX_ANSWER_ITEMS)
+    forward_cost: list[Annotated[list[float], Field(max_length=64)]] = Field(max_length=MAX_ANSWER_ITEMS)
     n_tensors: list[int] = Field(max_length=MAX_ANSWER_ITEMS)
     vectorizable: bool | None = None
     why: str | None = None
@@ -205,6 +207,7 @@ class Check(Command):
     op: Literal["check"] = "check"
     data_dir: str
     configs: list[JsonObject]
+    batch_size: int = Field(ge=1)  # the training batch: the row counts counted (bench.cost.forward_sizes)
     probe: bool = False
     loss: str = "mse"
     mechanism_probe: JsonObject | None = None

@@ -29,7 +29,7 @@ OPS: dict[str, tuple[str | None, frozenset[str], frozenset[str]]] = {
     "measure": ("capture", frozenset({"runs"}), frozenset({"measure_code", "builds"})),
     "load": ("trainer", frozenset({"role", "spec", "param_cap", "captured"}), frozenset({"device"})),
     "more_inits": ("trainer", frozenset({"init_seeds"}), frozenset()),
-    "check": ("trainer", frozenset({"data_dir", "configs"}), frozenset({"probe", "loss", "mechanism_probe"})),
+    "check": ("trainer", frozenset({"data_dir", "configs", "batch_size"}), frozenset({"probe", "loss", "mechanism_probe"})),
     "train": ("trainer", frozenset({"runs"}), frozenset({"path"})),
     "probe": ("trainer", frozenset({"probe", "runs"}), frozenset()),
     "make_data": ("data", frozenset({"track_source", "items"}), frozenset()),

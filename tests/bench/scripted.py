@@ -157,7 +157,8 @@ class ScriptedExecutor:
     def check(self, arm: str, command: wire.Check) -> dict[str, Any]:
         n = len(command.configs)
         return {"ok": True, "n_params": [self.counts.get(arm, 321)] * n, "n_buffers": [0] * n, "flops": [642.0] * n,
-                "fixed_flops": [0.0] * n, "n_tensors": [4] * n, "vectorizable": True}
+                "forward_rows": [[16]] * n, "forward_cost": [[642.0 * 16]] * n,
+                "n_tensors": [4] * n, "vectorizable": True}
 
     def train(self, arm: str, runs: list[dict[str, Any]], path: str, on_run: Callable[[Trained], None]) -> None:
         for run in runs:

@@ -334,10 +334,10 @@ def test_the_check_op_reports_an_eval_graph_that_fails_as_the_ideas_error_not_in
     model = _broken_eval_model()
     runner = ArmRunner()
     runner.spec, runner.init_seeds = {"output_shape": [1]}, [0]
-    runner.data["d"] = {"x_train": torch.randn(8, 2, 4)}
+    runner.data["d"] = {"x_train": torch.randn(8, 2, 4), "x_val": torch.randn(8, 2, 4), "x_test": torch.randn(8, 2, 4)}
     runner._build = lambda hparams, init_seed: model  # type: ignore[method-assign]
     try:
-        runner.check({"data_dir": "d", "configs": [{}], "mechanism_probe": NORM})
+        runner.check({"data_dir": "d", "configs": [{}], "batch_size": 4, "mechanism_probe": NORM})
     except BenchError as exc:
         assert exc.code is not ErrorCode.INTERNAL, exc.message
     except Exception as exc:  # noqa: BLE001 - what bench.child.main turns into "internal"

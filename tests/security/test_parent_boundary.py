@@ -355,8 +355,8 @@ def test_compute_is_counted_and_capped(job_tmp: Path, name: str) -> None:
     assert error.code is ErrorCode.COMPUTE_PARITY and "per example" in error.message, error.to_dict()
 
 
-@pytest.mark.parametrize(("name", "said"), [("fixed_cost_gadget.py", "a forward besides its rows"),
-                                            ("endless_forward.py", "A forward of 16 rows costs")])
+@pytest.mark.parametrize(("name", "said"), [("fixed_cost_gadget.py", "per example past the first"),
+                                            ("endless_forward.py", "operations (counted by the bench), past")])
 def test_compute_that_does_not_grow_with_the_batch_is_counted_before_it_runs(job_tmp: Path, name: str,
                                                                             said: str) -> None:
     """Session 33: a constant summed each forward cost nothing per added row, so it was not

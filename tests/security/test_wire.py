@@ -24,7 +24,7 @@ COMMANDS: list[wire.Command] = [
     wire.CaptureLoad(role="baseline", track="smoke", spec={}, param_cap=10, trains=True),
     wire.Load(role="baseline", spec={}, param_cap=10, captured=wire.CapturedRef(dir="/d", configs=[{}], init_seeds=[1])),
     wire.MoreInits(init_seeds=[4, 5]),
-    wire.Check(data_dir="/d", configs=[{}], probe=True, loss="cross_entropy", mechanism_probe={"kind": "x"}),
+    wire.Check(data_dir="/d", configs=[{}], batch_size=32, probe=True, loss="cross_entropy", mechanism_probe={"kind": "x"}),
     wire.Train(runs=[{"run_id": "idea0", "cfg": {"lr": 0.001}}], path="vectorized"),
     wire.Probe(probe={"kind": "x"}, runs=[]),
     wire.MakeData(track_source="CARD = {}", items=[wire.DataItem(seed=1, dir="s1")]),
@@ -91,7 +91,7 @@ def test_only_a_built_in_tracks_own_baseline_is_captured_and_trained_in_one_chil
     job); every other child serves one side, and the own baseline's child never runs
     submitted code: no measure, no second load, no custom track's or submitted baseline."""
     assert _sides(wire.Warm(export=True), OWN, wire.Capture(configs=[{}], init_seeds=[1]), LOAD,
-                  wire.Check(data_dir="/d", configs=[{}]), wire.Train(runs=[]), wire.Probe(probe={}, runs=[]),
+                  wire.Check(data_dir="/d", configs=[{}], batch_size=32), wire.Train(runs=[]), wire.Probe(probe={}, runs=[]),
                   wire.Rebuild(hparams={}, targets=[], init_seeds=[1]), wire.MoreInits(init_seeds=[2])) == "own_baseline"
     assert _sides(OWN.model_copy(update={"trains": False}), wire.Measure(runs=[])) == "capture"
     refused = [
@@ -137,8 +137,9 @@ def test_a_command_off_its_model_fails_where_the_parent_writes_it(model: type[wi
     (wire.CaptureLoad(role="idea", track="smoke", spec={}, param_cap=1),
      {"ok": True, "hparams": {}, "mechanism": None, "has_measure": "yes"}),
     (wire.Measure(runs=[]), {"ok": True, "values": ["0.5"]}),  # a number as text
-    (wire.Check(data_dir="/d", configs=[{}]),
-     {"ok": True, "n_params": [True], "n_buffers": [0], "flops": [1.0], "fixed_flops": [0.0], "n_tensors": [1]}),  # a bool as a count
+    (wire.Check(data_dir="/d", configs=[{}], batch_size=32),
+     {"ok": True, "n_params": [True], "n_buffers": [0], "flops": [1.0], "forward_rows": [[8]],
+      "forward_cost": [[1.0]], "n_tensors": [1]}),  # a bool as a count
     (wire.Measure(runs=[]), {"ok": True, "values": [0.0] * (wire.MAX_ANSWER_ITEMS + 1)}),
     (wire.Load(role="idea", spec={}, param_cap=1, captured=wire.CapturedRef(dir="/", configs=[], init_seeds=[])),
      {"ok": False, "device": "cpu"}),
@@ -150,9 +151,9 @@ def test_an_answer_off_its_model_is_a_sandbox_violation(command: wire.Command, a
 
 
 def test_answers_on_their_model_are_read_as_typed_values() -> None:
-    checked = wire.parse_reply(wire.Check(data_dir="/d", configs=[{}]), {
-        "ok": True, "n_params": [321], "n_buffers": [0], "flops": [642], "fixed_flops": [0],
-        "n_tensors": [4]}, "idea")
+    checked = wire.parse_reply(wire.Check(data_dir="/d", configs=[{}], batch_size=32), {
+        "ok": True, "n_params": [321], "n_buffers": [0], "flops": [642], "forward_rows": [[8, 16]],
+        "forward_cost": [[5136, 10272]], "n_tensors": [4]}, "idea")
     assert isinstance(checked, wire.CheckReply) and checked.flops == [642.0] and checked.vectorizable is None
     measured = wire.parse_reply(wire.Measure(runs=[]), {"ok": True, "values": [1, float("nan")]}, "idea")
     assert isinstance(measured, wire.ValuesReply) and measured.values[0] == 1.0  # NaN passes: the parent checks
