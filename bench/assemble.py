@@ -136,19 +136,22 @@ def _bound(value: float | None, unbounded: str) -> str:
     return unbounded if value is None else f"{value:.4g}"
 
 
-def _runs_each(looks: list[int]) -> str:
-    """" (each the mean of 4 runs per arm)" where a stage's looks ran seeds more than once."""
+def _runs_each(looks: list[int], seed_value: str = "mean") -> str:
+    """" (each the mean of 4 runs per arm)" where a stage's looks ran seeds more than once ("the
+    trimmed mean" where the card's ``seed_value`` says so and eight or more ran)."""
     if not any(n > 1 for n in looks):
         return ""
+    what = "trimmed mean" if seed_value == "trimmed" and max(looks) >= 8 else "mean"
     if len(set(looks)) == 1:
-        return f" (each the mean of {looks[0]} runs per arm)"
-    return f" (each the mean of up to {max(looks)} runs per arm)"
+        return f" (each the {what} of {looks[0]} runs per arm)"
+    return f" (each the {what} of up to {max(looks)} runs per arm)"
 
 
 def summary_text(
     track_id: str, metric: str, comparison: Comparison, verdicts: dict[str, Any],
     mechanism: dict[str, Any] | None, n_params: dict[str, int], confirmation: model.Confirmation | None = None,
     matched: tuple[float, Comparison] | None = None, repeats_made: dict[str, list[int]] | None = None,
+    seed_value: str = "mean",
 ) -> str:
     """One plain-language paragraph in the style of the seed reports' ``verdict``; where a
     card's repeats ran (``repeats_made``), what each seed's value is."""
@@ -156,7 +159,7 @@ def summary_text(
     better = "lower" if c.delta_mean < 0 else "higher"
     made = repeats_made or {}
     text = (
-        f"On {track_id}, across {c.n_pairs} paired seeds{_runs_each(made.get('screening', []))} the idea reached {metric} "
+        f"On {track_id}, across {c.n_pairs} paired seeds{_runs_each(made.get('screening', []), seed_value)} the idea reached {metric} "
         f"{c.idea_mean:.6g} versus the baseline's {c.baseline_mean:.6g} "
         f"(paired delta {c.delta_mean:+.6g}, {better}; {c.rel_delta_pct:+.2f}%), "
         f"winning {c.idea_wins}/{c.n_pairs} pairs; exact sign-flip p={c.p_value:.4g}, "
@@ -178,7 +181,7 @@ def summary_text(
         kc = confirmation.comparison
         looks = confirmation.looks or []
         text += (
-            f"Confirmation on {kc.n_pairs} fresh seeds of this job{_runs_each(made.get('confirmation', []))}"
+            f"Confirmation on {kc.n_pairs} fresh seeds of this job{_runs_each(made.get('confirmation', []), seed_value)}"
             f"{f' (in {len(looks)} looks)' if len(looks) > 1 else ''}: delta {kc.delta_mean:+.6g}, "
             f"the idea won {kc.idea_wins}/{kc.n_pairs}, p={confirmation.p_value:.4g} "
             f"(one-sided, adjusted for its looks): "
@@ -395,7 +398,8 @@ def build_report(outcome: Outcome) -> Report:
         budget={"configs": budget, "sweep_seeds": len(outcome.sweep_seeds),
                 # runs per arm and test seed (the card's defaults.repeats; shown when more than one), and
                 # how many each test stage's looks made: all, or 1 where the first runs decided the look
-                **({"repeats": settings.defaults.repeats, "repeats_made": outcome.repeats_made}
+                **({"repeats": settings.defaults.repeats, "repeats_made": outcome.repeats_made,
+                    "seed_value": settings.defaults.seed_value}
                    if settings.defaults.repeats > 1 else {})},
         wall_time_s={**wall, "total": outcome.wall_s},
         versions=_versions(),
@@ -417,7 +421,7 @@ def build_report(outcome: Outcome) -> Report:
     return Report(
         worked=verdicts["worked"],
         summary=summary_text(track_id, metric_name, comparison, verdicts, mechanism, n_params, replication, matched,
-                             outcome.repeats_made),
+                             outcome.repeats_made, settings.defaults.seed_value),
         metrics=metrics,
         system_verdict=verdicts["system_verdict"],
         practical_verdict=verdicts["practical_verdict"],

@@ -59,6 +59,9 @@ class Defaults(_Frozen):
     # and init (issue 29.1: training noise over the square root of it; bench.seeding.run_seeds;
     # vision@5 trains 16: its CNN's runs scatter 13-16 % of its loss)
     repeats: int = Field(default=1, ge=1, le=16)
+    # what a seed's repeat runs make its value (bench.decide.seed_value): their mean, or their mean
+    # less the lowest and highest eighth of them ("trimmed": vision@6; issue 29.1)
+    seed_value: Literal["mean", "trimmed"] = "mean"
 
 
 PARAM_PARITY_RATIO = 1.10  # the idea may hold 10 % more parameters than the baseline

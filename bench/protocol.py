@@ -1023,9 +1023,11 @@ class _Job:
 
     def stage_values(self, runs: dict[str, list[RunRecord]]) -> dict[str, list[float]]:
         """Test values of one stage per seed (both arms, and ``matched`` when run), diverged runs
-        filled (``diverged_score``), a seed's repeat runs averaged (``bench.decide.seed_means``)."""
+        filled (``diverged_score``), a seed's repeat runs made one value (``bench.decide.seed_means``,
+        the card's ``seed_value``)."""
         fill = self.diverged_value(runs["idea"][0].stage)
-        return {key: seed_means([r.seed for r in records], fill_diverged([r.value for r in records], fill))
+        statistic = self.settings.defaults.seed_value
+        return {key: seed_means([r.seed for r in records], fill_diverged([r.value for r in records], fill), statistic)
                 for key, records in runs.items()}
 
     def reference_check(self, stages: list[dict[str, list[RunRecord]] | None]) -> dict[str, Any] | None:

@@ -81,8 +81,9 @@ def _run(arm: str, lr: float, hparams: dict[str, Any], seeds: tuple[int, int, in
 
 
 def study(track_name: str, idea_path: Path, pairs: int, designs: tuple[str, ...] = DESIGNS,
-          replicates: int = 1) -> dict[str, Any]:
-    """The sd of the paired differences under each design, for one idea on one track."""
+          replicates: int = 1, forced_lr: float | None = None) -> dict[str, Any]:
+    """The sd of the paired differences under each design, for one idea on one track (the idea
+    at ``forced_lr`` where given, in place of its best of the grid)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -114,7 +115,7 @@ def study(track_name: str, idea_path: Path, pairs: int, designs: tuple[str, ...]
                 means[key] = math.inf if any(v is None for v in values) else sign * statistics.fmean(
                     float(v.mean()) for v in values)
             lr, hp = min(means, key=lambda k: means[k])
-            best[arm] = (lr, json.loads(hp))
+            best[arm] = (forced_lr if forced_lr and arm == "idea" else lr, json.loads(hp))
 
         def seeds(design: str, k: int, r: int = 0) -> tuple[int, int, int]:
             s, zero = SEED_BASE + k, SEED_BASE
@@ -195,12 +196,40 @@ def nested(jobs: dict[Any, Any], pairs: int, replicates: int, scale: float) -> d
     if len(diffs) < 3:
         return None
     within = statistics.fmean(statistics.variance(d) for d in diffs)
+    direct = robust(jobs, pairs, replicates, scale)
     between = max(0.0, statistics.variance([statistics.fmean(d) for d in diffs]) - within / replicates)
     return {"pairs": len(diffs), "within": round(100.0 * math.sqrt(within) / scale, 2),
             "between": round(100.0 * math.sqrt(between) / scale, 2),
             "mde8": {str(n): round(100.0 * minimum_detectable_effect(math.sqrt(between + within / n), 8) / scale, 2)
                      for n in (1, 2, 3, 4, 6, 8, 12, 16)},
-            "diffs": [[round(100.0 * v / scale, 3) for v in d] for d in diffs]}
+            "diffs": [[round(100.0 * v / scale, 3) for v in d] for d in diffs], "direct": direct}
+
+
+def robust(jobs: dict[Any, Any], pairs: int, replicates: int, scale: float) -> dict[str, dict[str, float]]:
+    """The MDE at eight pairs with each arm's value of a pair the mean, the trimmed mean
+    (``bench.decide.seed_value``) or the median of its first K runs' test metrics, for K = 4, 8,
+    12, 16 up to ``replicates``: the direct design, one estimate per statistic from the same runs."""
+    from bench.decide import seed_value
+    from bench.stats import minimum_detectable_effect
+
+    def trimmed_mean(values: list[float]) -> float:
+        return seed_value(values, "trimmed")
+
+    out: dict[str, dict[str, float]] = {}
+    for name, stat in (("mean", statistics.fmean), ("trimmed", trimmed_mean), ("median", statistics.median)):
+        out[name] = {}
+        for n in (4, 8, 12, 16):
+            if n > replicates:
+                continue
+            diffs = []
+            for k in range(pairs):
+                runs = {arm: [jobs[("replicates", k, arm, r)].result() for r in range(n)] for arm in ("idea", "baseline")}
+                if all(v is not None for arm in runs for v in runs[arm]):
+                    diffs.append(stat([float(v.mean()) for v in runs["idea"]])
+                                 - stat([float(v.mean()) for v in runs["baseline"]]))
+            if len(diffs) >= 3:
+                out[name][str(n)] = round(100.0 * minimum_detectable_effect(statistics.stdev(diffs), 8) / scale, 2)
+    return out
 
 
 def ideas_for(track_name: str) -> list[Path]:
@@ -221,11 +250,12 @@ def main() -> None:
     parser.add_argument("--idea", type=Path, action="append", help="an idea file (default: the track's examples)")
     parser.add_argument("--designs", nargs="+", choices=DESIGNS, default=list(DESIGNS))
     parser.add_argument("--replicates", type=int, default=1, help="also the protocol design with 2..K runs per arm and pair")
+    parser.add_argument("--lr", type=float, help="the idea at this learning rate (default: its best of the grid)")
     args = parser.parse_args()
     rows = []
     for name in args.tracks:
         for idea in args.idea or ideas_for(name):
-            result = study(name, idea, args.pairs, tuple(args.designs), args.replicates)
+            result = study(name, idea, args.pairs, tuple(args.designs), args.replicates, args.lr)
             print(json.dumps(result), flush=True)
             rows.append(result)
     shown = [d for d in DESIGNS if d in args.designs]

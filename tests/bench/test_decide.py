@@ -26,6 +26,7 @@ from bench.decide import (
     reaches,
     repeats_futile,
     seed_means,
+    seed_value,
     stage_better,
     stage_comparisons,
     stage_p,
@@ -138,6 +139,20 @@ def test_a_seeds_repeat_runs_are_averaged_into_one_pair_value() -> None:
     assert seed_means([4, 9, 2, 7], values) == values  # one run a seed: the values as they are, bit for bit
     assert seed_means([4, 4, 2, 2, 9, 9], [0.1, 0.3, 1.0, 2.0, 0.5, 0.5]) == pytest.approx([0.2, 1.5, 0.5])
     assert seed_means([4, 2, 4, 2], [0.1, 1.0, 0.3, 2.0]) == pytest.approx([0.2, 1.5])  # in the seeds' first order
+
+
+def test_a_trimmed_seed_value_drops_an_eighth_of_its_runs_at_each_end() -> None:
+    """vision@6 (``defaults.seed_value: trimmed``): of 16 runs the two lowest and two highest are
+    dropped (a run that lands far off moves no seed's value); under eight runs nothing is, so
+    every other track's value is its mean, bit for bit; swapping the arms negates the pair."""
+    runs = [0.5] * 12 + [0.1, 0.2, 9.0, 1e6]  # one run far off and one diverged (filled)
+    assert seed_value(runs, "trimmed") == 0.5 and seed_value(runs, "mean") > 6e4
+    assert seed_value([0.3, 0.1, 7.0], "trimmed") == seed_value([0.3, 0.1, 7.0], "mean")
+    assert seed_value(list(range(8)), "trimmed") == pytest.approx(3.5)  # 1..6 kept
+    idea, base = [float(v) for v in range(16)], [2.0 * v for v in range(16)]
+    assert seed_value(idea, "trimmed") - seed_value(base, "trimmed") == -(seed_value(base, "trimmed") - seed_value(idea, "trimmed"))
+    assert seed_means([1, 1, 2, 2, 1, 2, 1, 1, 1, 1, 1, 1], [0.0, 0.0, 1.0, 1.0, 0.0, 1.0] + [0.0] * 5 + [100.0],
+                      "trimmed") == [0.0, 1.0]
 
 
 def test_a_look_stops_for_efficacy_only_where_its_most_extreme_pattern_decides_it() -> None:

@@ -391,6 +391,34 @@ def test_a_cards_repeats_train_each_test_seed_that_often_and_the_test_pairs_thei
             assert not c["keep"]
 
 
+def test_a_trimmed_seed_value_leaves_out_each_seeds_runs_far_off() -> None:
+    """``defaults.seed_value: trimmed`` (vision@6) with 8 runs a seed: each seed's lowest and
+    highest run are dropped. The idea's runs are 0.4 (MSE 0.16; the first seed's first 0.6, so
+    the first runs decide nothing) but for one repeat a seed far off (MSE 25): its mean makes
+    every pair about 3 worse than the baseline's 0.25, its trimmed mean 0.06-0.09 better; the
+    summary and the budget say which value was taken."""
+    def script(run: Asked) -> float:
+        if run.split == "test" and run.arm == "idea" and run.phase == "screening":
+            if run.n < N:
+                return 0.6 if run.n == 0 else 0.4
+            return 5.0 if (run.n - N) % 7 == 2 else 0.4  # the repeats: one a seed far off
+        return by_lr({"baseline": 0.03, "idea": 0.03})(run)
+
+    reports = {}
+    for statistic in ("trimmed", "mean"):
+        track = dataclasses.replace(TRACK, card={**TRACK.card, "defaults": {
+            **TRACK.card["defaults"], "repeats": 8, "seed_value": statistic}})
+        reports[statistic] = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job"),
+                                   executor=Scripted(script), track=track).model_dump(mode="json")
+    br = reports["trimmed"]["bench_report"]
+    assert br["budget"]["repeats_made"]["screening"] == [8] and br["budget"]["seed_value"] == "trimmed"
+    first = (0.36 + 5 * 0.16) / 6  # the first run 0.36 kept, one 0.16 and the 25 dropped
+    assert br["comparison"]["per_seed_diffs"] == pytest.approx([first - 0.25] + [0.16 - 0.25] * (N - 1))
+    assert "(each the trimmed mean of 8 runs per arm)" in reports["trimmed"]["summary"]
+    means = reports["mean"]["bench_report"]["comparison"]["per_seed_diffs"]
+    assert all(d > 2.5 for d in means) and reports["mean"]["practical_verdict"] != "helps"
+
+
 def _repeated(script: Any, **request: Any) -> tuple[dict[str, Any], Scripted, list[Progress]]:
     executor, events = Scripted(script), []
     report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", **request), events.append,
