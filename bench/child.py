@@ -84,13 +84,17 @@ def warm(cmd: dict[str, Any]) -> dict[str, Any]:
     import (1-7 s). Nothing is trained: once these are imported, a child's first
     batched group costs no more than its later ones (measured on the built-in tracks).
     ``export``: a capture child also exports a tiny model once (torch.export's first call
-    loads its tracing machinery); no submitted code is involved."""
+    loads its tracing machinery); no submitted code is involved. The compute count's first use
+    (``bench.cost``: fake tensors' first-use work, about 35 ms) is done here too."""
+    import torch
     import torch._dynamo  # noqa: F401 - imported for its side effect: the module is loaded
     import torch.func  # noqa: F401
 
-    if cmd.get("export"):
-        import torch
+    from bench.cost import forward_costs
 
+    forward_costs(torch.nn.Linear(2, 1), torch.zeros(16, 2), {2}, {1})
+
+    if cmd.get("export"):
         from bench.graph import export_graph
 
         export_graph(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.zeros(4, 2))

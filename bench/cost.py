@@ -10,7 +10,8 @@ timeout, and a cost that did not grow with the batch was not counted at all: a g
 
 What an op costs (``Work``), deny by default:
 
-- every op costs ``OP_COST`` to dispatch, and reads its tensor inputs and writes its outputs:
+- every op costs ``OP_COST`` to run (a second red team measured 7-8 us a node of the trainer's
+  interpreter forward, as much backward: 1,100 nodes of nothing took 146 times a tabular step), and reads its tensor inputs and writes its outputs:
   their elements, and one for each tensor; a forward may dispatch at most ``MAX_OPS`` ops (a red
   team's RNN of width 1 over 23,000 constant steps counted as little and took 82 ms a forward,
   and 94 s to count on fake tensors);
@@ -51,7 +52,7 @@ FLOP_ROWS = 8
 # baseline comes within a thousandth of it. The track's compute_ratio refuses far less.
 MAX_FORWARD_COST = float(2**34)
 MAX_OPS = 2**14  # ops a forward may dispatch: the count follows each at ~0.4 ms on fake tensors
-OP_COST = 2**10  # what dispatching an op costs, in operations (1-5 us for real: a red team's RNN of width 1)
+OP_COST = 2**13  # what an op costs to run through the trainer's interpreter, forward and backward (~8 us each)
 CUBIC = 4  # LU, QR, Cholesky, eigen- and singular value decompositions: a few n**3 each
 
 
@@ -152,16 +153,17 @@ def _fourier(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
 
 
 def _polygamma(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
-    """``polygamma(n, x)``: digamma and trigamma are a few steps an element; from n = 2 on the
-    kernel's Hurwitz zeta walks from a negative x up to 9 one step at a time (x = -1e6 + 0.5:
-    13 ms an element; red team, session 33): a cost of values, which a count of shapes cannot
-    bound, so it is refused."""
+    """``polygamma(n, x)``: digamma is a few steps an element; from n = 2 on the kernel's Hurwitz
+    zeta walks from a negative x up to 9 one step at a time (x = -1e6 + 0.5: 13 ms an element;
+    red team, session 33), and trigamma's derivative is that walk (a second red team: 551 ms a
+    training step, its forward 0.2 ms): a cost of values, which a count of shapes cannot bound,
+    so from n = 1 on it is refused."""
     n = args[0] if args else kwargs.get("n", 0)
-    if not isinstance(n, int) or n >= 2:
-        raise BenchError(ErrorCode.COMPUTE_PARITY, "The model calls polygamma of order 2 or more, whose kernel "
-                         "walks |x| steps an element: the bench cannot bound its cost, so it is not judged.",
-                         "Use digamma or trigamma (polygamma of order 0 or 1), or another function.")
-    return float(8 * _numel(out))
+    if not isinstance(n, int) or n >= 1:  # trigamma's own derivative is polygamma(2) (red team, session 33)
+        raise BenchError(ErrorCode.COMPUTE_PARITY, "The model calls polygamma of order 1 or more, whose kernel or "
+                         "derivative walks |x| steps an element: the bench cannot bound its cost, so it is not "
+                         "judged.", "Use digamma (polygamma of order 0), or another function.")
+    return float(32 * _numel(out))
 
 
 def _series(terms: int) -> Callable[[Sequence[Any], dict[str, Any], Any], float]:
@@ -200,6 +202,42 @@ def _isin(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
     both (the kernel picks by sizes): the dearer of the two."""
     n, m = _numel(args[0]), _numel(args[1]) if len(args) > 1 else 1
     return float(max(n * m, 4 * (n + m) * _log2(n + m)))
+
+
+def _per_element(k: int, when: Callable[[Sequence[Any], dict[str, Any]], bool] | None = None,
+                 ) -> Callable[[Sequence[Any], dict[str, Any], Any], float]:
+    """A pointwise op whose kernel takes a slow path its values choose, priced at that path: ``k``
+    an output element (``when``: only for such arguments). A second red team (session 33)
+    measured, one thread: ``logit`` outside [0, 1] 250 ns an element (0.4 inside), ``fmod`` and
+    ``remainder`` of -inf or far exponents in float64 60-120 ns, integer ``pow`` of a huge
+    exponent 60 ns, ``i0``, ``digamma``, ``log_ndtr`` and ``sinc`` of extreme values 17-34 ns:
+    240,000 logits of 2.0 fitted the free allowance and took 30 ms a forward."""
+
+    def price(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
+        return float(k * _numel(out)) if when is None or when(args, kwargs) else 0.0
+
+    return price
+
+
+def _integer(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    return any(not (t.is_floating_point() or t.is_complex()) for t in _tensors(args[:1]))
+
+
+def _rounded(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    return kwargs.get("rounding_mode") is not None
+
+
+def _convolution(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
+    """On top of ``FlopCounterMode``'s FLOPs: a convolution off float32 (float64 goes to a slow
+    kernel: 130 ps a FLOP against 7) at 16 times its FLOPs, and a grouped one (depthwise: each
+    output reads few inputs, a slow kernel) 16 more an output element and tap (a second red team,
+    session 33: a depthwise dilated float64 convolution at 824 ps a FLOP)."""
+    x, weight, y = args[0], args[1], _tensors(out)[0]
+    groups = int(args[8]) if len(args) > 8 else int(kwargs.get("groups", 1))
+    taps = math.prod(weight.shape[2:])
+    flops = 2 * max(x.numel(), y.numel()) * math.prod(weight.shape[1:])
+    extra = 15.0 * flops if x.dtype not in (torch.float32, torch.bfloat16) else 0.0
+    return extra + (16.0 * y.numel() * taps if groups > 1 else 0.0)
 
 
 def _mvlgamma(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
@@ -248,6 +286,14 @@ PRICED: dict[str, Callable[[Sequence[Any], dict[str, Any], Any], float]] = {
     "aten._trilinear": _trilinear,
     "aten.multilabel_margin_loss_forward": _pairs_per_row,
     "aten.isin": _isin,
+    "aten.convolution": _convolution,
+    "aten.logit": _per_element(256),
+    "aten.fmod": _per_element(128),
+    "aten.remainder": _per_element(128),
+    "aten.floor_divide": _per_element(64),
+    "aten.div": _per_element(64, _rounded),
+    "aten.pow": _per_element(64, _integer),
+    **{f"aten.{name}": _per_element(32) for name in ("i0", "digamma", "special_log_ndtr", "sinc")},
 }
 
 # Names that may hide work beyond what an op reads and writes: such an op must be priced above,
@@ -266,7 +312,7 @@ LINEAR = frozenset(f"aten.{name}" for name in (
     "mv", "addmv", "dot", "vdot", "addr", "im2col", "col2im", "unfold", "unfold_copy", "embedding",
     "histc", "bincount", "affine_grid_generator", "float_power", "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
-    "lgamma", "digamma",  # a bounded recurrence and series an element, whatever the value
+    "lgamma",  # a bounded series an element, whatever the value
 ))
 
 
