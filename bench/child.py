@@ -84,21 +84,41 @@ def warm(cmd: dict[str, Any]) -> dict[str, Any]:
     import (1-7 s). Nothing is trained: once these are imported, a child's first
     batched group costs no more than its later ones (measured on the built-in tracks).
     ``export``: a capture child also exports a tiny model once (torch.export's first call
-    loads its tracing machinery); no submitted code is involved. The compute count's first use
-    (``bench.cost``: fake tensors' first-use work, about 35 ms) is done here too."""
+    loads its tracing machinery); no submitted code is involved."""
     import torch
     import torch._dynamo  # noqa: F401 - imported for its side effect: the module is loaded
     import torch.func  # noqa: F401
-
-    from bench.cost import forward_costs
-
-    forward_costs(torch.nn.Linear(2, 1), torch.zeros(16, 2), {2}, {1})
 
     if cmd.get("export"):
         from bench.graph import export_graph
 
         export_graph(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.zeros(4, 2))
     return {}
+
+
+def warm_count() -> None:
+    """The compute count's first use (``bench.cost``) on a tiny graph, as the trainer counts a
+    captured model: fake tensors' first dispatch of the common ops (a product, a transpose, an
+    activation) through the graph's interpreter fills caches a forked child inherits; without it
+    a trainer's first count of the smoke baseline took 270 ms of CPU, 55 ms with it (session 33)."""
+    import numpy as np
+    import torch
+
+    from bench.cost import forward_costs
+    from bench.graph import rebuild
+
+    def call(name: str, op: str, *args: str) -> dict[str, Any]:
+        return {"name": name, "op": "call_function", "target": op, "args": [{"$node": a} for a in args],
+                "kwargs": {}}
+
+    doc = {"format": 1, "inputs": [{"kind": "parameter", "name": "w", "target": "w"},
+                                   {"kind": "user", "name": "x", "target": ""}],
+           "outputs": [{"kind": "user", "target": "r"}],
+           "nodes": [{"name": "w", "op": "placeholder"}, {"name": "x", "op": "placeholder"},
+                     call("t", "aten.t.default", "w"), call("m", "aten.mm.default", "x", "t"),
+                     call("r", "aten.relu.default", "m"), {"name": "output", "op": "output", "args": [[{"$node": "r"}]]}]}
+    model = rebuild({"train": doc, "eval": doc}, {"w": np.ones((4, 3), np.float32)}, torch.device("cpu"))
+    forward_costs(model, torch.zeros(16, 3), {2, 5}, {1, 3})
 
 
 def torch_settings() -> None:
@@ -124,11 +144,13 @@ def torch_settings() -> None:
 def prepare() -> None:
     """What a fork server (``bench.sandbox.zygote``) does once, before it forks this module's
     children: the imports ``main`` would do and a capture child's warm-up (``warm`` with an
-    export). No submitted code is involved; each forked child then starts with it done."""
+    export), and a count of a tiny captured model's compute (``warm_count``). No submitted code
+    is involved; each forked child then starts with it done."""
     torch_settings()
     import bench.capture  # noqa: F401 - imported for its modules (the child's first command needs them)
 
     warm({"export": True})
+    warm_count()
 
 
 def make_data(cmd: dict[str, Any]) -> dict[str, Any]:
@@ -267,7 +289,8 @@ class ArmRunner:
 
         arrays = self._arrays(cmd["data_dir"])
         x = arrays["x_train"]
-        sizes = forward_sizes(len(x), int(cmd["batch_size"]), [len(arrays["x_val"]), len(arrays["x_test"])])
+        sizes = forward_sizes(len(x), int(cmd["batch_size"]), [len(arrays["x_val"]), len(arrays["x_test"])],
+                              probed=bool(cmd.get("mechanism_probe")))
         counts, buffers, flops, tensors, forward_rows, forward_cost = [], [], [], [], [], []
         for hparams in cmd["configs"]:
             model = self._build(hparams, init_seed=self.init_seeds[0])

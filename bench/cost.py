@@ -399,17 +399,19 @@ class Costs:
     forwards: tuple[tuple[int, float], ...]  # (rows, cost) of each forward counted
 
 
-def forward_sizes(n_train: int, batch_size: int, eval_rows: Sequence[int]) -> tuple[set[int], set[int]]:
+def forward_sizes(n_train: int, batch_size: int, eval_rows: Sequence[int],
+                  probed: bool = True) -> tuple[set[int], set[int]]:
     """The row counts of the forwards the trainer runs (train mode, eval mode): the training
     batch and an epoch's last, shorter one, the output check's 2 rows and the batched probe's
     ``FLOP_ROWS``; the evaluation in chunks of ``EVAL_CHUNK`` (and each split's last chunk), the
-    rows predicted alone and the mechanism check's 7. A red team (session 33) made a cost zero
-    at 8 and 16 rows and 2**59 at 2 (a size ``n % 8`` from the batch), and one that grew as the
-    batch's fourth power: every count the trainer runs is counted."""
+    rows predicted alone and the mechanism check's 7 (``probed``: a probe is declared). A red
+    team (session 33) made a cost zero at 8 and 16 rows and 2**59 at 2 (a size ``n % 8`` from
+    the batch), and one that grew as the batch's fourth power: every count the trainer runs is
+    counted."""
     from bench.trainer import EVAL_CHUNK
 
     train = {2, FLOP_ROWS, 2 * FLOP_ROWS, batch_size, n_train % batch_size}
-    evaluate = {1, 7, FLOP_ROWS, 2 * FLOP_ROWS}
+    evaluate = {1, FLOP_ROWS, 2 * FLOP_ROWS} | ({7} if probed else set())
     for n in eval_rows:
         evaluate |= {min(n, EVAL_CHUNK), n % EVAL_CHUNK}
     return train - {0}, evaluate - {0}
