@@ -11,15 +11,18 @@ timeout, and a cost that did not grow with the batch was not counted at all: a g
 What an op costs (``Work``), deny by default:
 
 - every op costs ``OP_COST`` to run (a second red team measured 7-8 us a node of the trainer's
-  interpreter forward, as much backward: 1,100 nodes of nothing took 146 times a tabular step), and reads its tensor inputs and writes its outputs:
-  their elements, and one for each tensor; a forward may dispatch at most ``MAX_OPS`` ops (a red
-  team's RNN of width 1 over 23,000 constant steps counted as little and took 82 ms a forward,
-  and 94 s to count on fake tensors);
+  interpreter forward, as much backward: 1,100 nodes of nothing took 146 times a tabular
+  step), and reads its tensor inputs and writes its outputs: their elements, and one for each
+  tensor; a forward may dispatch at most ``MAX_OPS`` ops (a red team's RNN of width 1 over
+  23,000 constant steps counted as little and took 82 ms a forward, and 94 s to count);
 - matrix products, convolutions and fused attention: ``FlopCounterMode``'s FLOPs on top;
-- ops whose work grows faster than what they read and write are priced by a formula of their
-  own (``PRICED``: factorisations and inverses cubic in the matrix, pools by their window,
-  recurrent layers by their weights per step, distances by the feature width, sorts and FFTs by
-  a logarithm, ``mvlgamma`` by its ``p``);
+- ops whose work grows faster than what they read and write, or whose values choose a slow
+  path, are priced by a formula of their own (``PRICED``: factorisations and inverses cubic in
+  the matrix, ``matrix_exp`` at its dtype's most squarings, pools by their window, recurrent
+  layers by their weights per step, distances by the feature width, sorts and FFTs by a
+  logarithm, ``mvlgamma`` by its ``p``, convolutions off float32 and grouped ones, ``logit``,
+  ``fmod`` and kin at their slowest path); ``polygamma`` from order 1 is refused (its cost, or
+  its derivative's, is a walk of |x| steps);
 - an op whose name says it may be one of those (``SUSPECT``) and that is neither priced nor
   known to be linear (``LINEAR``) is refused: the bench cannot say what it costs.
 
@@ -52,7 +55,7 @@ FLOP_ROWS = 8
 # baseline comes within a thousandth of it. The track's compute_ratio refuses far less.
 MAX_FORWARD_COST = float(2**34)
 MAX_OPS = 2**14  # ops a forward may dispatch: the count follows each at ~0.4 ms on fake tensors
-OP_COST = 2**13  # what an op costs to run through the trainer's interpreter, forward and backward (~8 us each)
+OP_COST = 2**13  # an op through the trainer's interpreter: ~8 us forward (as much backward)
 CUBIC = 4  # LU, QR, Cholesky, eigen- and singular value decompositions: a few n**3 each
 
 

@@ -331,10 +331,11 @@ def compute_error(hparams: Mapping[str, Any], cost: float, base_flops: float, ra
     """Why one idea config costs too much compute (compute parity), or None: its forward's
     operations per example (``bench.cost``), and those of the dearest forward the trainer runs
     (``dearest``: its rows and its cost; ``dearest_per_example``), at most ``ratio`` times the
-    baseline's per example (the second, or its own dearest forward's, ``base_dearest``, the larger). A cost per added row misses what does not grow with the batch and
-    what grows faster: until session 33 a model that summed an expanded constant of 2**29
-    elements each forward made a smoke job 45 times slower and was judged, and a red team's
-    cost was 0 at the 8 and 16 rows counted and 2**59 at 2."""
+    baseline's per example (for the second, the larger of that and its own dearest forward's,
+    ``base_dearest``). A cost per added row misses what does not grow with the batch and what
+    grows faster: until session 33 a model that summed an expanded constant of 2**29 elements
+    each forward made a smoke job 45 times slower and was judged, and a red team's cost was 0
+    at the 8 and 16 rows counted and 2**59 at 2."""
     where = f" (config {dict(hparams)})" if hparams else ""
     limit = ratio * base_flops
     if cost > limit:

@@ -238,3 +238,20 @@ def test_a_stage_whose_means_are_worse_after_favourable_first_runs_says_why_it_i
     text = summary_text("smoke@1", "mse", judged, verdicts, None, {"baseline": 10, "idea": 10})
     assert "harms is judged on each seed's first run" in text
     assert "first run" not in summary_text("smoke@1", "mse", plain, verdicts, None, {"baseline": 10, "idea": 10})
+
+
+def test_the_dearest_forward_is_held_to_the_ratio_per_example_of_at_least_a_batch() -> None:
+    """``compute_error``'s second rule: a forward's cost past ``FIXED_FREE``, over its rows but at
+    least a training batch, against the ratio times the baseline's per example (or the
+    baseline's own dearest forward, whichever is larger)."""
+    from bench.decide import FIXED_FREE, compute_error, dearest_forward, dearest_per_example
+
+    assert dearest_per_example(1, FIXED_FREE + 6400.0, 64) == 100.0  # one row costs what a batch may
+    assert dearest_per_example(1024, FIXED_FREE + 6400.0, 64) == 6.25
+    assert dearest_per_example(2, 100.0, 64) == 0.0  # within the free allowance
+    assert dearest_forward([1, 2, 64], [FIXED_FREE, FIXED_FREE + 2**40, FIXED_FREE + 64.0], 64)[0] == 2
+    assert compute_error({}, 10.0, 10.0, 4.0, (64, FIXED_FREE + 64 * 40.0), 64) is None
+    refused = compute_error({}, 10.0, 10.0, 4.0, (2, FIXED_FREE + 2**40), 64)
+    assert refused is not None and refused.code is ErrorCode.COMPUTE_PARITY and "on 2 rows" in refused.message
+    # the baseline's own dearest forward raises the reference: a copy of it passes
+    assert compute_error({}, 10.0, 10.0, 4.0, (64, FIXED_FREE + 64 * 100.0), 64, base_dearest=100.0) is None
