@@ -90,7 +90,7 @@ def _matrix_exp(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
     return float((10 + squarings) * 2.0 * _matrices(args, kwargs, out) / CUBIC)
 
 
-def _window(kernel: Any) -> int:
+def _kernel_taps(kernel: Any) -> int:
     sizes = [int(k) for k in (kernel if isinstance(kernel, list | tuple) else [kernel])]
     return math.prod(max(k, 1) for k in sizes)
 
@@ -98,27 +98,30 @@ def _window(kernel: Any) -> int:
 def _pool(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
     """A pool reads its window once per output element."""
     kernel = args[1] if len(args) > 1 else kwargs.get("kernel_size", 1)
-    return float(_tensors(out)[0].numel() * _window(kernel))
+    return float(_tensors(out)[0].numel() * _kernel_taps(kernel))
+
+
+def _window(x: torch.Tensor, y: torch.Tensor, dims: int) -> int:
+    """The input elements one output element spans over the last ``dims`` dimensions: the
+    input's extent over the output's, plus one, in each."""
+    return math.prod(-(-x.shape[-d] // max(y.shape[-d], 1)) + 1 for d in range(1, dims + 1))
 
 
 def _adaptive_pool(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
-    """An adaptive pool's window is about the input's extent over the output's, plus one."""
-    x, y = args[0], _tensors(out)[0]
-    dims = len(args[1]) if len(args) > 1 else 1
-    window = math.prod(-(-x.shape[-d] // max(y.shape[-d], 1)) + 1 for d in range(1, dims + 1))
-    return float(y.numel() * window)
+    """An adaptive pool reads its window (``_window``) once per output element."""
+    y = _tensors(out)[0]
+    return float(y.numel() * _window(args[0], y, len(args[1]) if len(args) > 1 else 1))
 
 
 def _resampling(taps: int) -> Callable[[Sequence[Any], dict[str, Any], Any], float]:
     """Upsampling or a grid sample: each output element reads ``taps`` inputs a dimension (one
-    for nearest, two for linear, four for cubic) over a window the input's extent over the
-    output's wide (an anti-aliased downsampling reads the whole window)."""
+    for nearest, two for linear, four for cubic) over its window (``_window``: an anti-aliased
+    downsampling reads the whole window)."""
 
     def price(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
         x, y = args[0], _tensors(out)[0]
         dims = max(x.dim() - 2, 1)
-        window = math.prod(-(-x.shape[-d] // max(y.shape[-d], 1)) + 1 for d in range(1, dims + 1))
-        return float(y.numel() * taps**dims * window)
+        return float(y.numel() * taps**dims * _window(x, y, dims))
 
     return price
 
@@ -169,16 +172,6 @@ def _polygamma(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
     return float(32 * _numel(out))
 
 
-def _series(terms: int) -> Callable[[Sequence[Any], dict[str, Any], Any], float]:
-    """A function summed as a series of up to ``terms`` terms an element (the incomplete gamma
-    functions: 2,000; red team, session 33: about 100 times a ``sin`` of the same size)."""
-
-    def price(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
-        return float(terms * _numel(out))
-
-    return price
-
-
 def _trilinear(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
     """``_trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, ...)`` (what ``bilinear``
     calls): each input takes size-1 dimensions at its ``expand`` positions, and the product runs
@@ -211,7 +204,8 @@ def _per_element(k: int, when: Callable[[Sequence[Any], dict[str, Any]], bool] |
                  ) -> Callable[[Sequence[Any], dict[str, Any], Any], float]:
     """A pointwise op whose kernel takes a slow path its values choose, priced at that path: ``k``
     an output element (``when``: only for such arguments). A second red team (session 33)
-    measured, one thread: ``logit`` outside [0, 1] 250 ns an element (0.4 inside), ``fmod`` and
+    measured, one thread: ``logit`` outside [0, 1] 250 ns an element (0.4 inside), the incomplete
+    gamma functions' series about 100 times a ``sin``, ``fmod`` and
     ``remainder`` of -inf or far exponents in float64 60-120 ns, integer ``pow`` of a huge
     exponent 60 ns, ``i0``, ``digamma``, ``log_ndtr`` and ``sinc`` of extreme values 17-34 ns:
     240,000 logits of 2.0 fitted the free allowance and took 30 ms a forward."""
@@ -284,8 +278,8 @@ PRICED: dict[str, Callable[[Sequence[Any], dict[str, Any], Any], float]] = {
     **{f"aten.{name}": _fourier for name in ("_fft_r2c", "_fft_c2r", "_fft_c2c")},
     "aten.mvlgamma": _mvlgamma,
     "aten.polygamma": _polygamma,
-    "aten.igamma": _series(2000),
-    "aten.igammac": _series(2000),
+    "aten.igamma": _per_element(2000),  # a series of up to 2,000 terms an element
+    "aten.igammac": _per_element(2000),
     "aten._trilinear": _trilinear,
     "aten.multilabel_margin_loss_forward": _pairs_per_row,
     "aten.isin": _isin,

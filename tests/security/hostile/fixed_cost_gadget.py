@@ -1,6 +1,7 @@
 """Hostile: the baseline's model plus a constant the size of a matrix of 2**29 elements summed
 each forward (times zero): a cost that does not grow with the batch, so a count per added row
-saw none of it. Judged on smoke until session 33: 45 times the baseline's job time."""
+saw none of it. Judged on smoke until session 33: 45 times the baseline's job time; at (2**20,
+2**20) the count that ran the forward held the trainer for the job's whole timeout."""
 
 import torch
 from torch import nn
