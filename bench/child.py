@@ -481,6 +481,19 @@ class ArmRunner:
         return True
 
 
+def started() -> None:
+    """The collector on again after a child's start-up imports (``bench.sandbox.guard.bootstrap``
+    turned it off), with what they made frozen: out of every later collection, and, in a fork
+    server, shared with its children, whose full collections would otherwise walk it all and
+    copy each page they touch (docs/performance.md, "Session 34"). Garbage first, so none is
+    kept for good."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.enable()
+
+
 def main() -> None:
     """Serve commands until stdin closes or an ``exit`` command arrives."""
     proto = os.fdopen(int(sys.argv[1]), "w", buffering=1)
@@ -508,6 +521,7 @@ def main() -> None:
     except Exception as exc:  # torch itself failed to import: the environment, not the idea
         send({"error": BenchError(ErrorCode.INTERNAL, f"child start failed: {exc}").to_dict()})
         return
+    started()
     send({"ready": True, "torch": torch.__version__})
     # One child serves one side for its whole life: the first command of a side decides which.
     # A trainer child never executes submitted code; a capture child never trains, but for the

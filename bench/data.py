@@ -53,6 +53,7 @@ class SeedData:
     y_test: np.ndarray
     probe_path: Path
     checksum: str
+    rows: tuple[int, int, int] = (0, 0, 0)  # of the train, validation and test splits
 
 
 def export(track: Track, split_seed: int, task_seed: int | None, directory: Path) -> SeedData:
@@ -69,4 +70,5 @@ def export(track: Track, split_seed: int, task_seed: int | None, directory: Path
         y_test=splits.y_test.numpy(),
         probe_path=probe_path,
         checksum=checksum,
+        rows=(len(splits.x_train), len(splits.x_val), len(splits.x_test)),
     )

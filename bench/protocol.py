@@ -394,7 +394,16 @@ class _Job:
     def data(self, seed: int) -> data_mod.SeedData:
         if seed not in self.seed_data:
             future = self._prefetched.get(seed)
-            self.seed_data[seed] = future.result() if future is not None else self._export(seed)
+            made = future.result() if future is not None else self._export(seed)
+            first = next(iter(self.seed_data.values()), made)
+            if made.rows != first.rows:
+                # the checks and the compute count ran on the first seed's row counts
+                # (bench.cost.forward_sizes): a forward of another count was never counted
+                raise BenchError(ErrorCode.INVALID_TRACK,
+                                 f"The track's splits have {made.rows} rows (train, validation, test) for one seed of "
+                                 f"this job and {first.rows} for another.",
+                                 "Keep the sizes of the three splits fixed; draw only their contents from the seed.")
+            self.seed_data[seed] = made
         return self.seed_data[seed]
 
     def load_command(self, arm: str) -> wire.CaptureLoad:

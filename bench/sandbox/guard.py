@@ -9,6 +9,7 @@ tells the child which of its errors were the sandbox refusing something.
 from __future__ import annotations
 
 import errno
+import gc
 import importlib
 import json
 import os
@@ -188,7 +189,12 @@ def violation(exc: BaseException) -> str | None:
 
 
 def bootstrap(argv: list[str]) -> None:
-    """``python -m bench.sandbox PROTO_FD STATUS_FD WORKDIR ENTRY``: lock down, then run ``ENTRY``."""
+    """``python -m bench.sandbox PROTO_FD STATUS_FD WORKDIR ENTRY``: lock down, then run ``ENTRY``.
+
+    The collector is off until the entry has made its start-up imports (``bench.child.main``,
+    ``bench.sandbox.zygote.main`` turn it on again): importing torch runs several full
+    collections of a growing heap for next to no garbage (docs/performance.md, "Session 34")."""
+    gc.disable()
     proto_fd, status_fd = argv[0], int(argv[1])
     status: dict[str, Any] = {"errors": []}
     try:

@@ -130,7 +130,12 @@ def main() -> None:
     """Prepare, then serve fork requests until the parent closes the socket."""
     sock = socket.socket(fileno=int(sys.argv[1]))
     try:
-        importlib.import_module(CHILD_ENTRY).prepare()
+        entry = importlib.import_module(CHILD_ENTRY)
+        entry.prepare()
+        # every object made so far (torch's modules, the warm-up's caches) frozen: a forked
+        # child's first full collection walked them all, about 0.25 CPU-s of a trainer's first
+        # compute count (bench.child.started)
+        entry.started()
         threads = _threads()
         if threads != 1:  # fork copies one thread: a second one's locks would stay held in the child
             raise RuntimeError(f"the server runs {threads} threads after prepare(); a fork needs one")

