@@ -18,11 +18,16 @@ What an op costs (``Work``), deny by default:
 - matrix products, convolutions and fused attention: ``FlopCounterMode``'s FLOPs on top;
 - ops whose work grows faster than what they read and write, or whose values choose a slow
   path, are priced by a formula of their own (``PRICED``: factorisations and inverses cubic in
-  the matrix, ``matrix_exp`` at its dtype's most squarings, pools by their window, recurrent
-  layers by their weights per step, distances by the feature width, sorts and FFTs by a
-  logarithm, ``mvlgamma`` by its ``p``, convolutions off float32 and grouped ones, ``logit``,
-  ``fmod`` and kin at their slowest path); ``polygamma`` from order 1 is refused (its cost, or
-  its derivative's, is a walk of |x| steps);
+  the matrix and at least ``MATRIX_FLOOR`` a matrix, ``matrix_exp`` at its dtype's most
+  squarings, pools by their window, recurrent layers by their weights per step and at least
+  ``RNN_STEP`` a step, distances by the feature width, sorts and FFTs by a logarithm,
+  ``mvlgamma`` by its ``p``, convolutions off float32, grouped ones and thin ones, ``logit``,
+  ``fmod`` and kin at their slowest path, and every pointwise op of 20 ns an element or more,
+  forward and backward, at the power of two above its time: ``ELEMENT_PRICES``); ``polygamma``
+  from order 1 is refused (its cost, or its derivative's, is a walk of |x| steps);
+- an op with a complex input or output costs ``COMPLEX_ELEMENT`` an output element on top,
+  unless it is a view, a copy, a sum or the arithmetic of two reals (``COMPLEX_CHEAP``) or is
+  priced above: complex transcendental kernels take 45-310 ns an element;
 - an op whose name says it may be one of those (``SUSPECT``) and that is neither priced nor
   known to be linear (``LINEAR``) is refused: the bench cannot say what it costs.
 
@@ -48,6 +53,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from bench.errors import BenchError, ErrorCode
+from bench.oplist import KIND
 
 FLOP_ROWS = 8
 # A forward of 2 x FLOP_ROWS rows past this many counted operations (tens of CPU-seconds) is
@@ -57,6 +63,11 @@ MAX_FORWARD_COST = float(2**34)
 MAX_OPS = 2**14  # ops a forward may dispatch: the count follows each at ~0.4 ms on fake tensors
 OP_COST = 2**13  # an op through the trainer's interpreter: ~8 us forward (as much backward)
 CUBIC = 4  # LU, QR, Cholesky, eigen- and singular value decompositions: a few n**3 each
+# A factorisation's least cost a matrix: each is a LAPACK call of about 1 us whatever its size
+# (a third red team, session 34: svdvals of 20,000 2 x 2 matrices took 20 ms, counted 9.3e5)
+MATRIX_FLOOR = 256  # times CUBIC
+RNN_STEP = OP_COST // 4  # a recurrent kernel's step: ~1.4 us forward and backward at any width
+COMPLEX_ELEMENT = 256  # an element of a complex transcendental op: 45-310 ns forward and backward
 
 
 def _numel(value: Any) -> int:
@@ -72,12 +83,13 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 
 def _matrices(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
-    """Cubic in each matrix argument (..., r, c): batch x r x c x max(r, c), times CUBIC."""
+    """Cubic in each matrix argument (..., r, c): batch x r x c x max(r, c), at least
+    ``MATRIX_FLOOR`` a matrix, times CUBIC."""
     total = 0
     for t in _tensors((args, kwargs)):
         if t.dim() >= 2:
             r, c = t.shape[-2], t.shape[-1]
-            total += (t.numel() // max(r * c, 1)) * r * c * max(r, c)
+            total += (t.numel() // max(r * c, 1)) * max(r * c * max(r, c), MATRIX_FLOOR)
     return float(CUBIC * total)
 
 
@@ -127,10 +139,15 @@ def _resampling(taps: int) -> Callable[[Sequence[Any], dict[str, Any], Any], flo
 
 
 def _rnn_layer(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
-    """``mkldnn_rnn_layer(input, w_ih, w_hh, ...)``: each step and row multiplies by both weights."""
+    """``mkldnn_rnn_layer(input, w_ih, w_hh, ...)``: each step and row
+    multiplies by both weights, and each step costs at least ``RNN_STEP`` (a third red team,
+    session 34: an LSTM of width 1 over 30,000 constant steps counted 24 an operation a step, and
+    took 43 ms a training step next to the tabular baseline's 0.1-0.6; the batched path runs its
+    steps one at a time)."""
     x = args[0]
     steps_rows = x.numel() // max(x.shape[-1], 1)
-    return float(2 * steps_rows * (args[1].numel() + args[2].numel()))
+    steps = x.shape[0] if x.dim() else 1  # time first here, whatever the module's batch_first
+    return float(2 * steps_rows * (args[1].numel() + args[2].numel()) + RNN_STEP * steps)
 
 
 def _distances(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
@@ -224,23 +241,48 @@ def _rounded(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
     return kwargs.get("rounding_mode") is not None
 
 
+# The pointwise ops of 20 ns an element or more, forward and backward, in float32 or float64 at
+# their dearest values (benchmarks/pointwise_prices.py --min-ns 20, session 34, this 2-core
+# host; the names the count sees: aliases and ``special_`` forms reach it as these).
+ELEMENT_PRICES = {
+    "acos": 32, "asin": 32, "asinh": 32, "cos": 32, "sin": 32, "tan": 32, "logaddexp2": 32, "mish": 32,
+    "erfc": 32, "special_ndtr": 32, "special_entr": 32, "logaddexp": 64, "erfinv": 64, "lgamma": 64,
+    "special_log_ndtr": 64, "xlogy": 64, "special_xlog1py": 64, "i0": 128, "digamma": 128, "sinc": 128,
+}
+
+
+def _pow(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
+    """``pow``: 30 ns an element forward and backward in float (``ELEMENT_PRICES``' rule); an
+    integer one of a huge exponent 60 ns forward (a second red team, session 33)."""
+    return float((64 if _integer(args, kwargs) else 32) * _numel(out))
+
+
 def _convolution(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
     """On top of ``FlopCounterMode``'s FLOPs: a convolution off float32 (float64 goes to a slow
     kernel: 130 ps a FLOP against 7) at 16 times its FLOPs, and a grouped one (depthwise: each
-    output reads few inputs, a slow kernel) 16 more an output element and tap (a second red team,
-    session 33: a depthwise dilated float64 convolution at 824 ps a FLOP)."""
+    output reads few inputs, a slow kernel) or one of fewer than ``THIN`` output channels a group
+    (the kernel vectorises over them) 16 more an output element and tap (a second red team,
+    session 33: a depthwise dilated float64 convolution at 824 ps a FLOP; a third, session 34:
+    a float32 convolution of one channel into one at 3.9-4.7 ns a FLOP forward and backward,
+    against 66 ps for 16 into 32, ten of them 40-80 times a cifar10 step)."""
     x, weight, y = args[0], args[1], _tensors(out)[0]
     groups = int(args[8]) if len(args) > 8 else int(kwargs.get("groups", 1))
+    transposed = bool(args[6]) if len(args) > 6 else False
+    outputs = weight.shape[1] * groups if transposed else weight.shape[0]
     taps = math.prod(weight.shape[2:])
     flops = 2 * max(x.numel(), y.numel()) * math.prod(weight.shape[1:])
     extra = 15.0 * flops if x.dtype not in (torch.float32, torch.bfloat16) else 0.0
-    return extra + (16.0 * y.numel() * taps if groups > 1 else 0.0)
+    thin = groups > 1 or outputs // max(groups, 1) < THIN
+    return extra + (16.0 * y.numel() * taps if thin else 0.0)
+
+
+THIN = 8  # output channels a group below which a convolution is priced as a grouped one
 
 
 def _mvlgamma(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
-    """``mvlgamma(x, p)`` sums p log-gammas per element."""
+    """``mvlgamma(x, p)`` sums p log-gammas per element: 64 each (``ELEMENT_PRICES``' lgamma)."""
     p = args[1] if len(args) > 1 else kwargs.get("p", 1)
-    return float(_numel(out) * max(int(p), 1))
+    return float(64 * _numel(out) * max(int(p), 1))
 
 
 PRICED: dict[str, Callable[[Sequence[Any], dict[str, Any], Any], float]] = {
@@ -289,8 +331,12 @@ PRICED: dict[str, Callable[[Sequence[Any], dict[str, Any], Any], float]] = {
     "aten.remainder": _per_element(128),
     "aten.floor_divide": _per_element(64),
     "aten.div": _per_element(64, _rounded),
-    "aten.pow": _per_element(64, _integer),
-    **{f"aten.{name}": _per_element(32) for name in ("i0", "digamma", "special_log_ndtr", "sinc")},
+    "aten.pow": _pow,
+    # the rest of the dear pointwise ops, at their slowest values forward and backward
+    # (benchmarks/pointwise_prices.py, session 34: a third red team's 60 gammaln of each input
+    # element were 140 times a cifar10 step; an add measures 2-3 ns and counts about 3): an
+    # op of 20 ns an element or more costs the power of two at or above its nanoseconds
+    **{f"aten.{name}": _per_element(price) for name, price in ELEMENT_PRICES.items()},
 }
 
 # Names that may hide work beyond what an op reads and writes: such an op must be priced above,
@@ -309,7 +355,16 @@ LINEAR = frozenset(f"aten.{name}" for name in (
     "mv", "addmv", "dot", "vdot", "addr", "im2col", "col2im", "unfold", "unfold_copy", "embedding",
     "histc", "bincount", "affine_grid_generator", "float_power", "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
-    "lgamma",  # a bounded series an element, whatever the value
+))
+# What a complex tensor may go through at its elements' price: views, copies and the arithmetic
+# of two reals; every other op with a complex input or output costs COMPLEX_ELEMENT an output
+# element (a third red team, session 34: complex acos, cosh, log, pow at 75-310 ns an element
+# forward and backward, counted as an add; ten acosh of a constant made a smoke job 12 times a
+# baseline copy's). Products, convolutions and FFTs are counted by their own rules.
+COMPLEX_CHEAP = frozenset(f"aten.{name}" for name in (
+    "add", "sub", "mul", "neg", "conj", "_conj", "conj_physical", "resolve_conj", "resolve_neg", "real", "imag",
+    "view_as_real", "view_as_complex", "complex", "abs", "clone", "copy", "copy_", "_to_copy", "sum", "mean",
+    "cat", "stack", "alias", "lift_fresh", "detach",
 ))
 
 
@@ -340,6 +395,10 @@ class Work(TorchDispatchMode):  # type: ignore[no-untyped-call]  # (torch's, unt
         priced = PRICED.get(name)
         if priced is not None:
             self.elements += priced(args, kwargs, out)
+        elif (packet not in self.flop_counted and name not in COMPLEX_CHEAP
+              and KIND.get(str(func)) not in ("shape", "size", "create", "check")
+              and any(t.is_complex() for t in _tensors((args, kwargs, out)))):
+            self.elements += COMPLEX_ELEMENT * _numel(out)
         elif packet not in self.flop_counted and name not in LINEAR and SUSPECT.search(name.split(".", 1)[-1]):
             raise BenchError(ErrorCode.COMPUTE_PARITY,
                              f"The model calls {name}, whose cost the bench cannot count: it is not judged.",
