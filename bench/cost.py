@@ -22,12 +22,13 @@ What an op costs (``Work``), deny by default:
   squarings, pools by their window, recurrent layers by their weights per step and at least
   ``RNN_STEP`` a step, distances by the feature width, sorts and FFTs by a logarithm,
   ``mvlgamma`` by its ``p``, convolutions off float32, grouped ones and thin ones, ``logit``,
-  ``fmod`` and kin at their slowest path, and every pointwise op of 20 ns an element or more,
+  ``fmod`` and kin at their slowest path, and every pointwise op of 12 ns an element or more,
   forward and backward, at the power of two above its time: ``ELEMENT_PRICES``); ``polygamma``
   from order 1 is refused (its cost, or its derivative's, is a walk of |x| steps);
-- an op with a complex input or output costs ``COMPLEX_ELEMENT`` an output element on top,
-  unless it is a view, a copy, a sum or the arithmetic of two reals (``COMPLEX_CHEAP``) or is
-  priced above: complex transcendental kernels take 45-310 ns an element;
+- an op with a complex input or output costs ``COMPLEX_ELEMENT`` an output element on top of
+  any price above, unless it is a view, a copy, a fill, a sum or the arithmetic of two reals
+  (``COMPLEX_CHEAP``: 4 or 8 an element, ``COMPLEX_WIDE``): complex transcendental kernels take
+  45-310 ns an element;
 - an op whose name says it may be one of those (``SUSPECT``) and that is neither priced nor
   known to be linear (``LINEAR``) is refused: the bench cannot say what it costs.
 
@@ -63,9 +64,10 @@ MAX_FORWARD_COST = float(2**34)
 MAX_OPS = 2**14  # ops a forward may dispatch: the count follows each at ~0.4 ms on fake tensors
 OP_COST = 2**13  # an op through the trainer's interpreter: ~8 us forward (as much backward)
 CUBIC = 4  # LU, QR, Cholesky, eigen- and singular value decompositions: a few n**3 each
-# A factorisation's least cost a matrix: each is a LAPACK call of about 1 us whatever its size
-# (a third red team, session 34: svdvals of 20,000 2 x 2 matrices took 20 ms, counted 9.3e5)
-MATRIX_FLOOR = 256  # times CUBIC
+# A factorisation's least cost a matrix: each is a LAPACK call of 1-7 us forward and backward up
+# to 7 x 7 (third and fourth red teams, session 34: svdvals of 20,000 2 x 2 matrices took 20 ms,
+# counted 9.3e5; 6 x 6 ones 3-7 us each with their backward)
+MATRIX_FLOOR = 2048  # times CUBIC
 RNN_STEP = OP_COST // 4  # a recurrent kernel's step: ~1.4 us forward and backward at any width
 COMPLEX_ELEMENT = 256  # an element of a complex transcendental op: 45-310 ns forward and backward
 
@@ -151,8 +153,13 @@ def _rnn_layer(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
 
 
 def _distances(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
-    """Each output distance reads one row of each input: its width in features."""
-    return float(3 * _tensors(out)[0].numel() * args[0].shape[-1])
+    """Each output distance reads one row of each input: its width in features, and a ``pow``
+    (32, ``_pow``) for each of them where p is not 0, 1, 2 or infinity (a fourth red team, session
+    34: ``cdist`` of p = 3.7, 25 times a smoke step)."""
+    p = args[2] if len(args) > 2 and isinstance(args[2], int | float) else args[1] if (
+        len(args) > 1 and isinstance(args[1], int | float)) else 2.0
+    per_feature = 3 if float(p) in (0.0, 1.0, 2.0, math.inf) else 32
+    return float(per_feature * _tensors(out)[0].numel() * args[0].shape[-1])
 
 
 def _attention(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
@@ -241,13 +248,19 @@ def _rounded(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
     return kwargs.get("rounding_mode") is not None
 
 
-# The pointwise ops of 20 ns an element or more, forward and backward, in float32 or float64 at
-# their dearest values (benchmarks/pointwise_prices.py --min-ns 20, session 34, this 2-core
-# host; the names the count sees: aliases and ``special_`` forms reach it as these).
+# The pointwise ops of 12 ns an element or more, forward and backward, in float32 or float64 at
+# their dearest values, at the power of two at or above their time (benchmarks/pointwise_prices.py
+# --min-ns 12, session 34, this 2-core host, and a fourth red team's runs of it: erf 23, exp 21,
+# log 20, float64 sqrt 20; the names the count sees: aliases and ``special_`` forms reach it as
+# these). Below 12 ns an op is a few times an add's 2-3 ns at most.
 ELEMENT_PRICES = {
+    "acosh": 16, "atan2": 16, "gelu": 16, "log2": 16, "maximum": 16, "minimum": 16,
     "acos": 32, "asin": 32, "asinh": 32, "cos": 32, "sin": 32, "tan": 32, "logaddexp2": 32, "mish": 32,
+    "erf": 32, "exp": 32, "log": 32, "log10": 32, "sqrt": 32, "clamp": 32, "renorm": 32, "logspace": 32,
     "erfc": 32, "special_ndtr": 32, "special_entr": 32, "logaddexp": 64, "erfinv": 64, "lgamma": 64,
     "special_log_ndtr": 64, "xlogy": 64, "special_xlog1py": 64, "i0": 128, "digamma": 128, "sinc": 128,
+    # normal draws, one element at a time: 20-38 ns an element in float64 (fourth red team)
+    "randn": 32, "normal": 32, "randn_like": 32,
 }
 
 
@@ -260,8 +273,9 @@ def _pow(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
 def _convolution(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
     """On top of ``FlopCounterMode``'s FLOPs: a convolution off float32 (float64 goes to a slow
     kernel: 130 ps a FLOP against 7) at 16 times its FLOPs, and a grouped one (depthwise: each
-    output reads few inputs, a slow kernel) or one of fewer than ``THIN`` output channels a group
-    (the kernel vectorises over them) 16 more an output element and tap (a second red team,
+    output reads few inputs, a slow kernel), one of fewer than ``THIN`` output channels a group
+    (the kernel vectorises over them) or of fewer than ``THIN_REDUCTION`` inputs an output element
+    16 more an output element and tap (a second red team,
     session 33: a depthwise dilated float64 convolution at 824 ps a FLOP; a third, session 34:
     a float32 convolution of one channel into one at 3.9-4.7 ns a FLOP forward and backward,
     against 66 ps for 16 into 32, ten of them 40-80 times a cifar10 step)."""
@@ -272,11 +286,16 @@ def _convolution(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float
     taps = math.prod(weight.shape[2:])
     flops = 2 * max(x.numel(), y.numel()) * math.prod(weight.shape[1:])
     extra = 15.0 * flops if x.dtype not in (torch.float32, torch.bfloat16) else 0.0
-    thin = groups > 1 or outputs // max(groups, 1) < THIN
+    inputs = weight.shape[0] // max(groups, 1) if transposed else weight.shape[1]
+    thin = groups > 1 or outputs // max(groups, 1) < THIN or inputs * taps < THIN_REDUCTION
     return extra + (16.0 * y.numel() * taps if thin else 0.0)
 
 
 THIN = 8  # output channels a group below which a convolution is priced as a grouped one
+# input channels a group times taps (what each output element sums) below which it is too: a
+# fourth red team (session 34) ran 1 x 1 convolutions from one channel into eight at 9 ns a
+# counted operation, 67-126 times a cifar10 step
+THIN_REDUCTION = 16
 
 
 def _mvlgamma(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
@@ -335,7 +354,7 @@ PRICED: dict[str, Callable[[Sequence[Any], dict[str, Any], Any], float]] = {
     # the rest of the dear pointwise ops, at their slowest values forward and backward
     # (benchmarks/pointwise_prices.py, session 34: a third red team's 60 gammaln of each input
     # element were 140 times a cifar10 step; an add measures 2-3 ns and counts about 3): an
-    # op of 20 ns an element or more costs the power of two at or above its nanoseconds
+    # op of 12 ns an element or more costs the power of two at or above its nanoseconds
     **{f"aten.{name}": _per_element(price) for name, price in ELEMENT_PRICES.items()},
 }
 
@@ -364,8 +383,12 @@ LINEAR = frozenset(f"aten.{name}" for name in (
 COMPLEX_CHEAP = frozenset(f"aten.{name}" for name in (
     "add", "sub", "mul", "neg", "conj", "_conj", "conj_physical", "resolve_conj", "resolve_neg", "real", "imag",
     "view_as_real", "view_as_complex", "complex", "abs", "clone", "copy", "copy_", "_to_copy", "sum", "mean",
-    "cat", "stack", "alias", "lift_fresh", "detach",
+    "cat", "stack", "alias", "lift_fresh", "detach", "full", "zeros", "ones", "zeros_like", "ones_like",
+    "full_like", "scalar_tensor",
 ))
+# ... each at 4 an element in complex64 and 8 in complex128 (a fourth red team, session 34:
+# complex128 mul 24-37 ns an element forward and backward)
+COMPLEX_WIDE = {torch.complex64: 4, torch.complex128: 8}
 
 
 class Work(TorchDispatchMode):  # type: ignore[no-untyped-call]  # (torch's, untyped)
@@ -395,15 +418,16 @@ class Work(TorchDispatchMode):  # type: ignore[no-untyped-call]  # (torch's, unt
         priced = PRICED.get(name)
         if priced is not None:
             self.elements += priced(args, kwargs, out)
-        elif (packet not in self.flop_counted and name not in COMPLEX_CHEAP
-              and KIND.get(str(func)) not in ("shape", "size", "create", "check")
-              and any(t.is_complex() for t in _tensors((args, kwargs, out)))):
-            self.elements += COMPLEX_ELEMENT * _numel(out)
         elif packet not in self.flop_counted and name not in LINEAR and SUSPECT.search(name.split(".", 1)[-1]):
             raise BenchError(ErrorCode.COMPUTE_PARITY,
                              f"The model calls {name}, whose cost the bench cannot count: it is not judged.",
                              "Build the model from listed ops whose cost is known (docs/idea-contract.md, "
                              "compute): matrix products, convolutions, pools, norms, elementwise ops.")
+        if (packet not in self.flop_counted and not name.startswith("aten._fft")
+                and KIND.get(str(func)) not in ("shape", "size", "check")):
+            widths = [COMPLEX_WIDE[t.dtype] for t in _tensors((args, kwargs, out)) if t.dtype in COMPLEX_WIDE]
+            if widths:  # complex: on top of any price above
+                self.elements += (max(widths) if name in COMPLEX_CHEAP else COMPLEX_ELEMENT) * _numel(out)
         return out
 
 
