@@ -156,8 +156,8 @@ def _distances(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
     """Each output distance reads one row of each input: its width in features, and a ``pow``
     (32, ``_pow``) for each of them where p is not 0, 1, 2 or infinity (a fourth red team, session
     34: ``cdist`` of p = 3.7, 25 times a smoke step)."""
-    p = args[2] if len(args) > 2 and isinstance(args[2], int | float) else args[1] if (
-        len(args) > 1 and isinstance(args[1], int | float)) else 2.0
+    # p: _cdist_forward(x1, x2, p, mode), _pdist_forward(x, p); _euclidean_dist(x1, x2) is 2
+    p = next((a for a in args[1:3] if isinstance(a, int | float) and not isinstance(a, bool)), 2.0)
     per_feature = 3 if float(p) in (0.0, 1.0, 2.0, math.inf) else 32
     return float(per_feature * _tensors(out)[0].numel() * args[0].shape[-1])
 
@@ -270,15 +270,22 @@ def _pow(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
     return float((64 if _integer(args, kwargs) else 32) * _numel(out))
 
 
+THIN = 8  # output channels a group below which a convolution is priced as a grouped one
+# input channels a group times taps (what each output element sums) below which it is too: a
+# fourth red team (session 34) ran 1 x 1 convolutions from one channel into eight at 9 ns a
+# counted operation, 67-126 times a cifar10 step
+THIN_REDUCTION = 16
+
+
 def _convolution(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
     """On top of ``FlopCounterMode``'s FLOPs: a convolution off float32 (float64 goes to a slow
     kernel: 130 ps a FLOP against 7) at 16 times its FLOPs, and a grouped one (depthwise: each
     output reads few inputs, a slow kernel), one of fewer than ``THIN`` output channels a group
     (the kernel vectorises over them) or of fewer than ``THIN_REDUCTION`` inputs an output element
-    16 more an output element and tap (a second red team,
-    session 33: a depthwise dilated float64 convolution at 824 ps a FLOP; a third, session 34:
-    a float32 convolution of one channel into one at 3.9-4.7 ns a FLOP forward and backward,
-    against 66 ps for 16 into 32, ten of them 40-80 times a cifar10 step)."""
+    16 more an output element and tap (a second red team, session 33: a depthwise dilated float64
+    convolution at 824 ps a FLOP; a third, session 34: a float32 convolution of one channel into
+    one at 3.9-4.7 ns a FLOP forward and backward, against 66 ps for 16 into 32, ten of them 40-80
+    times a cifar10 step)."""
     x, weight, y = args[0], args[1], _tensors(out)[0]
     groups = int(args[8]) if len(args) > 8 else int(kwargs.get("groups", 1))
     transposed = bool(args[6]) if len(args) > 6 else False
@@ -289,13 +296,6 @@ def _convolution(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float
     inputs = weight.shape[0] // max(groups, 1) if transposed else weight.shape[1]
     thin = groups > 1 or outputs // max(groups, 1) < THIN or inputs * taps < THIN_REDUCTION
     return extra + (16.0 * y.numel() * taps if thin else 0.0)
-
-
-THIN = 8  # output channels a group below which a convolution is priced as a grouped one
-# input channels a group times taps (what each output element sums) below which it is too: a
-# fourth red team (session 34) ran 1 x 1 convolutions from one channel into eight at 9 ns a
-# counted operation, 67-126 times a cifar10 step
-THIN_REDUCTION = 16
 
 
 def _mvlgamma(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> float:
