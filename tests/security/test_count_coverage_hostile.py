@@ -94,6 +94,9 @@ from bench.errors import BenchError, ErrorCode
 from bench.graph import rebuild
 from tests.capture_helpers import capture_docs, graph_of, runs_of, through_capture
 
+# the tabular baseline's compute check (batch 32, 2,000 training rows, 1,024 evaluation rows, ratio 4)
+from tests.security.test_compute_bound_hostile2 import _parity as _tabular_parity
+
 ROWS = 2 * cost.FLOP_ROWS
 
 
@@ -328,32 +331,6 @@ class _LongLSTM(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.rnn(torch.ones(1, self.steps, 1))[0]
         return self.out(x) + h.sum() * 1e-9
-
-
-class _TabularBaseline(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.a, self.b = nn.Linear(10, 32), nn.Linear(32, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.b(torch.relu(self.a(x)))
-
-
-def _tabular_parity(idea: nn.Module) -> BenchError | None:
-    """``_Job.check_compute`` for one idea config against the tabular track's baseline (batch
-    32, 2,000 training rows, 1,024 evaluation rows, ratio 4)."""
-    from bench.decide import compute_error, dearest_per_example
-
-    batch, sizes = 32, cost.forward_sizes(2000, 32, [1024])
-    x = torch.randn(ROWS, 10)
-    base = cost.forward_costs(through_capture(_TabularBaseline(), [10]), x, *sizes)
-    try:
-        mine = cost.forward_costs(idea, x, *sizes)
-    except BenchError as exc:
-        return exc
-    base_dearest = dearest_per_example(*_dearest(base, batch), batch)
-    return compute_error({}, mine.per_example, max(base.per_example, 2.0 * 385), 4.0,
-                         _dearest(mine, batch), batch, base_dearest)
 
 
 def test_a_long_lstm_of_width_one_is_refused() -> None:
