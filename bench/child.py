@@ -284,7 +284,7 @@ class ArmRunner:
 
     def check(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Rebuild one model per config; check its output shape; count what it holds."""
-        from bench.cost import forward_costs, forward_sizes
+        from bench.cost import CountBudget, forward_costs, forward_sizes
         from bench.trainer import check_output_shape
 
         arrays = self._arrays(cmd["data_dir"])
@@ -292,6 +292,7 @@ class ArmRunner:
         sizes = forward_sizes(len(x), int(cmd["batch_size"]), [len(arrays["x_val"]), len(arrays["x_test"])],
                               probed=bool(cmd.get("mechanism_probe")))
         counts, buffers, flops, tensors, forward_rows, forward_cost = [], [], [], [], [], []
+        budget = CountBudget()  # the count's own time, bounded over all the arm's configs
         for hparams in cmd["configs"]:
             model = self._build(hparams, init_seed=self.init_seeds[0])
             # counted as built, before any forward: a train-mode forward rewrites running
@@ -302,7 +303,7 @@ class ArmRunner:
             tensors.append(len(model._parameters))
             # counted on fake tensors first: a forward too dear to run is refused before one runs
             try:
-                costs = forward_costs(model, x, *sizes)
+                costs = forward_costs(model, x, *sizes, budget=budget)
             except Exception as exc:
                 raise classify(exc, self.filename, ErrorCode.TRAINING_ERROR) from None
             flops.append(costs.per_example)

@@ -61,7 +61,13 @@ FLOP_ROWS = 8
 # refused in the trainer, before the output-shape check runs the model for real: no built-in
 # baseline comes within a thousandth of it. The track's compute_ratio refuses far less.
 MAX_FORWARD_COST = float(2**34)
-MAX_OPS = 2**14  # ops a forward may dispatch: the count follows each at ~0.4 ms on fake tensors
+MAX_OPS = 2**14  # ops a forward may dispatch: the count follows each at ~0.3 ms on fake tensors
+# Ops one arm's check may count in all: each config's forwards, at every row count and mode the
+# trainer runs (20-60 s here). The everyday examples count 30-1,100 (dynamics' GRU baseline: 132
+# ops a forward, 8 forwards); two configs of a recurrent layer over 3,000 literal steps, each
+# forward under MAX_OPS, held the trusted trainer's check 171 s before the parent refused them,
+# 85 s a config (session 35; 59 s with the budget).
+COUNT_BUDGET = 2**16
 OP_COST = 2**13  # an op through the trainer's interpreter: ~8 us forward (as much backward)
 CUBIC = 4  # LU, QR, Cholesky, eigen- and singular value decompositions: a few n**3 each
 # A factorisation's least cost a matrix: each is a LAPACK call of 1-7 us forward and backward up
@@ -395,11 +401,12 @@ class Work(TorchDispatchMode):  # type: ignore[no-untyped-call]  # (torch's, unt
     """Counts the operations a forward's ops cost (the module docstring's rules); under a
     ``FakeTensorMode`` below it, nothing runs."""
 
-    def __init__(self, flop_counted: frozenset[Any]) -> None:
+    def __init__(self, flop_counted: frozenset[Any], budget: CountBudget | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.flop_counted = flop_counted
         self.elements = 0.0
         self.ops = 0
+        self.budget = budget
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -413,6 +420,8 @@ class Work(TorchDispatchMode):  # type: ignore[no-untyped-call]  # (torch's, unt
                              f"A forward of the model runs more than {MAX_OPS} ops (counted by the bench): it is "
                              "not judged.", "Fewer, larger ops: a loop over steps of a literal length "
                              "unrolls into the graph; batch it into tensor ops.")
+        if self.budget is not None:
+            self.budget.spend()
         out = func(*args, **kwargs)
         self.elements += OP_COST + _numel((args, kwargs)) + _numel(out)
         priced = PRICED.get(name)
@@ -447,10 +456,32 @@ def _never_compiled(mode: type) -> None:
         setattr(raw, "__dynamo_disable", raw)  # noqa: B010 - a literal name, never mangled
 
 
-def forward_cost(model: nn.Module, x: torch.Tensor, rows: int, fake: bool = True) -> float:
+class CountBudget:
+    """The ops an arm's check may still count (``COUNT_BUDGET``), shared by all its forwards:
+    the count's own time is bounded per arm, not per forward (``MAX_OPS``) alone."""
+
+    def __init__(self, ops: int | None = None) -> None:
+        self.total = COUNT_BUDGET if ops is None else ops
+        self.left = self.total
+
+    def spend(self) -> None:
+        """One op more counted; past the budget, the arm is not judged."""
+        self.left -= 1
+        if self.left < 0:
+            raise BenchError(
+                ErrorCode.COMPUTE_PARITY,
+                f"Counting the model's forwards takes more than {self.total} ops in all (each config's "
+                "forward at every row count the trainer runs, counted by the bench): it is not judged.",
+                "Declare fewer configs (HPARAMS), or build the model from fewer, larger ops: a loop over "
+                "steps of a literal length unrolls into the graph; batch it into tensor ops.")
+
+
+def forward_cost(model: nn.Module, x: torch.Tensor, rows: int, fake: bool = True,
+                 budget: CountBudget | None = None) -> float:
     """The operations one forward of ``model`` on ``rows`` rows shaped as ``x``'s costs
     (``Work``), counted on fake tensors: nothing is computed (``fake=False``, for tests: the
-    same count of a forward on ``x[:rows]``, computed)."""
+    same count of a forward on ``x[:rows]``, computed). Each op counted is spent from
+    ``budget``, when given."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils import flop_counter
     from torch.utils.flop_counter import FlopCounterMode
@@ -465,7 +496,7 @@ def forward_cost(model: nn.Module, x: torch.Tensor, rows: int, fake: bool = True
         else:
             batch = x[:rows]
         counter = stack.enter_context(FlopCounterMode(display=False))
-        work = stack.enter_context(Work(frozenset(counter.flop_registry)))
+        work = stack.enter_context(Work(frozenset(counter.flop_registry), budget))
         model(batch)
     return float(counter.get_total_flops() + work.elements)
 
@@ -507,7 +538,7 @@ def _one_graph(model: nn.Module) -> bool:
 
 
 def forward_costs(model: nn.Module, x: torch.Tensor, train_rows: set[int] | None = None,
-                  eval_rows: set[int] | None = None) -> Costs:
+                  eval_rows: set[int] | None = None, budget: CountBudget | None = None) -> Costs:
     """What each added row of a forward costs (the count of ``2 * FLOP_ROWS`` rows less that of
     ``FLOP_ROWS``, over ``FLOP_ROWS``), what a forward costs besides (a weight transposed once,
     a constant the model builds), in eval mode and in train mode, the larger of each; and the
@@ -515,7 +546,8 @@ def forward_costs(model: nn.Module, x: torch.Tensor, train_rows: set[int] | None
     mode): ``forward_sizes``. A weight-tied block applied twenty times holds one block's
     parameters and costs twenty. A forward past ``MAX_FORWARD_COST`` per ``2 * FLOP_ROWS`` rows is
     refused at once, and so is one the count cannot follow (it reads a tensor's values as a
-    size): the bench cannot bound it."""
+    size): the bench cannot bound it; and so are forwards past what ``budget`` (an arm's, shared
+    by its configs: ``CountBudget``) leaves to count."""
     was_training = model.training
     per_example, fixed = 0.0, 0.0
     forwards: dict[int, float] = {}
@@ -530,7 +562,7 @@ def forward_costs(model: nn.Module, x: torch.Tensor, train_rows: set[int] | None
             model.train(training)
             counted = {}
             for rows in sorted(sizes[training]):
-                counted[rows] = forward_cost(model, x, rows)
+                counted[rows] = forward_cost(model, x, rows, budget=budget)
                 limit = MAX_FORWARD_COST * max(1.0, rows / (2 * FLOP_ROWS))
                 if counted[rows] > limit:
                     raise BenchError(ErrorCode.COMPUTE_PARITY,

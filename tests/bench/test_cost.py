@@ -138,3 +138,58 @@ def test_every_listed_op_that_may_hide_work_has_a_price() -> None:
             unpriced.append(full)
     assert unpriced == []
     assert not cost.SUSPECT.search("detach") and not cost.SUSPECT.search("relu") and cost.SUSPECT.search("_linalg_det")
+
+
+class _Chain(nn.Module):
+    """A head and a chain of ``n`` multiplications: about ``n`` ops a forward."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.out = n, nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.out(x)
+        for _ in range(self.n):
+            h = h * 1.0
+        return h
+
+
+def _ops_counted(model: nn.Module, sizes: tuple[set[int], set[int]]) -> int:
+    budget = cost.CountBudget(2**30)
+    cost.forward_costs(model, torch.randn(16, 8), *sizes, budget=budget)
+    return budget.total - budget.left
+
+
+def test_the_count_stops_at_its_budget_across_forwards() -> None:
+    """Every op counted, at every row count and mode, is spent from one budget: a graph under
+    ``MAX_OPS`` a forward is refused once its forwards together pass what is left, and one just
+    under the budget is counted whole."""
+    model = through_capture(_Chain(40), [8])
+    sizes = cost.forward_sizes(100, 32, [50], probed=False)
+    spent = _ops_counted(model, sizes)
+    assert spent > 6 * 40  # six row counts or more, each ~40 ops
+    cost.forward_costs(model, torch.randn(16, 8), *sizes, budget=cost.CountBudget(spent))
+    with pytest.raises(BenchError) as refused:
+        cost.forward_costs(model, torch.randn(16, 8), *sizes, budget=cost.CountBudget(spent - 1))
+    assert refused.value.code is ErrorCode.COMPUTE_PARITY and "configs" in (refused.value.hint or "")
+
+
+def test_an_arms_configs_share_one_count_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer's check counts all of an arm's configs from one budget: on smoke, two configs
+    of a recurrent layer over 3,000 literal steps (each forward under ``MAX_OPS``) held the trusted
+    trainer's check 171 s before the parent refused them, 59 s with the budget (session 35,
+    ``bench.protocol.check``); one config fits here where three do not."""
+    from bench.child import ArmRunner
+
+    model = through_capture(_Chain(40), [8])
+    sizes = cost.forward_sizes(64, 16, [32, 32], probed=False)
+    monkeypatch.setattr(cost, "COUNT_BUDGET", 2 * _ops_counted(model, sizes))
+    runner = ArmRunner()
+    runner.spec, runner.init_seeds = {"output_shape": [1]}, [0]
+    runner.data["d"] = {"x_train": torch.randn(64, 8), "x_val": torch.randn(32, 8), "x_test": torch.randn(32, 8)}
+    runner._build = lambda hparams, init_seed: model  # type: ignore[method-assign]
+    answer = runner.check({"data_dir": "d", "configs": [{"k": 0}], "batch_size": 16})
+    assert len(answer["flops"]) == 1
+    with pytest.raises(BenchError) as refused:
+        runner.check({"data_dir": "d", "configs": [{"k": k} for k in range(3)], "batch_size": 16})
+    assert refused.value.code is ErrorCode.COMPUTE_PARITY
