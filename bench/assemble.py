@@ -92,7 +92,7 @@ class Outcome:
     # A matched baseline's check against the track's canonical baseline (bench.protocol).
     matched_check: dict[str, Any] | None = None
     # On a custom track: on how many test seeds the baseline beat the bench's reference fits
-    # (seeds, not_beaten, margin; _Job.reference_check).
+    # (seeds, not_beaten, margin; Job.reference_check).
     references: dict[str, Any] | None = None
     # Runs per seed each test stage's looks made (``screening``: [n], ``confirmation``: one per
     # look): the card's repeats, or 1 where the first runs decided the look (bench.decide:
@@ -223,7 +223,7 @@ def stage_block(outcome: Outcome, stage: Stage, tests: list[Comparison]) -> mode
         per_seed={key: list(stage.values[key]) for key in model.STAGE_KEYS if key in stage.values}, seeds=stage.seeds,
         seed_commitment=model.SeedCommitment.model_validate(outcome.seed_commitment),
         diverged=stage.diverged, wall_time_s=stage.seconds,
-        # the baseline at the idea's learning rate (_Job.matched_cfg)
+        # the baseline at the idea's learning rate (Job.matched_cfg)
         matched_lr=None if stage.matched_lr is None else {"lr": stage.matched_lr,
                                                           "comparison": tests[1].as_dict()},
     )

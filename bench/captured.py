@@ -247,7 +247,7 @@ BUILD_FILES = ("capture.py", "graph.py", "captured.py", "oplist.py", "child.py")
 @functools.cache
 def build_version() -> str:
     """sha256 over the code that captures and checks a build (``BUILD_FILES``) and torch's
-    version: a stored build made by other code is not used (``bench.protocol.stored_build``),
+    version: a stored build made by other code is not used (``bench.judge.stored_build``),
     so a later fix to the capture reaches every track. Read once per process (every job asks)."""
     import torch
 
@@ -330,7 +330,7 @@ def import_stored(build: bytes, role: str, staging: Path, dest: Path,
 
 def pin_first_build(captured: ArmCapture, n_seeds: int) -> ArmCapture:
     """``captured``, one build per config, as ``n_seeds`` init seeds that all hold that build's
-    tensors (a custom track's validated baseline: ``protocol._Job.pins_baseline``); the trusted
+    tensors (a custom track's validated baseline: ``protocol.Job.pins_baseline``); the trusted
     trainer still draws each seed's parameter values from its own init seed (``bench.redraw``)."""
     tensor_hashes, seed_hashes = [], []
     for config, per_seed in enumerate(captured.seed_sha256):

@@ -111,7 +111,7 @@ def planned_runs(card: dict[str, Any], idea_configs: int = 1, n_seeds: int | Non
     budgets) plus the final seeds (``n_seeds``, else the track's). ``matched_configs``: a matched
     baseline's job (its HPARAMS grid size), whose check (the matched baseline as the idea, against
     the track's: a sweep and a screening) comes first and whose baseline then sweeps nothing
-    (``protocol._Job.swept``). The API's estimate and a custom track's validation both count with
+    (``protocol.Job.swept``). The API's estimate and a custom track's validation both count with
     it (``bench.plan``)."""
     from bench.plan import plan_for_card
 

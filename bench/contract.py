@@ -111,7 +111,7 @@ HPARAM_TEXT = re.compile(r"[A-Za-z0-9_.+-]{1,32}")
 
 def check_baseline_allowed(custom_track: bool) -> None:
     """A matched baseline (``baseline_code``) only on a built-in track. On a custom track the
-    track's baseline is the build its validation checked (``protocol._Job.pins_baseline``), and a
+    track's baseline is the build its validation checked (``protocol.Job.pins_baseline``), and a
     matched baseline built like the track's own at every seed of its check could lend the
     track's sabotage at other seeds to a copy of it (red team, session 21)."""
     if custom_track:
@@ -124,7 +124,7 @@ def declared_hparams(info: SourceInfo, hparams: Any, *, matched: bool) -> Any:
     file's literal top-level ``HPARAMS`` (``info``), else None. With a matched baseline
     (``matched``), a file that binds ``HPARAMS`` otherwise (computed, imported) is refused here: the
     matched baseline is tuned on a grid sized for the declared configs before the file runs
-    (``protocol.declared_configs``), and the job would refuse a larger grid only after its check."""
+    (``bench.judge.declared_configs``), and the job would refuse a larger grid only after its check."""
     if hparams is not None:
         return hparams
     if matched and "HPARAMS" in info.defines and "HPARAMS" not in info.literals:

@@ -67,13 +67,13 @@ class CustomTrack:
     # whether validation's baseline beat the bench's reference fits (None: not measured)
     baseline_beats_references: bool | None = None
     # the tensors validation's baseline built at sweep seed 0, and the seed epoch it built under:
-    # a job of that epoch must build exactly the same there (``_Job.check_track_baseline``)
+    # a job of that epoch must build exactly the same there (``Job.check_track_baseline``)
     baseline_seed_sha256: str | None = None
     validated_epoch: int | None = None
     baseline_build_version: str | None = None  # bench.captured.build_version() of the code that made it
     # validation's checked capture of that build (``bench.captured.pack_build``), kept with the
     # track: a job trains it as the baseline of every seed and never runs the file's
-    # build_baseline to build one (``_Job.stored_build``); None for a local file or a track
+    # build_baseline to build one (``bench.judge.stored_build``); None for a local file or a track
     # validated before it was kept
     baseline_build: bytes | None = field(default=None, repr=False)
 

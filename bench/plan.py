@@ -84,9 +84,9 @@ def plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int = 1, base
          *, baseline_swept: bool = True, idea_factor: int = 1, repeats: int = 1) -> RunPlan:
     """The run plan of a job whose lr grid has ``n_lrs`` values, with ``sweep_seeds`` sweep
     seeds, ``n_seeds`` screening seeds and the arms' grid sizes; ``baseline_swept`` False: a
-    matched baseline whose config its check chose sweeps nothing (``protocol._Job.swept``);
+    matched baseline whose config its check chose sweeps nothing (``protocol.Job.swept``);
     ``idea_factor``: a matched baseline's check, its "idea" sweeping as many lrs more as the
-    idea it is checked for needs (``protocol._Job.budget_factor``); ``repeats``: runs per test
+    idea it is checked for needs (``protocol.Job.budget_factor``); ``repeats``: runs per test
     seed."""
     factors = {"idea": (idea_factor, max(1, idea_configs))}
     if baseline_swept:
@@ -102,8 +102,8 @@ def plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int = 1, base
 def matched_plan(n_lrs: int, sweep_seeds: int, n_seeds: int, idea_configs: int, matched_configs: int,
                  repeats: int = 1) -> RunPlan:
     """A matched baseline's whole job: its check first (the matched baseline's ``matched_configs``
-    as the idea, against the track's baseline, never confirmed: ``protocol.check_matched_baseline``),
-    then the job, whose baseline sweeps nothing (``protocol._Job.swept``). The check sweeps on a
+    as the idea, against the track's baseline, never confirmed: ``bench.judge.check_matched_baseline``),
+    then the job, whose baseline sweeps nothing (``protocol.Job.swept``). The check sweeps on a
     grid dense enough for ``idea_configs``, and both of its edge steps always (its job's idea may
     extend either way): both tuning budgets equal (PROTOCOL.md 1)."""
     check = plan(n_lrs, sweep_seeds, n_seeds, matched_configs, 1,

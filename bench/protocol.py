@@ -1,22 +1,21 @@
-"""The stage-2 protocol: sweep on the union grid, fresh paired seeds, mechanism, report.
+"""One job of the stage-2 protocol: ``Job``, its state and its steps, which ``bench.judge``
+drives from top to bottom (the sweep on the union grid with its edges, fresh paired seeds,
+the confirmation, the mechanism, the outcome the report is built from).
 
-The parent (this module) owns the protocol, the data labels, the scores, the
-statistics and the verdicts. Each arm's code runs in its own child process
-(``bench.child``), so the idea can neither grade itself nor touch the baseline's
+The parent (this module) owns the data labels, the scores and the run records; the rules of
+what to run and what the numbers mean are ``bench.plan``'s and ``bench.decide``'s. Each arm's
+code runs in its own child process, reached only through the job's executor
+(``bench.execution``), so the idea can neither grade itself nor touch the baseline's
 training; both children train at the same time, one per core.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import errno
 import hashlib
 import hmac
 import itertools
 import math
 import secrets
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -27,28 +26,18 @@ from typing import Any
 
 import numpy as np
 
-from bench import baseline_cache, warm, wire
+from bench import baseline_cache, wire
 from bench import custom_track as custom_mod
 from bench import data as data_mod
-from bench import options as engine_options
 from bench import plan as plan_mod
-from bench.assemble import Outcome, Stage, build_report
+from bench.assemble import Outcome, Stage
 from bench.captured import (
     MAX_TENSOR_ELEMENTS,
     ArmCapture,
-    build_version,
     capture_warnings,
     copy_first_build,
-    pin_first_build,
 )
 from bench.card import TrackSettings, card_timing
-from bench.contract import (
-    check_baseline_allowed,
-    check_hparams,
-    check_measurable,
-    check_source,
-    declared_hparams,
-)
 from bench.decide import (
     ParityLimits,
     SweepRow,
@@ -76,17 +65,13 @@ from bench.decide import (
     too_many_diverged,
 )
 from bench.errors import BenchError, ErrorCode
-from bench.execution import ARMS, Executor, MeasureRun, SandboxExecutor, Trained
+from bench.execution import ARMS, Executor, MeasureRun, Trained
 from bench.metrics import ROW_CHECKS, check_predictions, check_rows_alone, score
 from bench.npy import read_npy
 from bench.options import EngineOptions
 from bench.redraw import max_tensors
-from bench.registry import load_track
-from bench.report import Report
-from bench.sandbox import Limits
 from bench.seeding import (
     CONFIRM_SEED_BASE,
-    SCREEN_POOL,
     SWEEP_SEED_BASE,
     RunSeeds,
     SeedSecret,
@@ -95,8 +80,6 @@ from bench.seeding import (
     confirmation_seeds,
     model_key,
     run_seeds,
-    screening_seeds,
-    sweep_seeds,
     task_seed,
 )
 from bench.stats import (
@@ -109,8 +92,6 @@ from bench.stats import (
 from bench.track import Track
 
 MAX_GROUP = 16  # runs trained as one batched model at most (the child stacks their data)
-MIN_SEEDS, MAX_SEEDS = 2, 32
-assert MAX_SEEDS <= SCREEN_POOL
 CAPTURE_TIMEOUT_S = 120.0  # building one arm's models (every config and init seed), by default
 
 
@@ -284,12 +265,12 @@ class _Tracker:
 
 
 
-def _grid(hparams: dict[str, list[Any]]) -> list[dict[str, Any]]:
+def config_grid(hparams: dict[str, list[Any]]) -> list[dict[str, Any]]:
     names = sorted(hparams)
     return [dict(zip(names, values, strict=True)) for values in itertools.product(*(hparams[n] for n in names))]
 
 
-class _Job:
+class Job:
     """The state of one protocol run; ``judge`` drives it."""
 
     def __init__(self, request: JudgeRequest, options: EngineOptions, track: Track, workdir: Path,
@@ -1268,79 +1249,6 @@ class _Job:
     first_look: Stage | None = None  # the confirmation's first look, when one ran
 
 
-def check(request: JudgeRequest, cancel: threading.Event | None = None) -> dict[str, Any]:
-    """Everything ``judge`` checks before it trains, and no training (POST /v1/ideas/check): the
-    contract, both arms' capture in the sandbox, the graphs against the allowlist, the configs,
-    parameter, buffer and compute parity, output shapes, the mechanism's probe. Returns what it
-    found (``check_answer``); raises ``BenchError`` with the code the job would end with.
-
-    It builds the models of the sweep's seeds under a throwaway secret: nothing of the epoch's
-    seeds or data is touched, so a check tells a file nothing a job would use. A matched
-    baseline is not judged against the canonical one here (a job does that first)."""
-    if request.custom_track is not None:
-        raise BenchError(ErrorCode.UNKNOWN_TRACK, "A check runs on built-in tracks only.",
-                         "Submit the idea to the custom track as a job; its errors come back the same way.")
-    found = _run(dataclasses.replace(request, check_only=True), None, cancel)
-    assert isinstance(found, dict)
-    return found
-
-
-def check_answer(job: _Job, checked: dict[str, dict[str, Any]], n_seeds: int, seconds: float) -> dict[str, Any]:
-    """What a check found: the configs, each arm's counts against the limits the job would
-    enforce, the execution path, the declared mechanism and the runs a job would make."""
-    base, ratio, cap = job.parity_limits(checked)
-    flops = {arm: [float(f) for f in checked[arm]["flops"]] for arm in ARMS}
-    base_flops, compute_ratio = job.compute_limit(flops, base)
-    batch = job.settings.defaults.batch_size
-    sizes = (len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
-             len(job.grids["idea"]), len(job.grids["baseline"]))
-    # a matched baseline's job: its check against the track's baseline comes first
-    repeats = job.settings.defaults.repeats
-    planned = (plan_mod.plan(*sizes, repeats=repeats) if job.request.baseline_code is None
-               else plan_mod.matched_plan(*sizes, repeats=repeats))
-    return {
-        "passed": True,
-        "track": f"{job.track.name}@{job.track.version}",
-        "configs": job.grids["idea"],
-        "baseline_configs": job.grids["baseline"],
-        "parameters": {"idea": [int(n) for n in checked["idea"]["n_params"]], "baseline": base,
-                       "limit": math.floor(ratio * base)},
-        "buffer_words": {"idea": [int(n) for n in checked["idea"]["n_buffers"]], "limit": cap},
-        "parameter_tensors": {"idea": [int(n) for n in checked["idea"]["n_tensors"]],
-                              "limit": max_tensors(max(int(n) for n in checked["baseline"]["n_tensors"]))},
-        "flops_per_example": {"idea": flops["idea"], "baseline": base_flops,
-                              "limit": compute_ratio * base_flops,
-                              "idea_dearest": [dearest_per_example(*dearest_forward(rows, costs, batch), batch_size=batch)
-                                               for rows, costs in zip(checked["idea"]["forward_rows"],
-                                                                      checked["idea"]["forward_cost"], strict=True)]},
-        "graph_sha256": list(job.capture_info["idea"].graph_sha256),
-        "execution": {"path": job.path, "why": job.path_reason or None},
-        "mechanism": job.mechanism,
-        "runs": {"planned": planned.planned, "at_most": planned.at_most},
-        "seconds": round(seconds, 2),
-        "warnings": list(job.warnings),
-    }
-
-
-def _check_request(request: JudgeRequest, track: Track) -> int:
-    check_source(request.idea_code, role="idea")
-    if request.baseline_code is not None:
-        check_baseline_allowed(request.custom_track is not None)
-        check_source(request.baseline_code, role="baseline")
-    n_seeds = request.n_seeds or TrackSettings.of(track.card).defaults.n_seeds
-    if not MIN_SEEDS <= n_seeds <= MAX_SEEDS:
-        raise BenchError(
-            ErrorCode.INVALID_HPARAMS,
-            f"n_seeds must be between {MIN_SEEDS} and {MAX_SEEDS}; got {n_seeds}.",
-            "Leave n_seeds unset to use the track's default (8).",
-        )
-    return n_seeds
-
-
-ExecutorFactory = Callable[[JudgeRequest, Path, float, threading.Event], Executor]
-"""Makes one job's executor from its request, its directory, its deadline and its cancel event."""
-
-
 def pins_baseline(request: JudgeRequest) -> bool:
     """A custom track's own baseline is its validated build (issue 25, "still open" (b) until
     session 21): its author's code builds once per config, at the seed validation built
@@ -1352,304 +1260,8 @@ def pins_baseline(request: JudgeRequest) -> bool:
     return request.custom_track is not None and request.baseline_code is None and not request.checking_matched
 
 
-def stored_build(request: JudgeRequest) -> bytes | None:
-    """The pinned baseline's build as its validation captured and checked it, kept with the
-    track (session 22): the job builds nothing of the baseline, so the author's build_baseline
-    never runs in a job (its module code still runs where the idea's ``measure()`` of the
-    baseline's models does, in a child of its own). None for a local track file, a track
-    validated before builds were kept, or one kept by another capture code
-    (``bench.captured.build_version``: a fix to the capture reaches no stale build); its
-    author's code then builds it in the job, at validation's seed."""
-    custom = request.custom_track
-    if custom is None or not pins_baseline(request) or custom.baseline_build_version != build_version():
-        return None
-    return custom.baseline_build
-
-
-def sandbox_executor(options: EngineOptions, slot: warm.Slot | None = None) -> ExecutorFactory:
-    """The production executor: sandboxed children (``slot``'s warm ones, when given)."""
-    def make(request: JudgeRequest, workdir: Path, deadline: float, cancel: threading.Event) -> Executor:
-        # a built-in track's own baseline is the bench's code: its capture child is trusted
-        canonical = request.baseline_code is None and request.custom_track is None
-        return SandboxExecutor(workdir, request.memory_mb, deadline, cancel, request.timeout_s, slot=slot,
-                               canonical_baseline=canonical, tracks_dir=options.tracks_dir,
-                               baseline_build=stored_build(request))
-    return make
-
-
-def judge(
-    request: JudgeRequest,
-    on_progress: ProgressCallback | None = None,
-    cancel: threading.Event | None = None,
-    *,
-    keep_warm: bool = False,
-    executor: ExecutorFactory | None = None,
-    track: Track | None = None,
-) -> Report:
-    """Run the whole protocol for ``request`` and return its report (``Report.model_dump(mode="json")``
-    is what the service stores).
-
-    ``keep_warm`` (a worker judging job after job): use the children ``bench.warm``
-    started ahead of this job, if any, and start the next job's when this one ends.
-    ``executor``: what builds and trains the models (``bench.execution``; default: the
-    sandbox). ``track``: a ``Track`` object in place of the registry's ``request.track``
-    (a test's scripted track).
-
-    Raises ``bench.errors.BenchError`` when the idea fails (no verdict), with the
-    error code, message and hint for the agent.
-    """
-    report = _run(request, on_progress, cancel, keep_warm=keep_warm, executor=executor, track=track)
-    assert isinstance(report, Report)
-    return report
-
-
-def _run(
-    request: JudgeRequest, on_progress: ProgressCallback | None, cancel: threading.Event | None, *,
-    keep_warm: bool = False, executor: ExecutorFactory | None = None, track: Track | None = None,
-) -> Report | dict[str, Any]:
-    """``judge``'s body: the report, or what a check found (``request.check_only``)."""
-    started = time.monotonic()
-    custom = request.custom_track
-    options = request.options or engine_options.current().engine
-    if track is None:
-        track = custom_mod.as_track(custom, options.tracks_dir) if custom is not None else load_track(request.track)
-    n_seeds = _check_request(request, track)
-    _check_space()
-    checked_runs = 0
-    if request.baseline_code is not None and request.canonical is None and not request.check_only:
-        request, checked_runs = check_matched_baseline(request, on_progress, cancel, started, executor, track)
-    limits = Limits(memory_mb=request.memory_mb)
-    slot = warm.take(limits) if keep_warm and executor is None else None
-    try:
-        return _judge(request, options, track, custom, n_seeds, slot, executor or sandbox_executor(options, slot),
-                      on_progress, cancel, started, checked_runs)
-    except BenchError as exc:
-        # A child that could not write its files reports it as its own failure
-        # (training_error, crashed): when the disk is what ran out, say so instead.
-        if exc.code is not ErrorCode.CANCELLED and _free_bytes() < MIN_FREE_BYTES:
-            raise _no_space() from exc
-        raise
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise _no_space() from exc
-        raise
-    finally:
-        if keep_warm and executor is None:
-            warm.prepare(limits)
-
-
-def declared_configs(request: JudgeRequest, max_configs: int) -> int:
-    """The idea's configs as its request declares them before anything runs: its ``hparams``, else
-    its file's literal ``HPARAMS`` (``bench.contract.declared_hparams``: with a matched baseline, a
-    computed one is refused at once), else one. A matched baseline's check sweeps on a grid dense
-    enough for that many (equal tuning budgets, PROTOCOL.md 1); the job refuses an idea whose
-    capture child reports more (``_Job.check_tuned_for``: a grid no statement of the file names)."""
-    hparams = declared_hparams(check_source(request.idea_code, role="idea"), request.hparams,
-                               matched=request.baseline_code is not None)
-    return 1 if hparams is None else len(_grid(check_hparams(hparams, max_configs=max_configs)))
-
-
-def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback | None,
-                           cancel: threading.Event | None, started: float, executor: ExecutorFactory | None = None,
-                           track: Track | None = None) -> tuple[JudgeRequest, int]:
-    """A matched baseline is judged first, as an idea against the track's canonical baseline, on
-    the same seeds, screening only (PROTOCOL.md 1): a job whose matched baseline is worse than the
-    canonical one by more than the track's smallest effect ends ``baseline_inferior`` (a baseline
-    that ignores an input, or stores its weights halved, made a copy of the canonical baseline
-    "help"; issue 25.5). Returns ``request`` with what the check found (``canonical``), which
-    the job's parity and compute parity measure against and its report shows, and the runs the
-    check made (the job's progress counts on from them)."""
-    runs = [0]
-
-    def forward(progress: Progress) -> None:
-        runs[0] = progress.done
-        if on_progress is not None:
-            on_progress(dataclasses.replace(progress, stage=f"baseline_check:{progress.stage}"[:32],
-                                            message=f"checking the matched baseline: {progress.message}"[:500]))
-
-    matched = request.baseline_code
-    assert matched is not None
-    if request.job_key is None:  # the check and the job draw the same confirmation seeds (check_same_build)
-        request = dataclasses.replace(request, job_key=secrets.token_hex(8))
-    card = (track if track is not None else load_track(request.track)).card  # (a built-in track's)
-    tuned_for = declared_configs(request, TrackSettings.of(card).max_configs)
-    check = dataclasses.replace(request, idea_code=matched, baseline_code=None, hparams=None,
-                                mechanism=None, confirm=False, checking_matched=True, tuning_configs=tuned_for)
-    try:
-        report = judge(check, forward, cancel, executor=executor, track=track).bench_report
-    except BenchError as exc:
-        if exc.code in (ErrorCode.CANCELLED, ErrorCode.TIMEOUT, ErrorCode.NO_SPACE, ErrorCode.SANDBOX_UNAVAILABLE,
-                        ErrorCode.INTERNAL):
-            raise
-        raise BenchError(exc.code, f"The matched baseline, judged against the track's canonical baseline, "
-                         f"failed: {exc.message}", exc.hint) from None
-    comparison, parity = report.comparison, report.parameter_parity
-    assert (report.screening is not None and report.seeds is not None and parity is not None
-            and report.idea.best_cfg is not None and report.capture is not None and report.smallest_effect is not None
-            and comparison.baseline_mean is not None and comparison.idea_mean is not None)  # all the engine's
-    sign = 1.0 if report.metric_direction == "lower is better" else -1.0
-    worse_by = comparison.delta_mean * sign
-    at_its_lr = report.screening.matched_lr
-    if at_its_lr is not None:
-        # The track's baseline also trained at the matched one's learning rate: the worse of the
-        # two, as a win must beat both (red team: a second config gave the track's baseline a
-        # denser grid in the check, whose lr chosen on validation did badly on test, and a
-        # sandbagged matched baseline passed as non-inferior).
-        worse_by = max(worse_by, float(at_its_lr["comparison"]["delta_mean"]) * sign)
-    m = report.smallest_effect
-    chosen = report.idea.best_cfg
-    found = {
-        "canonical_mean": comparison.baseline_mean, "matched_mean": comparison.idea_mean,
-        "worse_by": worse_by, "smallest_effect": m, "non_inferior": bool(worse_by <= m),
-        "p_value": comparison.p_value, "seeds": report.seeds.final,
-        "n_params": int(parity["baseline"]), "n_buffers": int(parity["buffers"]["baseline"]),
-        "flops": float(parity["flops_per_example"]["baseline"]),
-        "matched_n_params": int(parity["idea"]),
-        # the config (lr, hparams) the check chose and measured: the job's final one (_Job.pinned)
-        "chosen": {"lr": float(chosen["lr"]),
-                   "hparams": {k: v for k, v in chosen.items() if k not in ("lr", "epochs", "batch_size", "weight_decay")}},
-        # what the matched baseline built in its check: its job must build exactly the same
-        "built": {k: report.capture["idea"][k] for k in ("graph_sha256", "tensors_sha256", "configs")},
-        # the idea configs its sweep's budget equals (the job refuses an idea with more: check_tuned_for)
-        "tuned_for": tuned_for,
-        # the sweep that chose it, shown as the job's baseline sweep (the job sweeps it no more)
-        "sweep": [row.model_dump(mode="json", exclude_none=True) for row in report.idea.sweep or []],
-    }
-    if not found["non_inferior"]:
-        raise BenchError(
-            ErrorCode.BASELINE_INFERIOR,
-            f"The matched baseline is worse than the track's canonical baseline by {worse_by:.4g} on the same "
-            f"seeds (canonical {found['canonical_mean']:.4g}, matched {found['matched_mean']:.4g}); the track "
-            f"allows {m:.4g} (its smallest effect): a win over it would not be a win.",
-        )
-    remaining = request.timeout_s - (time.monotonic() - started)
-    return dataclasses.replace(request, canonical=found, timeout_s=max(1.0, remaining)), runs[0]
-
-
 # What an idea's buffers, constants and literals may hold beyond its baseline's, in 32-bit words of
 # information (bench.graph.info_words): 1,024 bits, room for the fixed maps of every example (the
 # vision example's blur kernels 16 words beyond its baseline's, seed 002's pair indices 21), not
 # for a network: 273 words held vision's pretrained baseline at 3 bits a weight (red team).
 MIN_BUFFER_ROOM = 32
-MIN_FREE_BYTES = 64 * 2**20  # below this on the temporary directory's disk, no job starts
-
-
-def _free_bytes() -> int:
-    try:
-        return shutil.disk_usage(tempfile.gettempdir()).free
-    except OSError:
-        return 0
-
-
-def _no_space() -> BenchError:
-    return BenchError(ErrorCode.NO_SPACE, f"The worker's temporary directory ({tempfile.gettempdir()}) has "
-                      f"{_free_bytes() // 2**20} MiB free; a job needs at least {MIN_FREE_BYTES // 2**20} MiB.")
-
-
-def _check_space() -> None:
-    """``no_space`` before any child starts when the disk for the job's files is (nearly) full."""
-    if _free_bytes() < MIN_FREE_BYTES:
-        raise _no_space()
-
-
-def _judge(
-    request: JudgeRequest, options: EngineOptions, track: Track, custom: custom_mod.CustomTrack | None, n_seeds: int,
-    slot: warm.Slot | None, make_executor: ExecutorFactory, on_progress: ProgressCallback | None,
-    cancel: threading.Event | None, started: float, progress_offset: int = 0,
-) -> Report | dict[str, Any]:
-    tmpdir = slot.tmp if slot is not None else warm.JobDir()
-    with tmpdir as tmp:
-        # a check draws under a throwaway secret: it touches nothing of the epoch's seeds
-        secret = (SeedSecret(key=secrets.token_bytes(32), epoch=0) if request.check_only
-                  else request.seed_secret or engine_options.current().deployment_secret())
-        cancel = cancel or threading.Event()
-        deadline = time.monotonic() + request.timeout_s
-        job = _Job(request, options, track, Path(tmp), on_progress, cancel, secret, deadline,
-                   make_executor(request, Path(tmp), deadline, cancel), progress_offset)
-        try:
-            job.sweep_seed_list = sweep_seeds(job.settings.defaults.sweep_seeds)
-            job.screening_seed_list = [] if request.check_only else screening_seeds(n_seeds, secret, job.job_key)
-            all_seeds = job.sweep_seed_list + job.screening_seed_list
-            if custom is not None:
-                job.tracker.emit("generating the custom track's data in the sandbox")
-                job.executor.make_data(custom, [job.seeds(s).split for s in all_seeds])
-            job.tracker.emit("starting the sandboxed children")
-            job.prefetch(all_seeds)
-            job.executor.start()
-            loaded: dict[str, wire.LoadedReply] = job.both(lambda arm: job.executor.load(arm, job.load_command(arm)))
-            declared = request.mechanism if request.mechanism is not None else loaded["idea"].mechanism
-            if declared is not None:
-                job.mechanism = check_measurable(declared, loaded["idea"].has_measure)
-            job.executor.start_trainers(measured=job.mechanism is not None and "probe" not in job.mechanism
-                                        and not request.check_only)
-            max_configs = job.settings.max_configs
-            idea_hp = request.hparams if request.hparams is not None else loaded["idea"].hparams
-            job.grids = {
-                "idea": _grid(check_hparams(idea_hp, max_configs=max_configs)),
-                # a track's own baseline has one config: what its child says is not read (a
-                # custom track's file could write a grid there, red team)
-                "baseline": ([{}] if request.baseline_code is None else
-                             _grid(check_hparams(loaded["baseline"].hparams, max_configs=max_configs))),
-            }
-            job.check_tuned_for()
-            # the runs every job makes, known from here on (bench.plan); edges, matched and
-            # confirmation runs are added when the protocol decides to make them
-            planned = plan_mod.plan(len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
-                                    len(job.grids["idea"]), len(job.grids["baseline"]),
-                                    baseline_swept=job.swept("baseline"), idea_factor=job.budget_factor("idea"),
-                                    repeats=job.settings.defaults.repeats)
-            job.tracker.add_total(planned.planned)
-            job.tracker.expect("edges", planned.edges_max)
-            job.tracker.expect("matched", planned.matched_max)
-            job.tracker.expect("repeats", planned.repeats_max)
-            if request.confirm:
-                job.tracker.expect("confirmation", planned.confirmation_max)
-            # The sweep's and the screening's seeds, built in a secret order (a file that counts
-            # its builds learns nothing of which seed it builds); the confirmation's inits are
-            # captured when a win needs them, for the chosen configs, under the models' key.
-            job.capture_seeds = capture_order(all_seeds, secret, job.job_key)
-            init_seeds = [job.seeds(s).init for s in job.capture_seeds]
-            job.tracker.emit("capturing both arms' models as graphs")
-            builds = {arm: job.builds(arm, job.capture_seeds) for arm in ARMS}
-            job.note_capture(job.both(lambda arm: job.executor.capture(
-                arm, wire.Capture(configs=job.grids[arm], init_seeds=builds[arm]),
-                capture_limit(request, len(job.grids[arm]) * len(builds[arm])))))
-            job.capture_info = job.both(lambda arm: job.executor.read_capture(
-                arm, job.grids[arm], len(builds[arm]), job.workdir / "data" / f"capture_{arm}", job.max_elements(arm)))
-            if job.pins_baseline:
-                job.capture_info["baseline"] = pin_first_build(job.capture_info["baseline"], len(init_seeds))
-            job.check_same_build()
-            job.check_configs_differ()
-            job.check_track_baseline()
-            job.identify_models()
-            trainers: dict[str, wire.DeviceReply] = job.both(lambda arm: job.executor.load_trainer(arm, wire.Load(
-                role=arm, spec=track.spec, param_cap=track.card["param_cap"], device=request.device,
-                captured=wire.CapturedRef(dir=str(job.capture_info[arm].directory), configs=job.grids[arm],
-                                          init_seeds=init_seeds),
-            )))
-            first = job.data(job.sweep_seed_list[0])
-            want_vectorized = job.options.execution != "sequential" and not job.matched_path_fixed
-            checked = job.both(lambda arm: job.executor.check(arm, wire.Check(
-                data_dir=str(first.data_dir), configs=job.grids[arm], batch_size=job.settings.defaults.batch_size,
-                probe=want_vectorized,
-                loss=track.card["metric"]["loss"], mechanism_probe=(job.mechanism or {}).get("probe"),
-            )))
-            job.check_parity(checked)
-            job.choose_path(checked, want_vectorized)
-            if request.check_only:
-                job.check_untrained_rows()
-                return check_answer(job, checked, n_seeds, time.monotonic() - started)
-            device = trainers["idea"].device
-            job.enable_cache(device)
-            job.run_sweep_with_edges()
-            finals = job.final(job.screening_seed_list, "screening")
-            # measured first: the confirmation closes the capture children the measure runs in
-            measured = job.measure(finals) if job.mechanism is not None else None
-            confirmation = job.confirm(n_seeds) if request.confirm and job.screened_better(finals) else None
-            job.tracker.expect("confirmation", 0)
-        finally:
-            job.close()
-            if slot is not None:  # a failure before both sessions adopted their child
-                slot.release(job.executor.adopted)
-        return build_report(job.outcome(finals, confirmation, measured, device, time.monotonic() - started,
-                                        references=job.reference_check([finals, confirmation])))

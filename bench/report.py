@@ -315,7 +315,7 @@ def withhold_reusable_seeds(body: dict[str, Any]) -> dict[str, Any]:
     The confirmation's too (issue 25, red team): its seeds are the same for every job of one
     pair of models (resubmitting re-rolls nothing), and a file that writes what it knows of its
     seeds into its own numbers could read them back from per-seed values, then tell the
-    confirmation's builds from their decoys (``bench.protocol._Job.capture_confirmation``)."""
+    confirmation's builds from their decoys (``bench.protocol.Job.capture_confirmation``)."""
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
             return {k: strip(v) for k, v in value.items() if k not in PER_SEED_KEYS}

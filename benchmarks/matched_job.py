@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 
-from bench.protocol import JudgeRequest, judge
+from bench.judge import JudgeRequest, judge
 from bench.seeding import public_secret
 
 COPY = ("from torch import nn\n"

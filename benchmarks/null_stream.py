@@ -3,7 +3,7 @@
 
     .venv/bin/python benchmarks/null_stream.py [--nulls 200] [--gains 20] [--epochs 4] [--agents 0]
 
-Every job runs the whole protocol (``bench.protocol.judge``: sweep, screening, and the
+Every job runs the whole protocol (``bench.judge.judge``: sweep, screening, and the
 confirmation stage when the screening finds a win) on the smoke track, one after another
 on warm children, with a fresh baseline cache. Ideas:
 
@@ -132,7 +132,7 @@ def smoke_track() -> Any:
 def run_one(kind: str, index: int, epoch: int, code: str | None = None) -> dict[str, Any]:
     """One job through the engine; ``code``: the idea's file (else ``kind``'s null or gain)."""
     from bench.errors import BenchError
-    from bench.protocol import JudgeRequest, judge
+    from bench.judge import JudgeRequest, judge
     from bench.seeding import SeedSecret
 
     secret = SeedSecret(key=hashlib.sha256(f"null-stream epoch {epoch}".encode()).digest(), epoch=epoch)

@@ -6,7 +6,7 @@ the best configs on the screening seeds, the baseline at the idea's lr when the 
 differ, the confirmation after a win, the mechanism measurement) twice, in this
 one invocation:
 
-* **engine**: ``bench.protocol.judge`` (sandboxed children, both arms at once,
+* **engine**: ``bench.judge.judge`` (sandboxed children, both arms at once,
   vectorized runs where the models batch) with a fresh, empty baseline cache
   directory, so the baseline arm is a cache miss and is trained;
 * **reference**: the same protocol as a careful engineer runs it by hand: one process
@@ -83,8 +83,8 @@ def run_engine(track: str, idea: str, warm: bool) -> tuple[float, dict[str, Any]
     ``warm``: as a worker judges a stream of jobs (``keep_warm``): this job adopts the
     children started after the previous one, and starts the next job's before it returns.
     """
+    from bench.judge import JudgeRequest, judge
     from bench.options import EngineOptions
-    from bench.protocol import JudgeRequest, judge
     from bench.seeding import public_secret
 
     _forget_data()
@@ -228,7 +228,7 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
         stage_comparisons,
         stage_p,
     )
-    from bench.protocol import _grid
+    from bench.protocol import config_grid
     from bench.registry import load_track
     from bench.seeding import confirmation_seeds, public_secret, screening_seeds, sweep_seeds
     from bench.stats import ALPHA, CONFIRMATION_LOOKS, CONFIRMATION_SHARES, confirmation_continues
@@ -247,7 +247,7 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
         exec(compile(idea, "idea.py", "exec"), module.__dict__)
         grids = {
             "baseline": [{}],
-            "idea": _grid(check_hparams(getattr(module, "HPARAMS", {}) or {},
+            "idea": config_grid(check_hparams(getattr(module, "HPARAMS", {}) or {},
                                         max_configs=int(card.get("max_configs", 12)))),
         }
         wants_measure = bool(getattr(module, "MECHANISM", None))
@@ -319,7 +319,7 @@ def run_reference(track_name: str, idea: str) -> tuple[float, float, dict[str, A
 
         def means(runs_of: dict[str, list[tuple[int, float]]]) -> dict[str, list[float]]:
             """Per seed, the mean of its runs, diverged runs filled over every run given (as
-            ``_Job.stage_values``: a stage's runs, both looks of the confirmation)."""
+            ``Job.stage_values``: a stage's runs, both looks of the confirmation)."""
             every = [v for pairs in runs_of.values() for _, v in pairs]
             fill = diverged_score(every, ceiling, sign > 0)
             return {k: seed_means([s for s, _ in pairs], fill_diverged([v for _, v in pairs], fill))

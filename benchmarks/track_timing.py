@@ -5,7 +5,7 @@
 
 For each track, its example idea is judged cold, as a worker's first job on the track would be:
 a fresh baseline cache, no warm children. ``fixed_s`` is what a job spends before it trains
-(children started, both arms captured and checked: ``bench.protocol.check``, after one
+(children started, both arms captured and checked: ``bench.judge.check``, after one
 throwaway check has paid the parent's imports, as a worker does once), ``run_s`` the rest of
 the job's seconds over the training runs it made (sweep, screening, and the confirmation when
 it ran). ``--write`` stores both in each track's ``card.json`` with the date
@@ -39,7 +39,7 @@ def runs_made(report: dict[str, Any]) -> int:
 
 
 def measure(track: str) -> dict[str, Any]:
-    from bench.protocol import JudgeRequest, check, judge
+    from bench.judge import JudgeRequest, check, judge
 
     idea = (ROOT / "tracks" / track / "example_idea.py").read_text()
     request = JudgeRequest(track=track, idea_code=idea, name=f"{track} example (timing)")
@@ -77,7 +77,7 @@ def main() -> int:
 
     machine = f"{os.cpu_count()}-core {platform.machine()} CPU"
     # A worker imports the engine once, at start: a throwaway check pays that here, not the first track.
-    from bench.protocol import JudgeRequest, check
+    from bench.judge import JudgeRequest, check
     check(JudgeRequest(track="smoke", idea_code=(ROOT / "tracks" / "smoke" / "example_idea.py").read_text()))
     rows = []
     for track in args.tracks.split(","):

@@ -88,7 +88,7 @@ def study(track_name: str, idea_path: Path, pairs: int, designs: tuple[str, ...]
     from concurrent.futures import ProcessPoolExecutor
 
     from bench.contract import check_hparams
-    from bench.protocol import _grid
+    from bench.protocol import config_grid
     from bench.registry import load_track
     from bench.seeding import sweep_seeds
     from bench.stats import minimum_detectable_effect
@@ -98,7 +98,7 @@ def study(track_name: str, idea_path: Path, pairs: int, designs: tuple[str, ...]
     exec(compile(source, str(idea_path), "exec"), module.__dict__)
     card = load_track(track_name).card
     sign = 1.0 if card["metric"]["direction"] == "lower" else -1.0
-    grids = {"baseline": [{}], "idea": _grid(check_hparams(getattr(module, "HPARAMS", {}) or {},
+    grids = {"baseline": [{}], "idea": config_grid(check_hparams(getattr(module, "HPARAMS", {}) or {},
                                                            max_configs=int(card.get("max_configs", 12))))}
     start = time.perf_counter()
     context = multiprocessing.get_context("spawn")

@@ -78,7 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from app.settings import Settings
     from bench import options
     from bench.custom_track import CustomTrack
-    from bench.protocol import JudgeRequest, judge
+    from bench.judge import JudgeRequest, judge
 
     # this host's options (IDEABENCH_* settings: caches, seed secret, the sandbox's policy)
     options.configure(Settings().host_options())

@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.protocol import JudgeRequest, judge  # noqa: E402
+from bench.judge import JudgeRequest, judge  # noqa: E402
 from bench.seeding import public_secret  # noqa: E402
 
 MLP = """

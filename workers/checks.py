@@ -1,5 +1,5 @@
 """A worker's check thread: it answers checks before the queue (app/checks) while the worker
-judges, so a check waits for no job. Each check runs ``bench.protocol.check`` (sandboxed
+judges, so a check waits for no job. Each check runs ``bench.judge.check`` (sandboxed
 capture and the checks a job makes before it trains, under a throwaway seed secret)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from app.checks import service
 from app.errors import ApiCode
 from bench.errors import BenchError
-from bench.protocol import JudgeRequest, check
+from bench.judge import JudgeRequest, check
 from workers.context import WorkerContext
 
 log = logging.getLogger("ideabench.checks")

@@ -28,7 +28,7 @@ from app.seeds import repository as seeds_repository
 from app.tracks import service as tracks_service
 from app.tracks.models import CustomTrackRow
 from bench.errors import DEFAULT_HINTS, BenchError, ErrorCode
-from bench.protocol import JudgeRequest, judge
+from bench.judge import JudgeRequest, judge
 from workers.context import WorkerContext
 from workers.heartbeat import Heartbeat, ProgressWriter
 from workers.metrics import current as worker_metrics

@@ -38,7 +38,7 @@ class IdeaCheck(Base):
     track: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16), default=CheckStatus.PENDING.value)
     submission: Mapped[dict[str, Any]] = mapped_column(JsonType)  # code, baseline_code, hparams, mechanism
-    result: Mapped[dict[str, Any] | None] = mapped_column(JsonType)  # bench.protocol.check_answer
+    result: Mapped[dict[str, Any] | None] = mapped_column(JsonType)  # bench.judge.check_answer
     error: Mapped[dict[str, Any] | None] = mapped_column(JsonType)  # code, message, hint
     worker: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -1,6 +1,6 @@
 """A scripted executor: the protocol driven with no child process, for tests of its rules.
 
-``bench.protocol.judge`` reaches every model through ``bench.execution.Executor``.
+``bench.judge.judge`` reaches every model through ``bench.execution.Executor``.
 ``ScriptedExecutor`` builds nothing and trains nothing: it answers each run with the
 scripted track's exact answer plus one offset, what a test's ``Script`` says for the run
 by arm, config, split and phase (``screening`` until the protocol asks for the confirmation's

@@ -11,8 +11,8 @@ import pytest
 
 from bench import baseline_cache
 from bench.execution import Trained
+from bench.judge import JudgeRequest, judge
 from bench.options import EngineOptions
-from bench.protocol import JudgeRequest, judge
 from tests.conftest import use_cache
 
 # A smoke idea without a mechanism: every baseline run (sweep and final) is cacheable.

@@ -10,8 +10,8 @@ import pytest
 from bench import wire
 from bench.catalog import get_card
 from bench.errors import BenchError, ErrorCode
+from bench.judge import JudgeRequest, check
 from bench.options import HostOptions
-from bench.protocol import JudgeRequest, check
 
 SMOKE = get_card("smoke")
 WIDE = """

@@ -15,7 +15,7 @@ import pytest
 from bench import execution, protocol
 from bench import options as engine_options
 from bench.errors import BenchError, ErrorCode
-from bench.protocol import JudgeRequest, judge
+from bench.judge import JudgeRequest, judge
 from bench.report import Report
 from bench.seeding import (
     confirmation_seeds,
@@ -160,10 +160,10 @@ def test_the_same_job_reruns_bit_for_bit_and_a_resubmission_rerolls_no_confirmat
     assert other["confirmation"]["per_seed"] == first["confirmation"]["per_seed"]
 
 
-_REAL_STAGE_VALUES = protocol._Job.stage_values
+_REAL_STAGE_VALUES = protocol.Job.stage_values
 
 
-def lucky_screening(self: protocol._Job, runs: dict[str, list[protocol.RunRecord]]) -> dict[str, list[float]]:
+def lucky_screening(self: protocol.Job, runs: dict[str, list[protocol.RunRecord]]) -> dict[str, list[float]]:
     """A test double: the idea's screening is a win (as a lucky re-roll's would be)."""
     values = _REAL_STAGE_VALUES(self, runs)
     if runs["idea"][0].stage == "screening":
@@ -205,17 +205,17 @@ def test_a_close_first_look_gets_a_second_on_fresh_seeds(monkeypatch: pytest.Mon
     and the 2N pairs a clear win: the job trains N more confirmation seeds, and the second
     look decides. (The rule is tested through a scripted executor in test_protocol_rules.py;
     this one runs the second look's rebuild and trainers through real children.)"""
-    real = protocol._Job.stage_values
+    real = protocol.Job.stage_values
     close = [1.0, 1.0, 1.0, 1.0, 1.0, -0.5, 0.2]  # baseline - idea over the first look's N pairs
 
-    def shaped(self: protocol._Job, runs: dict[str, list[protocol.RunRecord]]) -> dict[str, list[float]]:
+    def shaped(self: protocol.Job, runs: dict[str, list[protocol.RunRecord]]) -> dict[str, list[float]]:
         values = real(self, runs)
         if runs["idea"][0].stage == "confirmation":
             gains = close if len(values["idea"]) == N else [1.0] * (2 * N)
             values["idea"] = [b - g for b, g in zip(values["baseline"], gains, strict=True)]
         return values
 
-    monkeypatch.setattr(protocol._Job, "stage_values", shaped)
+    monkeypatch.setattr(protocol.Job, "stage_values", shaped)
     events: list[Any] = []
     report = _judge("job_close", events)
     Report.model_validate(report)
@@ -244,7 +244,7 @@ def test_a_baseline_that_builds_otherwise_for_the_confirmation_is_refused(
     (this job's screening seeds) that must come out bit for bit as first built: the file, which
     cannot tell a decoy from a new seed, is refused, whether it sabotages every build there or
     guesses at half of them."""
-    monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)
+    monkeypatch.setattr(protocol.Job, "stage_values", lucky_screening)
     baseline = SABOTEUR.replace("ODD_ONLY = False", f"ODD_ONLY = {odd_only}")
     with pytest.raises(BenchError) as caught:
         _judge("job_saboteur", baseline=baseline)
@@ -260,7 +260,7 @@ def test_without_the_rebuild_check_the_saboteur_forges_helps(monkeypatch: pytest
         new = real(session, first, config, [None] * len(decoys), limit)
         return {k: arrays for k, arrays in new.items() if decoys[k] is None}
 
-    monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)
+    monkeypatch.setattr(protocol.Job, "stage_values", lucky_screening)
     monkeypatch.setattr(execution, "import_rebuilt", no_decoys)
     report = _judge("job_saboteur", baseline=SABOTEUR)
     assert report["practical_verdict"] == "helps", report["bench_report"]["confirmation"]
@@ -292,7 +292,7 @@ def test_what_a_file_learns_of_its_builds_in_one_job_is_of_no_use_in_the_next() 
 def test_nothing_a_file_says_in_the_confirmations_rebuild_reaches_the_agent(monkeypatch: pytest.MonkeyPatch) -> None:
     """Its rebuild child knows the confirmation's seeds (the same for every job of these models):
     an error there ends the job ``not_capturable`` with none of the child's text."""
-    monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)
+    monkeypatch.setattr(protocol.Job, "stage_values", lucky_screening)
     with pytest.raises(BenchError) as caught:
         _judge("job_leak", baseline=LEAKER.replace("ONLY_REBUILD = False", "ONLY_REBUILD = True"))
     assert caught.value.code is ErrorCode.NOT_CAPTURABLE and "SEEDS" not in caught.value.message
@@ -306,7 +306,7 @@ def test_the_ideas_measure_code_cannot_take_over_the_baselines_rebuild(monkeypat
     the baseline's own model. Now the idea's measure() of the baseline runs in a fresh child of
     its own, closed after; the baseline's own child (it captures and trains) rebuilds."""
 
-    monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)
+    monkeypatch.setattr(protocol.Job, "stage_values", lucky_screening)
     started = count_launches(monkeypatch)
     hijack = (Path(__file__).parents[1] / "security" / "hostile" / "measure_hijack.py").read_text()
     report = judge(JudgeRequest(track="smoke", idea_code=hijack, n_seeds=N, job_key="job_hijack")).model_dump(mode="json")

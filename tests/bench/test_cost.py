@@ -178,7 +178,7 @@ def test_an_arms_configs_share_one_count_budget(monkeypatch: pytest.MonkeyPatch)
     """The trainer's check counts all of an arm's configs from one budget: on smoke, two configs
     of a recurrent layer over 3,000 literal steps (each forward under ``MAX_OPS``) held the trusted
     trainer's check 171 s before the parent refused them, 59 s with the budget (session 35,
-    ``bench.protocol.check``); one config fits here where three do not."""
+    ``bench.judge.check``); one config fits here where three do not."""
     from bench.child import ArmRunner
 
     model = through_capture(_Chain(40), [8])

@@ -12,7 +12,7 @@ import pytest
 from bench import options as engine_options
 from bench.custom_track import CustomTrack, cache_dir, validate
 from bench.errors import BenchError
-from bench.protocol import JudgeRequest, judge
+from bench.judge import JudgeRequest, judge
 from bench.track_source import parse_track_source
 from tests.conftest import use_cache
 

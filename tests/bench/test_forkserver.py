@@ -1,7 +1,7 @@
 """A job's fork server (bench.sandbox.forkserver): its children keep every layer of a fresh child,
 and what one sandbox shared among siblings could open stays shut.
 
-The hostile ideas run through ``bench.protocol.judge`` on the smoke track, whose own baseline
+The hostile ideas run through ``bench.judge.judge`` on the smoke track, whose own baseline
 makes the server see the track packages, so an idea child is the case where Landlock alone
 hides them. Each probe reports what it got; the test names what each must get.
 """
@@ -21,7 +21,7 @@ import pytest
 from bench import sandbox
 from bench.catalog import get_card
 from bench.errors import BenchError
-from bench.protocol import JudgeRequest, judge
+from bench.judge import JudgeRequest, judge
 from bench.sandbox import forkserver, landlock
 from tests.bench.test_sandbox import GOOD_TAIL, _assert_nothing_left
 

@@ -11,7 +11,7 @@ trusted trainer produce a model that is nearly the canonical one at lr 0.03 and 
 the dense grid's 0.0251/0.0398 (a sharp lr optimum; or, as the red team's r4_forge5_a showed on
 the real smoke track, a val-chosen lr on a densified grid that does badly on test), which
 tests/security/test_parent_boundary.py's lr-keyed matched baseline does through real children.
-Before the fix (a matched baseline's final config is its check's: ``_Job.pinned``) both cases
+Before the fix (a matched baseline's final config is its check's: ``Job.pinned``) both cases
 got helps.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from bench.protocol import judge
+from bench.judge import judge
 from bench.report import Report
 from bench.seeding import SeedSecret
 from tests.bench.scripted import TRACK, Asked, Scripted, ScriptedExecutor, scripted_request

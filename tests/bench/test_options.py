@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from bench.catalog import get_card
+from bench.judge import JudgeRequest, judge
 from bench.options import EngineOptions
-from bench.protocol import JudgeRequest, judge
 
 
 def test_the_host_builds_the_options_from_its_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from bench.catalog import get_card
 from bench.errors import BenchError
-from bench.protocol import JudgeRequest, judge
+from bench.judge import JudgeRequest, judge
 from bench.report import Report
 from tests.conftest import count_launches, fresh_children
 

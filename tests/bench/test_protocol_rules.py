@@ -22,9 +22,10 @@ from bench.captured import ArmCapture
 from bench.catalog import planned_runs
 from bench.errors import BenchError, ErrorCode
 from bench.execution import Trained
+from bench.judge import declared_configs, judge
 from bench.npy import read_npy
 from bench.options import EngineOptions
-from bench.protocol import Progress, declared_configs, judge
+from bench.protocol import Progress
 from bench.report import Report, runs_made
 from bench.seeding import SeedSecret, confirmation_seeds
 from bench.stats import confirmation_p, paired_sign_flip_p
@@ -186,7 +187,7 @@ def test_a_matched_baseline_is_judged_against_the_tracks_first(worse_by: float) 
 
 
 def test_a_matched_baseline_is_not_swept_again_at_the_config_its_check_chose(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 25: a matched baseline's final config is the one its check chose (``_Job.pinned``),
+    """Issue 25: a matched baseline's final config is the one its check chose (``Job.pinned``),
     so its sweep in the job decided nothing and is not run: with two idea configs that is 14 runs
     fewer. What decides is unchanged (the same verdicts, tests, final runs and grids as with the
     sweep); the report's baseline sweep is the one its check ran, and that check was sized for the
@@ -206,7 +207,7 @@ def test_a_matched_baseline_is_not_swept_again_at_the_config_its_check_chose(mon
         return report, executor, events
 
     report, executor, events = judged()
-    monkeypatch.setattr(protocol._Job, "swept", lambda self, arm: True)  # the job before: both arms swept
+    monkeypatch.setattr(protocol.Job, "swept", lambda self, arm: True)  # the job before: both arms swept
     before, executor_before, _ = judged()
     assert not executor.asked(checking=False, arm="baseline", split="val")
     assert len(executor_before.asked(checking=False, arm="baseline", split="val")) == 14  # 7 lrs x 2 seeds
@@ -236,7 +237,7 @@ def test_a_matched_baseline_is_not_swept_again_at_the_config_its_check_chose(mon
 
 def test_an_idea_with_more_configs_than_its_matched_baselines_check_was_tuned_for_is_refused() -> None:
     """The check is sized before the idea runs, from the configs its request declares (``hparams``,
-    else a literal ``HPARAMS``: ``protocol.declared_configs``). A file whose HPARAMS its child
+    else a literal ``HPARAMS``: ``bench.judge.declared_configs``). A file whose HPARAMS its child
     reports larger (computed, so no literal says it) would out-tune its pinned matched baseline:
     the job refuses it before training anything of its own, with a code and a hint; the same
     configs declared literally are judged, on a check densified for them."""
@@ -326,7 +327,7 @@ def test_a_tracks_own_baseline_has_one_config_whatever_its_child_says() -> None:
 
 
 def test_a_matched_baseline_is_refused_on_a_custom_track_before_any_child() -> None:
-    """A custom track's baseline is its validated build (``_Job.pins_baseline``); a matched one,
+    """A custom track's baseline is its validated build (``Job.pins_baseline``); a matched one,
     built like the track's own at every seed of its check, could lend the track's sabotage at
     other seeds to a copy of it (red team, session 21). Refused at once, by the API's static
     checks as well (tests/app)."""

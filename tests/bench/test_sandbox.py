@@ -1,6 +1,6 @@
 """Hostile submissions end with a precise error, harm nothing and leave nothing running.
 
-Each hostile idea goes through ``bench.protocol.judge`` on the smoke track. The
+Each hostile idea goes through ``bench.judge.judge`` on the smoke track. The
 job's temp dir is put under the test's ``tmp_path`` so every process of the job
 (the bootstrap's command line names its working directory) can be found
 afterwards; processes a test starts itself carry a marker in their command line.
@@ -20,7 +20,7 @@ import pytest
 from bench import sandbox
 from bench.catalog import get_card
 from bench.errors import BenchError, ErrorCode
-from bench.protocol import JudgeRequest, judge
+from bench.judge import JudgeRequest, judge
 from bench.sandbox import cgroups as sandbox_cgroups
 
 REPO = Path(__file__).resolve().parents[2]

@@ -156,7 +156,7 @@ def test_batchable_models_pass_the_probe(case: str) -> None:
 def test_an_unbatchable_idea_puts_both_arms_on_the_sequential_path(
     monkeypatch: pytest.MonkeyPatch, tmp_path: object
 ) -> None:
-    from bench.protocol import JudgeRequest, judge
+    from bench.judge import JudgeRequest, judge
 
     use_cache(tmp_path)
     idea = (

@@ -18,7 +18,7 @@ from bench import graph as graph_module
 from bench.catalog import get_card
 from bench.errors import BenchError, ErrorCode
 from bench.graph import build_graph, rebuild
-from bench.protocol import JudgeRequest, judge
+from bench.judge import JudgeRequest, judge
 from bench.registry import load_track
 from tests.capture_helpers import capture_docs, graph_of
 from tests.conftest import use_cache

@@ -86,7 +86,7 @@ class _TabularBaseline(nn.Module):
 
 
 def _parity(idea: nn.Module) -> BenchError | None:
-    """``bench.protocol.check_compute`` for one idea config against the tabular baseline."""
+    """``bench.protocol.Job.check_compute`` for one idea config against the tabular baseline."""
     base = _counted(through_capture(_TabularBaseline(), [10]), [10])
     mine = _counted(idea, [10])
     if mine is None:

@@ -24,7 +24,7 @@ prices in ``bench.cost``: ``ELEMENT_PRICES`` from 12 ns, ``COMPLEX_WIDE``, ``_di
   baseline, 400,000 float32 ``logspace`` elements a forward counted 882,849 (dearest 68 an
   example against 2,852): a step of 19.6 ms against 0.40 (48 x, median 50 x); 450,000 complex64
   ones (their sum, ``real``) counted 999,243 (dearest 522): 46 ms against 0.39 (119 x, median
-  141 x); ``bench.protocol.check`` on smoke passes it (``passed: true``, dearest 522, path
+  141 x); ``bench.judge.check`` on smoke passes it (``passed: true``, dearest 522, path
   ``vectorized``), and one epoch of a group of four runs (``bench.vectorized.train_group``)
   took 206 ms against the baseline group's 3.9 (52 x). ``test_logspace_is_priced_per_element``.
 - RENORM: ``renorm(x, p=3.7, ...)`` (the "norm" kind) computes ``|x|**p`` an element forward and
@@ -112,7 +112,7 @@ def _dearest(counted: cost.Costs, batch: int) -> tuple[int, float]:
 
 def _parity(idea: nn.Module, base: nn.Module, shape: list[int], batch: int, n_train: int,
             eval_rows: list[int]) -> BenchError | None:
-    """``_Job.check_compute`` for one idea config against a baseline (ratio 4), both captured."""
+    """``Job.check_compute`` for one idea config against a baseline (ratio 4), both captured."""
     from bench.decide import compute_error, dearest_per_example
 
     sizes = cost.forward_sizes(n_train, batch, eval_rows)

@@ -16,10 +16,10 @@ in ``bench.cost``: ``ELEMENT_PRICES``, ``COMPLEX_ELEMENT``, ``THIN``, ``MATRIX_F
   are 25-200 ns an element, one thread: ``pow`` 126-195, ``acosh`` 145-180, ``atanh`` 64-146,
   ``log`` 59-117, ``tan`` 75-110, ``sqrt`` 29-81, ``exp`` 24-71, ``sigmoid`` 24-38 (float32
   ``add``: 1.3). An idea = the baseline + ten ``acosh`` of a 28,000-element complex constant
-  scaled by one parameter passed ``bench.protocol.check`` on smoke (``passed: true``, dearest
+  scaled by one parameter passed ``bench.judge.check`` on smoke (``passed: true``, dearest
   2,293 an example against the limit 2,852); one epoch took 0.416 s sequential (45-55 x the
   baseline's 7.5-9.9 ms) and 1.49 s for four batched runs (135 x the baseline's 11 ms). A whole
-  smoke job (``bench.protocol.judge``, 2 seeds) of it ran to a report in 72.1 s, a copy of the
+  smoke job (``bench.judge.judge``, 2 seeds) of it ran to a report in 72.1 s, a copy of the
   baseline's in 5.9 s (12 x, the job's fixed costs included). The
   same ops on the rows instead (the per-example allowance) scale the same way: ~60-100 ns a
   counted operation against the baseline's ~1.
@@ -74,7 +74,7 @@ Tried and held (plain tests where the check is not a timing):
   ``MAX_OPS`` (16,384) ~30 s a config, two graphs ~35 s, twelve configs ~7 minutes of the trusted
   trainer before ``compute_error`` refuses it in the parent (its fixed cost is 2**27, far past any
   limit, but the trainer does not know the limit); noted, not a test (a timing);
-- the per-seed row check (``_Job.data``): a custom track's arrays are cast to float32 and held
+- the per-seed row check (``Job.data``): a custom track's arrays are cast to float32 and held
   to the card's shapes (``bench.custom_track._checked``), so only row counts could vary, and
   those now end ``invalid_track``
   (``tests/bench/test_protocol_rules.py::test_a_track_whose_splits_change_size_from_seed_to_seed_is_refused``).
@@ -157,9 +157,9 @@ def build_model(spec):
 
 
 def _check_error(source: str) -> BenchError | None:
-    """What ``bench.protocol.check`` (the API's check: capture in the sandbox, the trainer's
+    """What ``bench.judge.check`` (the API's check: capture in the sandbox, the trainer's
     count, ``compute_error``) says of an idea on the smoke track: None where it passes."""
-    from bench.protocol import JudgeRequest, check
+    from bench.judge import JudgeRequest, check
 
     try:
         found = check(JudgeRequest(track="smoke", idea_code=source, n_seeds=2, timeout_s=120))

@@ -81,7 +81,7 @@ def test_a_custom_tracks_baseline_is_its_validated_build_in_every_seed(cache: Pa
     import tempfile
 
     from bench import protocol
-    from bench.protocol import JudgeRequest, judge
+    from bench.judge import JudgeRequest, judge
     from tests.bench.test_confirmation import N, lucky_screening
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -92,7 +92,7 @@ def test_a_custom_tracks_baseline_is_its_validated_build_in_every_seed(cache: Pa
                     baseline_graph_sha256=result["baseline_graph_sha256"],
                     baseline_seed_sha256=result["baseline_seed_sha256"], validated_epoch=result["seed_epoch"])
     started = count_launches(monkeypatch)
-    monkeypatch.setattr(protocol._Job, "stage_values", lucky_screening)  # on to the confirmation
+    monkeypatch.setattr(protocol.Job, "stage_values", lucky_screening)  # on to the confirmation
     builds: list[list[int]] = []
     real_capture = protocol.wire.Capture
 
@@ -115,7 +115,7 @@ def test_a_job_must_capture_the_baseline_graph_validation_captured(cache: Path, 
     capture of it differs (a track file that builds another model when judging) is refused."""
     import tempfile
 
-    from bench.protocol import JudgeRequest, judge
+    from bench.judge import JudgeRequest, judge
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     source = (Path(__file__).resolve().parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text()
@@ -172,7 +172,7 @@ def test_a_custom_tracks_baseline_never_sees_the_epochs_screening_init_seeds(cac
     could learn them, then tell the confirmation's decoys from its new seeds. Then it built them
     with seeds of its job alone; since session 21 it builds once per job, at sweep seed 0 (the
     seed validation built with), and every seed trains from that build."""
-    from bench.protocol import JudgeRequest, judge
+    from bench.judge import JudgeRequest, judge
     from bench.seeding import public_secret, screening_pool
 
     track = CustomTrack.from_source(SEED_LEAKING_BASELINE.replace("BUILDS", "1"))
@@ -192,7 +192,7 @@ def test_a_custom_tracks_baseline_never_sees_the_epochs_screening_init_seeds(cac
 # in a job, a dead one: every first-layer bias -100, the output bias 2.0 (constants the redraw
 # keeps, equal in every seed, so every decoy rebuilt bit for bit). With ten epochs and three lrs its
 # best lr is interior: an exact copy of the validated baseline got helps, confirmed 8/8. It told a
-# job by the number of seeds its capture built; a job builds one now (``_Job.pins_baseline``), as
+# job by the number of seeds its capture built; a job builds one now (``Job.pins_baseline``), as
 # validation does, so it tells a job by its working directory (validation's is ``*-validate-*``).
 TWO_FACED_BASELINE = (Path(__file__).resolve().parents[1] / "data" / "tracks" / "tiny_quadratic.py").read_text().replace(
     '"name": "tiny_quadratic"', '"name": "two_faced_baseline"').replace(
@@ -209,7 +209,7 @@ def test_a_baseline_sound_for_validation_and_dead_in_jobs_gives_no_win(cache: Pa
     job, a dead one (constants the redraw keeps; the decoys rebuild bit for bit); an exact copy of
     the validated baseline got helps, confirmed 8/8. The job now checks the baseline against the
     bench's reference fits on each of its test seeds: no win, the track marked weak (counted nowhere)."""
-    from bench.protocol import JudgeRequest, judge
+    from bench.judge import JudgeRequest, judge
     from bench.seeding import public_secret
 
     track = CustomTrack.from_source(TWO_FACED_BASELINE)
@@ -241,7 +241,7 @@ def test_a_job_must_build_the_tensors_validation_built_at_its_seed(cache: Path) 
     """The two-faced baseline above, validated: in the validation's seed epoch a job's build at
     sweep seed 0 (the seed both build with its init seed) must be validation's, bit for bit, so
     it ends ``inconsistent_build`` before any training; an honest validated track judges as before."""
-    from bench.protocol import JudgeRequest, judge
+    from bench.judge import JudgeRequest, judge
     from bench.seeding import public_secret
 
     secret = public_secret()
@@ -272,9 +272,9 @@ def test_a_stored_build_is_every_jobs_baseline_and_no_job_builds_one(cache: Path
 
     import numpy as np
 
-    from bench import protocol
+    from bench import judge as judge_mod
     from bench.captured import import_stored
-    from bench.protocol import JudgeRequest, judge
+    from bench.judge import JudgeRequest, judge
     from bench.seeding import SeedSecret, public_secret
 
     secret = public_secret()
@@ -293,8 +293,8 @@ def test_a_stored_build_is_every_jobs_baseline_and_no_job_builds_one(cache: Path
         assert report["practical_verdict"] != "helps", report["summary"]
     assert any("unchecked build" in w for w in br["warnings"])
     stale = replace(two_faced, baseline_build_version="0" * 64)
-    assert protocol.stored_build(JudgeRequest(track=stale.id, idea_code=copy, custom_track=stale)) is None
-    assert protocol.stored_build(JudgeRequest(track=stale.id, idea_code=copy, custom_track=two_faced)) is not None
+    assert judge_mod.stored_build(JudgeRequest(track=stale.id, idea_code=copy, custom_track=stale)) is None
+    assert judge_mod.stored_build(JudgeRequest(track=stale.id, idea_code=copy, custom_track=two_faced)) is not None
     # the parent checks a stored build again, as a child's capture: the names it wrote and nothing else
     def rezip(build: bytes, rename: dict[str, str]) -> bytes:
         out = io.BytesIO()

@@ -89,7 +89,7 @@ def test_ideabench_run_judges_under_the_deployments_policy_and_secret(
     """Attack: `ideabench run` judging under the strict default (not full isolation) or with the
     ./var seed file instead of IDEABENCH_SEED_SECRET (a secret the deployment does not share).
     Holds: cmd_run configures its Settings' HostOptions before judging."""
-    import bench.protocol
+    import bench.judge
     from cli.engine import cmd_run
 
     settings = _deployment(monkeypatch, tmp_path / "data")
@@ -101,7 +101,7 @@ def test_ideabench_run_judges_under_the_deployments_policy_and_secret(
         seen["secret"] = request.seed_secret or engine_options.current().deployment_secret()
         raise BenchError(ErrorCode.INTERNAL, "stopped by the red team's stand-in")
 
-    monkeypatch.setattr(bench.protocol, "judge", recording_judge)
+    monkeypatch.setattr(bench.judge, "judge", recording_judge)
     idea = tmp_path / "idea.py"
     idea.write_text("x = 1\n")
     args = argparse.Namespace(idea=str(idea), baseline=None, track_file=None, track="smoke", seeds=None,

@@ -370,7 +370,7 @@ def test_what_check_applies_lets_through_can_be_measured(build: type) -> None:
 def test_a_non_finite_norm_ratio_is_a_mechanism_error_not_a_crash_of_the_judge(tmp_path: Path) -> None:
     """Was a HOLE (fixed in the commit after 7ee9aef). A part entered by an all-zero activation had
     ||in|| clamped to 1e-30, and the ratio overflowed to inf while the model trained normally. The
-    child's probe op returns it, bench.protocol._Job._probe_arm keeps it (unlike the idea's
+    child's probe op returns it, bench.protocol.Job._probe_arm keeps it (unlike the idea's
     own measure path, it has no isfinite check), and build_report's mechanism_confirmed
     raises ValueError("idea mechanism values must be finite") after all training: judge()
     crashes and the worker stores internal "The judge failed unexpectedly (ValueError)".
@@ -378,7 +378,7 @@ def test_a_non_finite_norm_ratio_is_a_mechanism_error_not_a_crash_of_the_judge(t
     (as measure_arm does), and drop the clamp or refuse a zero-norm input."""
     from bench import wire, wire_names
     from bench.child import ArmRunner
-    from bench.protocol import _Job
+    from bench.protocol import Job
     from bench.verdicts import mechanism_confirmed
 
     torch.manual_seed(0)
@@ -404,7 +404,7 @@ def test_a_non_finite_norm_ratio_is_a_mechanism_error_not_a_crash_of_the_judge(t
     )
     record = SimpleNamespace(run_id="r0", cfg={"hparams": {}}, seed=0)
     try:
-        values = _Job._probe_arm(job, "idea", [record])  # type: ignore[arg-type]
+        values = Job._probe_arm(job, "idea", [record])  # type: ignore[arg-type]
     except BenchError as exc:
         assert exc.code is ErrorCode.MECHANISM_ERROR, exc.message
         return

@@ -23,7 +23,7 @@ from bench import options as engine_options
 from bench.catalog import get_card
 from bench.decide import diverged_score, fill_diverged
 from bench.errors import BenchError, ErrorCode
-from bench.protocol import JudgeRequest, judge
+from bench.judge import JudgeRequest, judge
 from bench.runner import ArmSession, write_new_file
 from bench.sandbox import Limits
 from bench.wire import Train
@@ -401,7 +401,7 @@ def test_an_honest_matched_baseline_is_checked_and_parity_is_the_canonical_ones(
                                 n_seeds=2, timeout_s=300.0)).model_dump(mode="json")["bench_report"]
     check = report["matched_baseline_check"]
     assert check["non_inferior"] is True and check["n_params"] == 321 and check["seeds"]
-    assert report["execution"]["path"] == "sequential"  # as in its check (_Job.matched_path_fixed)
+    assert report["execution"]["path"] == "sequential"  # as in its check (Job.matched_path_fixed)
     assert report["execution"]["sequential_reason"] == "a matched baseline trains on one path in its check and its job"
     wide = CANONICAL_COPY.replace("32), nn.ReLU(), nn.Linear(32, 1)", "36), nn.ReLU(), nn.Linear(36, 1)")
     big_baseline = CANONICAL_COPY.replace("32), nn.ReLU(), nn.Linear(32, 1)", "40), nn.ReLU(), nn.Linear(40, 1)")
@@ -435,7 +435,7 @@ def test_a_matched_baseline_is_compared_at_the_config_its_check_measured(job_tmp
     baseline with a second config densified the matched baseline's grid in the job (budget_factor
     2: geomspace(0.01, 0.1, 6), no 0.03): it re-tuned to 0.0251, sandbagged, and the copy got
     helps / worked (screening gain 0.425, confirmation 0.501, m 0.0127). The job's final matched
-    config is now its check's (bench.protocol._Job.pinned)."""
+    config is now its check's (bench.protocol.Job.pinned)."""
     report = judge(JudgeRequest(track="smoke", idea_code=hostile("canonical_copy_two_configs.py"),
                                 baseline_code=hostile("lr_keyed_matched.py"), n_seeds=8, job_key="rt_lrkey_1",
                                 timeout_s=600.0)).model_dump(mode="json")
@@ -453,7 +453,7 @@ def test_a_matched_baseline_that_senses_its_trainers_path_gains_nothing(job_tmp:
     unbatchable BatchNorm on a detached zero branch) puts the job; an exact copy of the canonical
     baseline got helps (screening delta -0.724, 8/8; confirmation -0.785, 8/8). A matched
     baseline now trains on the sequential path in its check and in its job
-    (``_Job.matched_path_fixed``): its check saw the sabotage and ended the job
+    (``Job.matched_path_fixed``): its check saw the sabotage and ended the job
     ``baseline_inferior``. Since session 17 every child runs attention through the math kernel
     alone (``bench.child.main``), so this file's detector reads the same on both paths: it is
     the canonical MLP everywhere, and the copy of the canonical baseline wins nothing."""

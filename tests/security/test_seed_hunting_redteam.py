@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from bench.family import graph_family
-from bench.protocol import JudgeRequest, judge
+from bench.judge import JudgeRequest, judge
 from tests.capture_helpers import capture_docs
 
 IN, OUT, WIDTH = 8, 1, 32

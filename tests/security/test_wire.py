@@ -11,7 +11,7 @@ import pytest
 
 from bench import wire
 from bench.errors import BenchError, ErrorCode
-from bench.protocol import JudgeRequest, judge
+from bench.judge import JudgeRequest, judge
 from tests.conftest import use_cache
 
 HOSTILE = Path(__file__).parent / "hostile"

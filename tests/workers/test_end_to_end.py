@@ -200,7 +200,7 @@ def test_smoke_example_end_to_end(stack: Any) -> None:
     execution = body["bench_report"]["execution"]
     assert scraped["ideabench_worker_jobs_total[('outcome', 'succeeded')]"] == 1
     assert scraped["ideabench_worker_job_duration_seconds_count[]"] == 1
-    # The worker's first job runs cold (bench.protocol.judge prepares a warm slot only after a job):
+    # The worker's first job runs cold (bench.judge.judge prepares a warm slot only after a job):
     # the baseline's child, the idea's capture child and its trainer. The next job's warm slot,
     # launched in the background once this one ends, may or may not have started by the scrape.
     assert scraped["ideabench_worker_child_start_seconds_count[]"] >= 3
