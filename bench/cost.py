@@ -13,7 +13,11 @@ What an op costs (``Work``), deny by default:
 - every op costs ``OP_COST`` to run (a second red team measured 7-8 us a node of the trainer's
   interpreter forward, as much backward: 1,100 nodes of nothing took 146 times a tabular
   step), and reads its tensor inputs and writes its outputs: their elements, and one for each
-  tensor; a forward may dispatch at most ``MAX_OPS`` ops (a red team's RNN of width 1 over
+  tensor; each tensor it takes beyond its first two, and makes beyond its first, costs
+  ``TENSOR_COST`` more (a stack of 2,000 references, or an unbind of 2,000 rows, counted a few
+  thousand, was 4.4-4.6 ms forward and backward, session 35); every node the interpreter calls
+  costs ``NODE_COST`` besides (getitems, size arithmetic and size queries dispatch no op); a
+  tensor has at most ``MAX_RANK`` dimensions; a forward may dispatch at most ``MAX_OPS`` ops (a red team's RNN of width 1 over
   23,000 constant steps counted as little and took 82 ms a forward, and 94 s to count);
 - matrix products, convolutions and fused attention: ``FlopCounterMode``'s FLOPs on top;
 - ops whose work grows faster than what they read and write, or whose values choose a slow
@@ -62,9 +66,9 @@ FLOP_ROWS = 8
 # baseline comes within a thousandth of it. The track's compute_ratio refuses far less.
 MAX_FORWARD_COST = float(2**34)
 MAX_OPS = 2**14  # ops a forward may dispatch: the count follows each at ~0.3 ms on fake tensors
-# Ops one arm's check may count in all: each config's forwards, at every row count and mode the
-# trainer runs (20-60 s here). The everyday examples count 30-1,100 (dynamics' GRU baseline: 132
-# ops a forward, 8 forwards); two configs of a recurrent layer over 3,000 literal steps, each
+# Ops, graph nodes and tensors beyond an op's first (``CountBudget``) one arm's check may count in
+# all: each config's forwards, at every row count and mode the trainer runs (20-60 s here). The
+# everyday examples spend 60-1,600 (dynamics' GRU baseline: 132 ops a forward, 8 forwards); two configs of a recurrent layer over 3,000 literal steps, each
 # forward under MAX_OPS, held the trusted trainer's check 171 s before the parent refused them,
 # 85 s a config (session 35; 59 s with the budget).
 COUNT_BUDGET = 2**16
@@ -75,6 +79,17 @@ CUBIC = 4  # LU, QR, Cholesky, eigen- and singular value decompositions: a few n
 # counted 9.3e5; 6 x 6 ones 3-7 us each with their backward)
 MATRIX_FLOOR = 2048  # times CUBIC
 RNN_STEP = OP_COST // 4  # a recurrent kernel's step: ~1.4 us forward and backward at any width
+# A tensor an op takes beyond its first two, or makes beyond its first: 2.2-3.4 us a tensor forward
+# and backward (stack of 2,000 references to one parameter 4.4 ms, unbind of 2,000 rows stacked
+# again 4.6 ms; session 35)
+TENSOR_COST = OP_COST // 4
+# Each node the trainer's interpreter calls, besides what its ops cost: getitems, size arithmetic
+# and size queries dispatch no op (19,000 of them 23-83 ms a step, counted nothing: red team,
+# session 35), 1.2-4 us each
+NODE_COST = OP_COST // 2
+# The most dimensions a tensor may have: a broadcast over 1,000 dimensions of size 1 took 134 ms
+# a training step (work and autograd grow as their square), ~1 s a op to count (red team)
+MAX_RANK = 16
 COMPLEX_ELEMENT = 256  # an element of a complex transcendental op: 45-310 ns forward and backward
 
 
@@ -420,10 +435,17 @@ class Work(TorchDispatchMode):  # type: ignore[no-untyped-call]  # (torch's, unt
                              f"A forward of the model runs more than {MAX_OPS} ops (counted by the bench): it is "
                              "not judged.", "Fewer, larger ops: a loop over steps of a literal length "
                              "unrolls into the graph; batch it into tensor ops.")
-        if self.budget is not None:
-            self.budget.spend()
+        given = _tensors((args, kwargs))
+        _check_rank(given)
+        if self.budget is not None:  # (the count's own time grows with the tensors too: spent first)
+            self.budget.spend(1 + max(0, len(given) - 2))
         out = func(*args, **kwargs)
-        self.elements += OP_COST + _numel((args, kwargs)) + _numel(out)
+        made = _tensors(out)
+        _check_rank(made)
+        if self.budget is not None and len(made) > 1:
+            self.budget.spend(len(made) - 1)  # (unbind into 19,000 rows: 3.3 s a forward to count)
+        self.elements += (OP_COST + _numel((args, kwargs)) + _numel(out)
+                          + TENSOR_COST * (max(0, len(given) - 2) + max(0, len(made) - 1)))
         priced = PRICED.get(name)
         if priced is not None:
             self.elements += priced(args, kwargs, out)
@@ -456,6 +478,23 @@ def _never_compiled(mode: type) -> None:
         setattr(raw, "__dynamo_disable", raw)  # noqa: B010 - a literal name, never mangled
 
 
+def _check_rank(tensors: list[torch.Tensor]) -> None:
+    deepest = max((t.dim() for t in tensors), default=0)
+    if deepest > MAX_RANK:
+        raise BenchError(ErrorCode.COMPUTE_PARITY,
+                         f"The model makes a tensor of {deepest} dimensions; the bench counts at most {MAX_RANK}: "
+                         "it is not judged.", "Reshape to fewer dimensions (merge the ones of size 1).")
+
+
+def _nodes(model: nn.Module) -> int:
+    """The nodes the interpreter calls in one forward of a captured model in its mode (0 for
+    another module: a test's)."""
+    graphs = getattr(model, "_graphs", None)
+    if not isinstance(graphs, dict):
+        return 0
+    return len(graphs["train" if model.training else "eval"][0])
+
+
 class CountBudget:
     """The ops an arm's check may still count (``COUNT_BUDGET``), shared by all its forwards:
     the count's own time is bounded per arm, not per forward (``MAX_OPS``) alone."""
@@ -464,9 +503,10 @@ class CountBudget:
         self.total = COUNT_BUDGET if ops is None else ops
         self.left = self.total
 
-    def spend(self) -> None:
-        """One op more counted; past the budget, the arm is not judged."""
-        self.left -= 1
+    def spend(self, ops: int = 1) -> None:
+        """``ops`` more counted (an op, or an op's results beyond its first); past the budget,
+        the arm is not judged."""
+        self.left -= ops
         if self.left < 0:
             raise BenchError(
                 ErrorCode.COMPUTE_PARITY,
@@ -488,6 +528,9 @@ def forward_cost(model: nn.Module, x: torch.Tensor, rows: int, fake: bool = True
 
     for mode in (flop_counter._FlopCounterMode, Work, FakeTensorMode):
         _never_compiled(mode)
+    nodes = _nodes(model)
+    if budget is not None:
+        budget.spend(nodes)
     with contextlib.ExitStack() as stack:
         stack.enter_context(torch.no_grad())
         if fake:
@@ -498,7 +541,7 @@ def forward_cost(model: nn.Module, x: torch.Tensor, rows: int, fake: bool = True
         counter = stack.enter_context(FlopCounterMode(display=False))
         work = stack.enter_context(Work(frozenset(counter.flop_registry), budget))
         model(batch)
-    return float(counter.get_total_flops() + work.elements)
+    return float(counter.get_total_flops() + work.elements + NODE_COST * nodes)
 
 
 @dataclass(frozen=True)

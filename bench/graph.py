@@ -40,6 +40,11 @@ from bench.oplist import KIND
 
 FORMAT = 1
 MAX_NODES = 20_000
+# Entries in one argument list, and in all of a graph's arguments: a stack of 500,000 references
+# to one tensor (the 8 MiB file allows about 520,000) took 17.7 s to rebuild and 90-104 s to
+# count a forward (red team, session 35); the examples' longest list holds a handful.
+MAX_LIST = 4096
+MAX_ARGUMENTS = 2**16
 # ATen ops outside torch.Tag.core that core-ATen graphs of ordinary models still hold.
 EXTRA_OPS = frozenset({
     "aten.sym_size.int",
@@ -927,10 +932,22 @@ def check_call(name: str, target: Any, args: list[Any], kwargs: dict[str, Any]) 
     return sum(_literal_bits(given[a.name]) for a in arguments if a.name in given)
 
 
+def _entries(value: Any) -> int:
+    """The entries of the lists and dicts in an argument of graph JSON, nested ones included."""
+    if isinstance(value, list):
+        return len(value) + sum(_entries(v) for v in value)
+    if isinstance(value, dict):
+        return len(value) + sum(_entries(v) for v in value.values())
+    return 0
+
+
 def _decode(value: Any, env: dict[str, fx.Node], device: torch.device) -> Any:
     if isinstance(value, bool | int | float | str) or value is None:
         return value
     if isinstance(value, list):
+        if len(value) > MAX_LIST:
+            raise not_capturable(f"the graph holds an argument list of {len(value)} entries; the limit is {MAX_LIST}",
+                                 "Stack or concatenate tensors a few at a time, or build one tensor of them.")
         return [_decode(v, env, device) for v in value]
     if isinstance(value, dict) and len(value) == 1:
         (key, inner), = value.items()
@@ -940,7 +957,7 @@ def _decode(value: Any, env: dict[str, fx.Node], device: torch.device) -> Any:
         if key == "$node" and inner in env:
             return env[inner]
         if key == "$tuple" and isinstance(inner, list):
-            return tuple(_decode(v, env, device) for v in inner)
+            return tuple(_decode(inner, env, device))
         if key == "$float" and inner in ("inf", "-inf", "nan"):
             return float(inner)
         if key == "$dtype" and inner in DTYPES:
@@ -976,6 +993,9 @@ def build_graph(doc: Any, device: torch.device) -> tuple[Program, Signature]:
         raise not_capturable("the captured graph is malformed")
     if len(nodes) > MAX_NODES:
         raise not_capturable(f"the captured graph has {len(nodes)} nodes; the limit is {MAX_NODES}")
+    entries = sum(_entries(n.get("args")) + _entries(n.get("kwargs")) for n in nodes if isinstance(n, dict))
+    if entries > MAX_ARGUMENTS:
+        raise not_capturable(f"the captured graph's arguments hold {entries} entries; the limit is {MAX_ARGUMENTS}")
     kinds = [i.get("kind") if isinstance(i, dict) else None for i in inputs]
     if any(k not in INPUT_KINDS for k in kinds) or kinds.count("user") != 1:
         raise not_capturable("the model must take exactly one tensor input, plus its own tensors")
@@ -1120,6 +1140,10 @@ class Program:
 
     def __call__(self, *inputs: Any) -> tuple[Any, ...]:
         return self.run(*inputs)[0]
+
+    def __len__(self) -> int:
+        """The nodes a run calls (ops, getitems, size arithmetic): ``bench.cost`` prices each."""
+        return len(self._steps)
 
 
 def _prefixes(path: str) -> list[str]:
