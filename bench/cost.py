@@ -17,8 +17,10 @@ What an op costs (``Work``), deny by default:
   ``TENSOR_COST`` more (a stack of 2,000 references, or an unbind of 2,000 rows, counted a few
   thousand, was 4.4-4.6 ms forward and backward, session 35); every node the interpreter calls
   costs ``NODE_COST`` besides (getitems, size arithmetic and size queries dispatch no op); a
-  tensor has at most ``MAX_RANK`` dimensions; a forward may dispatch at most ``MAX_OPS`` ops (a red team's RNN of width 1 over
-  23,000 constant steps counted as little and took 82 ms a forward, and 94 s to count);
+  tensor has at most ``MAX_RANK`` dimensions; a forward may dispatch at most ``MAX_OPS`` ops (a
+  red team's RNN of width 1 over 23,000 constant steps counted as little and took 82 ms a
+  forward, and 94 s to count), and an arm's check count at most ``COUNT_BUDGET`` ops, nodes
+  and tensors (``CountBudget``);
 - matrix products, convolutions and fused attention: ``FlopCounterMode``'s FLOPs on top;
 - ops whose work grows faster than what they read and write, or whose values choose a slow
   path, are priced by a formula of their own (``PRICED``: factorisations and inverses cubic in
@@ -68,9 +70,10 @@ MAX_FORWARD_COST = float(2**34)
 MAX_OPS = 2**14  # ops a forward may dispatch: the count follows each at ~0.3 ms on fake tensors
 # Ops, graph nodes and tensors beyond an op's first (``CountBudget``) one arm's check may count in
 # all: each config's forwards, at every row count and mode the trainer runs (20-60 s here). The
-# everyday examples spend 60-1,600 (dynamics' GRU baseline: 132 ops a forward, 8 forwards); two configs of a recurrent layer over 3,000 literal steps, each
-# forward under MAX_OPS, held the trusted trainer's check 171 s before the parent refused them,
-# 85 s a config (session 35; 59 s with the budget).
+# everyday examples spend 60-1,600 (dynamics' GRU baseline: 132 ops a forward, 8 forwards); two
+# configs of a recurrent layer over 3,000 literal steps, each forward under MAX_OPS, held the
+# trusted trainer's check 171 s before the parent refused them, 85 s a config (session 35; 59 s
+# with the budget).
 COUNT_BUDGET = 2**16
 OP_COST = 2**13  # an op through the trainer's interpreter: ~8 us forward (as much backward)
 CUBIC = 4  # LU, QR, Cholesky, eigen- and singular value decompositions: a few n**3 each
@@ -88,7 +91,7 @@ TENSOR_COST = OP_COST // 4
 # session 35), 1.2-4 us each
 NODE_COST = OP_COST // 2
 # The most dimensions a tensor may have: a broadcast over 1,000 dimensions of size 1 took 134 ms
-# a training step (work and autograd grow as their square), ~1 s a op to count (red team)
+# a training step (work and autograd grow as their square), ~1 s an op to count (red team)
 MAX_RANK = 16
 COMPLEX_ELEMENT = 256  # an element of a complex transcendental op: 45-310 ns forward and backward
 
@@ -496,22 +499,24 @@ def _nodes(model: nn.Module) -> int:
 
 
 class CountBudget:
-    """The ops an arm's check may still count (``COUNT_BUDGET``), shared by all its forwards:
-    the count's own time is bounded per arm, not per forward (``MAX_OPS``) alone."""
+    """The ops, graph nodes and tensors beyond an op's first two in or first one out that an
+    arm's check may still count (``COUNT_BUDGET``), shared by all its forwards: the count's own
+    time is bounded per arm, not per forward (``MAX_OPS``) alone."""
 
     def __init__(self, ops: int | None = None) -> None:
         self.total = COUNT_BUDGET if ops is None else ops
         self.left = self.total
 
     def spend(self, ops: int = 1) -> None:
-        """``ops`` more counted (an op, or an op's results beyond its first); past the budget,
-        the arm is not judged."""
+        """``ops`` more counted (an op, a graph's nodes, an op's tensors beyond its first); past
+        the budget, the arm is not judged."""
         self.left -= ops
         if self.left < 0:
             raise BenchError(
                 ErrorCode.COMPUTE_PARITY,
-                f"Counting the model's forwards takes more than {self.total} ops in all (each config's "
-                "forward at every row count the trainer runs, counted by the bench): it is not judged.",
+                f"Counting the model's forwards takes more than {self.total} ops, nodes and tensors in all "
+                "(each config's forward at every row count the trainer runs, counted by the bench): it is "
+                "not judged.",
                 "Declare fewer configs (HPARAMS), or build the model from fewer, larger ops: a loop over "
                 "steps of a literal length unrolls into the graph; batch it into tensor ops.")
 
@@ -520,8 +525,8 @@ def forward_cost(model: nn.Module, x: torch.Tensor, rows: int, fake: bool = True
                  budget: CountBudget | None = None) -> float:
     """The operations one forward of ``model`` on ``rows`` rows shaped as ``x``'s costs
     (``Work``), counted on fake tensors: nothing is computed (``fake=False``, for tests: the
-    same count of a forward on ``x[:rows]``, computed). Each op counted is spent from
-    ``budget``, when given."""
+    same count of a forward on ``x[:rows]``, computed). Each node, op and tensor counted is
+    spent from ``budget``, when given."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils import flop_counter
     from torch.utils.flop_counter import FlopCounterMode
