@@ -447,7 +447,7 @@ class Work(TorchDispatchMode):  # type: ignore[no-untyped-call]  # (torch's, unt
         _check_rank(made)
         if self.budget is not None and len(made) > 1:
             self.budget.spend(len(made) - 1)  # (unbind into 19,000 rows: 3.3 s a forward to count)
-        self.elements += (OP_COST + _numel((args, kwargs)) + _numel(out)
+        self.elements += (OP_COST + sum(t.numel() + 1 for t in given + made)
                           + TENSOR_COST * (max(0, len(given) - 2) + max(0, len(made) - 1)))
         priced = PRICED.get(name)
         if priced is not None:
