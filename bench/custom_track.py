@@ -470,9 +470,9 @@ def validate(
             session.request(wire.Load(
                 role="baseline", spec=card["spec"], param_cap=card["param_cap"],
                 captured=wire.CapturedRef(dir=str(captured.directory), configs=[{}], init_seeds=[seeds.init])))
-            checked = session.request(wire.Check(
+            checked: wire.CheckReply = session.request(wire.Check(
                 data_dir=str(exported.data_dir), configs=[{}], batch_size=d.batch_size,
-                loss=card["metric"]["loss"])).model_dump(exclude_none=True)
+                loss=card["metric"]["loss"]))
             session.request(wire.Train(path="sequential", runs=[{
                 "run_id": wire.SMOKE_RUN, "cfg": cfg, "eval": "val", "data_dir": str(exported.data_dir),
                 "init_seed": seeds.init, "order_seed": seeds.order, "loss": card["metric"]["loss"],
@@ -517,7 +517,7 @@ def validate(
         "checksums": checksums,
         "seed_epoch": secret.epoch,
         "data_seconds_per_seed": round(data_s, 3),
-        "baseline_n_params": int(checked["n_params"][0]),
+        "baseline_n_params": checked.n_params[0],
         "baseline_graph_sha256": captured.graph_sha256[0],
         "baseline_seed_sha256": captured.seed_sha256[0][0],  # what it built at sweep seed 0, this epoch
         # that build, checked (bytes, not JSON: the caller keeps it apart, workers.tracks)

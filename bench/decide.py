@@ -280,6 +280,20 @@ class ParityLimits:
     tensor_cap: int
 
 
+# What an idea's buffers, constants and literals may hold beyond its baseline's, in 32-bit words of
+# information (bench.graph.info_words): 1,024 bits, room for the fixed maps of every example (the
+# vision example's blur kernels 16 words beyond its baseline's, seed 002's pair indices 21), not
+# for a network: 273 words held vision's pretrained baseline at 3 bits a weight (red team).
+MIN_BUFFER_ROOM = 32
+MIN_MAX_TENSORS = 64
+
+
+def max_tensors(baseline_tensors: int) -> int:
+    """How many parameter tensors an idea may hold: four times its baseline's, at least 64 (the
+    bench redraws each one's initial values and keeps only its scheme: ``bench.redraw``)."""
+    return max(MIN_MAX_TENSORS, 4 * baseline_tensors)
+
+
 def parity_error(limits: ParityLimits, hparams: Mapping[str, Any], n_params: int, n_buffers: int,
                  n_tensors: int) -> BenchError | None:
     """Why one idea config breaks parity (PROTOCOL.md 1), or None."""
@@ -354,6 +368,87 @@ def compute_error(hparams: Mapping[str, Any], cost: float, base_flops: float, ra
             f"(over at least a batch of {batch_size}), more than {ratio:g} x the baseline's {reference:.4g} "
             "per example: it is not judged.",
         )
+    return None
+
+
+@dataclass(frozen=True)
+class Counted:
+    """What the trusted trainer counted of one arm's configs, in the grid's order
+    (``bench.wire.CheckReply``): parameters, buffer words, parameter tensors, forward cost per
+    example, and each counted forward's (rows, cost) (``bench.cost.forward_sizes``)."""
+
+    n_params: tuple[int, ...]
+    n_buffers: tuple[int, ...]
+    n_tensors: tuple[int, ...]
+    flops: tuple[float, ...]
+    forwards: tuple[tuple[tuple[int, float], ...], ...]
+
+    def dearest(self, batch_size: int) -> list[tuple[int, float]]:
+        """Per config, its dearest forward per example (``dearest_forward``)."""
+        return [dearest_forward([r for r, _ in f], [c for _, c in f], batch_size) for f in self.forwards]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A matched baseline's job: the track's canonical baseline's counts, from its check
+    (``bench.judge.check_matched_baseline``), which parity and compute parity hold the idea to."""
+
+    n_params: int
+    n_buffers: int
+    flops: float
+
+
+@dataclass(frozen=True)
+class CountLimits:
+    """The limits a check holds every idea config to (``count_limits``)."""
+
+    parity: ParityLimits
+    base_flops: float  # the baseline's forward cost per example, at least two per parameter
+    compute_ratio: float
+    base_dearest: float  # its dearest forward per example (0 against a reference: its cost per example rules)
+    batch_size: int
+
+
+def count_limits(baseline: Counted, *, reference: Reference | None, parity_ratio: float, buffer_cap: int | None,
+                 compute_ratio: float, batch_size: int, buffer_room: int) -> CountLimits:
+    """The limits of parity and compute parity (PROTOCOL.md 1) from the baseline's counts, or from
+    the track's canonical baseline's (``reference``) in a matched baseline's job: at most
+    ``parity_ratio`` x its parameters, four times its parameter tensors (``max_tensors``), its
+    buffer words plus ``buffer_room`` (or the track's ``buffer_cap``), ``compute_ratio`` x its
+    forward cost per example (at least two per parameter: what a dense layer costs, so a
+    baseline of cheap ops does not make every idea too dear), and as much for its dearest forward."""
+    base, base_buffers = max(baseline.n_params), max(baseline.n_buffers)
+    flops = max(baseline.flops)
+    base_dearest = max(dearest_per_example(*f, batch_size=batch_size) for f in baseline.dearest(batch_size))
+    if reference is not None:
+        base, base_buffers, flops, base_dearest = reference.n_params, reference.n_buffers, reference.flops, 0.0
+    return CountLimits(
+        parity=ParityLimits(base_params=base, ratio=parity_ratio, buffer_cap=buffer_cap or base_buffers + buffer_room,
+                            tensor_cap=max_tensors(max(baseline.n_tensors))),
+        base_flops=max(flops, 2.0 * base), compute_ratio=compute_ratio, base_dearest=base_dearest,
+        batch_size=batch_size)
+
+
+def counts_error(limits: CountLimits, grid: Sequence[Mapping[str, Any]], idea: Counted,
+                 baseline: Counted) -> BenchError | None:
+    """Why the idea's configs (``grid``, in order) may not be judged, or None: parity of every
+    config first (``parity_error``), then compute parity (``compute_error``). A count that is
+    not finite is the bench's own failure (the trusted trainer made it)."""
+    for hparams, n_params, n_buffers, n_tensors in zip(grid, idea.n_params, idea.n_buffers, idea.n_tensors,
+                                                       strict=True):
+        error = parity_error(limits.parity, hparams, n_params, n_buffers, n_tensors)
+        if error is not None:
+            return error
+    batch = limits.batch_size
+    numbers = [f for arm in (idea, baseline) for f in arm.flops] + [
+        c for arm in (idea, baseline) for _, c in arm.dearest(batch)]
+    if not all(math.isfinite(f) and f >= 0 for f in numbers):
+        return BenchError(ErrorCode.INTERNAL, "a trainer counted FLOPs that are not finite")
+    for hparams, cost, forward in zip(grid, idea.flops, idea.dearest(batch), strict=True):
+        error = compute_error(hparams, cost, limits.base_flops, limits.compute_ratio, forward, batch,
+                              limits.base_dearest)
+        if error is not None:
+            return error
     return None
 
 

@@ -110,7 +110,7 @@ class Executor(Protocol):
     def load_trainer(self, arm: str, command: wire.Load) -> wire.DeviceReply:
         """Hand ``arm``'s trainer the checked capture."""
 
-    def check(self, arm: str, command: wire.Check) -> dict[str, Any]:
+    def check(self, arm: str, command: wire.Check) -> wire.CheckReply:
         """The trainer's counts of every config (parameters, buffers, FLOPs, whether it batches)."""
 
     def train(self, arm: str, runs: list[dict[str, Any]], path: str, on_run: Callable[[Trained], None]) -> None:
@@ -343,8 +343,8 @@ class SandboxExecutor:
         reply: wire.DeviceReply = self.sessions[arm].request(command)
         return reply
 
-    def check(self, arm: str, command: wire.Check) -> dict[str, Any]:
-        checked: dict[str, Any] = self.sessions[arm].request(command).model_dump(exclude_none=True)
+    def check(self, arm: str, command: wire.Check) -> wire.CheckReply:
+        checked: wire.CheckReply = self.sessions[arm].request(command)
         return checked
 
     def train(self, arm: str, runs: list[dict[str, Any]], path: str, on_run: Callable[[Trained], None]) -> None:

@@ -38,7 +38,7 @@ from bench.contract import (
     check_source,
     declared_hparams,
 )
-from bench.decide import dearest_forward, dearest_per_example
+from bench.decide import dearest_per_example
 from bench.errors import BenchError, ErrorCode
 from bench.execution import ARMS, Executor, SandboxExecutor
 from bench.options import EngineOptions
@@ -51,7 +51,6 @@ from bench.protocol import (
     config_grid,
     pins_baseline,
 )
-from bench.redraw import max_tensors
 from bench.registry import load_track
 from bench.report import Report
 from bench.sandbox import Limits
@@ -210,11 +209,11 @@ def _judge(
                 probe=want_vectorized,
                 loss=track.card["metric"]["loss"], mechanism_probe=(job.mechanism or {}).get("probe"),
             )))
-            job.check_parity(checked)
+            job.check_counts(checked)
             job.choose_path(checked, want_vectorized)
             if request.check_only:
                 job.check_untrained_rows()
-                return check_answer(job, checked, n_seeds, time.monotonic() - started)
+                return check_answer(job, n_seeds, time.monotonic() - started)
             device = trainers["idea"].device
             job.enable_cache(device)
             job.run_sweep_with_edges()
@@ -248,13 +247,13 @@ def check(request: JudgeRequest, cancel: threading.Event | None = None) -> dict[
     return found
 
 
-def check_answer(job: Job, checked: dict[str, dict[str, Any]], n_seeds: int, seconds: float) -> dict[str, Any]:
+def check_answer(job: Job, n_seeds: int, seconds: float) -> dict[str, Any]:
     """What a check found: the configs, each arm's counts against the limits the job would
-    enforce, the execution path, the declared mechanism and the runs a job would make."""
-    base, ratio, cap = job.parity_limits(checked)
-    flops = {arm: [float(f) for f in checked[arm]["flops"]] for arm in ARMS}
-    base_flops, compute_ratio = job.compute_limit(flops, base)
-    batch = job.settings.defaults.batch_size
+    enforce (``Job.check_counts``), the execution path, the declared mechanism and the runs a
+    job would make."""
+    assert job.limits is not None
+    limits, idea = job.limits, job.counted["idea"]
+    batch = limits.batch_size
     sizes = (len(job.settings.defaults.lr_grid), len(job.sweep_seed_list), n_seeds,
              len(job.grids["idea"]), len(job.grids["baseline"]))
     # a matched baseline's job: its check against the track's baseline comes first
@@ -266,16 +265,14 @@ def check_answer(job: Job, checked: dict[str, dict[str, Any]], n_seeds: int, sec
         "track": f"{job.track.name}@{job.track.version}",
         "configs": job.grids["idea"],
         "baseline_configs": job.grids["baseline"],
-        "parameters": {"idea": [int(n) for n in checked["idea"]["n_params"]], "baseline": base,
-                       "limit": math.floor(ratio * base)},
-        "buffer_words": {"idea": [int(n) for n in checked["idea"]["n_buffers"]], "limit": cap},
-        "parameter_tensors": {"idea": [int(n) for n in checked["idea"]["n_tensors"]],
-                              "limit": max_tensors(max(int(n) for n in checked["baseline"]["n_tensors"]))},
-        "flops_per_example": {"idea": flops["idea"], "baseline": base_flops,
-                              "limit": compute_ratio * base_flops,
-                              "idea_dearest": [dearest_per_example(*dearest_forward(rows, costs, batch), batch_size=batch)
-                                               for rows, costs in zip(checked["idea"]["forward_rows"],
-                                                                      checked["idea"]["forward_cost"], strict=True)]},
+        "parameters": {"idea": list(idea.n_params), "baseline": limits.parity.base_params,
+                       "limit": math.floor(limits.parity.ratio * limits.parity.base_params)},
+        "buffer_words": {"idea": list(idea.n_buffers), "limit": limits.parity.buffer_cap},
+        "parameter_tensors": {"idea": list(idea.n_tensors), "limit": limits.parity.tensor_cap},
+        "flops_per_example": {"idea": list(idea.flops), "baseline": limits.base_flops,
+                              "limit": limits.compute_ratio * limits.base_flops,
+                              "idea_dearest": [dearest_per_example(*forward, batch_size=batch)
+                                               for forward in idea.dearest(batch)]},
         "graph_sha256": list(job.capture_info["idea"].graph_sha256),
         "execution": {"path": job.path, "why": job.path_reason or None},
         "mechanism": job.mechanism,

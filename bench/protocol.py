@@ -39,14 +39,16 @@ from bench.captured import (
 )
 from bench.card import TrackSettings, card_timing
 from bench.decide import (
-    ParityLimits,
+    MIN_BUFFER_ROOM,
+    Counted,
+    CountLimits,
+    Reference,
     SweepRow,
     SweepRun,
     at_edge,
     best,
-    compute_error,
-    dearest_forward,
-    dearest_per_example,
+    count_limits,
+    counts_error,
     densify,
     diverged_score,
     edge_steps,
@@ -54,7 +56,6 @@ from bench.decide import (
     efficacy_possible,
     fill_diverged,
     matched_config,
-    parity_error,
     repeats_futile,
     report_cfg,
     seed_means,
@@ -69,7 +70,6 @@ from bench.execution import ARMS, Executor, MeasureRun, Trained
 from bench.metrics import ROW_CHECKS, check_predictions, check_rows_alone, score
 from bench.npy import read_npy
 from bench.options import EngineOptions
-from bench.redraw import max_tensors
 from bench.seeding import (
     CONFIRM_SEED_BASE,
     SWEEP_SEED_BASE,
@@ -304,6 +304,8 @@ class Job:
         self.kept: dict[str, list[np.ndarray]] = {}  # run id -> trained tensors of a final model
         self.buffers: dict[str, int] = {}  # buffer and constant elements per arm (trusted count)
         self.flops: dict[str, float] = {}  # forward FLOPs per example per arm (trusted count)
+        self.counted: dict[str, Counted] = {}  # the trainers' counts per config (check_counts)
+        self.limits: CountLimits | None = None  # what the idea's configs were held to (check_counts)
         self.lr_grids: dict[str, list[float]] = {}  # each arm's swept learning rates
         self.runs: list[RunRecord] = []
         self.repeats_made: dict[str, list[int]] = {}  # runs per seed of each test stage's looks (``final``)
@@ -506,64 +508,26 @@ class Job:
             return MAX_TENSOR_ELEMENTS
         return self.settings.max_build_elements
 
-    def parity_limits(self, checked: dict[str, dict[str, Any]]) -> tuple[int, float, int]:
-        """(the baseline's parameters, the parity ratio, the buffer cap in words) ``check_parity``
-        holds the idea to: against the track's canonical baseline for a matched one."""
-        base = max(int(n) for n in checked["baseline"]["n_params"])
-        base_buffers = max(int(n) for n in checked["baseline"]["n_buffers"])
-        if self.request.canonical is not None:  # a matched baseline: parity against the track's own
-            base, base_buffers = int(self.request.canonical["n_params"]), int(self.request.canonical["n_buffers"])
-        cap = self.settings.buffer_cap or base_buffers + MIN_BUFFER_ROOM
-        return base, self.settings.param_parity_ratio, cap
-
-    def check_parity(self, checked: dict[str, dict[str, Any]]) -> None:
-        """Parity as a rule (PROTOCOL.md section 1), on the trusted trainers' counts: every idea
-        config holds at most ``param_parity_ratio`` times the baseline's parameters, at most
-        ``max_tensors`` parameter tensors (the bench redraws their values: bench.redraw), and
-        at most ``buffer_cap`` words of information in buffers, constants and literals (default:
-        the baseline's own plus ``MIN_BUFFER_ROOM``: room for normalisation statistics and fixed
-        maps, as seed 000's exact derivative maps match its baseline's finite-difference ones;
-        none for a table of the data or a trained network, even packed a few bits a weight)."""
-        base, ratio, cap = self.parity_limits(checked)
-        limits = ParityLimits(base_params=base, ratio=ratio, buffer_cap=cap, tensor_cap=max_tensors(
-            max(int(n) for n in checked["baseline"].get("n_tensors", [0]))))
-        for hparams, n_params, n_buffers, n_tensors in zip(
-            self.grids["idea"], checked["idea"]["n_params"], checked["idea"]["n_buffers"],
-            checked["idea"].get("n_tensors", [0] * len(self.grids["idea"])), strict=True
-        ):
-            error = parity_error(limits, hparams, n_params, n_buffers, n_tensors)
-            if error is not None:
-                raise error
-        self.buffers = {arm: max(int(n) for n in checked[arm]["n_buffers"]) for arm in ARMS}
-        self.check_compute(checked, base)
-
-    def compute_limit(self, flops: dict[str, list[float]], base_params: int) -> tuple[float, float]:
-        """(the baseline's forward FLOPs per example, the compute ratio) ``check_compute`` uses."""
-        reference = max(flops["baseline"]) if self.request.canonical is None else float(self.request.canonical["flops"])
-        return max(reference, 2.0 * base_params), self.settings.compute_ratio
-
-    def check_compute(self, checked: dict[str, dict[str, Any]], base_params: int) -> None:
-        """Compute parity (PROTOCOL.md 1): every idea config's forward FLOPs per example, counted
-        by the trusted trainer, at most the track's ``compute_ratio`` (default
-        ``bench.card.COMPUTE_RATIO``) times the baseline's (at least two FLOPs per baseline parameter,
-        what a dense layer costs, so a baseline of cheap ops does not make every idea too dear)."""
-        flops = {arm: [float(f) for f in checked[arm]["flops"]] for arm in ARMS}
-        if not all(math.isfinite(f) and f >= 0 for arm in ARMS for f in flops[arm]):
-            raise BenchError(ErrorCode.INTERNAL, "a trainer counted FLOPs that are not finite")
-        batch = self.settings.defaults.batch_size
-        dearest = {arm: [dearest_forward(rows, costs, batch) for rows, costs in
-                         zip(checked[arm]["forward_rows"], checked[arm]["forward_cost"], strict=True)] for arm in ARMS}
-        if not all(math.isfinite(c) and c >= 0 for arm in ARMS for _, c in dearest[arm]):
-            raise BenchError(ErrorCode.INTERNAL, "a trainer counted FLOPs that are not finite")
-        base, ratio = self.compute_limit(flops, base_params)
-        # a matched baseline's job holds the idea to the canonical baseline's cost per example
-        base_dearest = 0.0 if self.request.canonical is not None else max(
-            dearest_per_example(rows, cost, batch) for rows, cost in dearest["baseline"])
-        for hparams, cost, forward in zip(self.grids["idea"], flops["idea"], dearest["idea"], strict=True):
-            error = compute_error(hparams, cost, base, ratio, forward, batch, base_dearest)
-            if error is not None:
-                raise error
-        self.flops = {arm: max(flops[arm]) for arm in ARMS}
+    def check_counts(self, replies: dict[str, wire.CheckReply]) -> None:
+        """Parity and compute parity (PROTOCOL.md 1) on the trusted trainers' counts
+        (``bench.decide.counts_error``): every idea config holds at most ``param_parity_ratio``
+        times the baseline's parameters (the track's canonical baseline's, for a matched one),
+        at most ``max_tensors`` parameter tensors, at most ``buffer_cap`` words of information in
+        buffers, constants and literals (default: the baseline's own plus ``MIN_BUFFER_ROOM``),
+        and costs at most ``compute_ratio`` times the baseline's forward per example."""
+        self.counted = {arm: counted(replies[arm]) for arm in ARMS}
+        canonical = self.request.canonical
+        reference = None if canonical is None else Reference(
+            n_params=int(canonical["n_params"]), n_buffers=int(canonical["n_buffers"]), flops=float(canonical["flops"]))
+        self.limits = count_limits(
+            self.counted["baseline"], reference=reference, parity_ratio=self.settings.param_parity_ratio,
+            buffer_cap=self.settings.buffer_cap, compute_ratio=self.settings.compute_ratio,
+            batch_size=self.settings.defaults.batch_size, buffer_room=MIN_BUFFER_ROOM)
+        error = counts_error(self.limits, self.grids["idea"], self.counted["idea"], self.counted["baseline"])
+        if error is not None:
+            raise error
+        self.buffers = {arm: max(self.counted[arm].n_buffers) for arm in ARMS}
+        self.flops = {arm: max(self.counted[arm].flops) for arm in ARMS}
 
     def enable_cache(self, device: str) -> None:
         """Reuse the canonical baseline's runs (bench.baseline_cache) when allowed: a built-in
@@ -746,14 +710,14 @@ class Job:
             info["sequential_reason"] = self.path_reason
         return info
 
-    def choose_path(self, checked: dict[str, dict[str, Any]], wanted: bool) -> None:
+    def choose_path(self, replies: dict[str, wire.CheckReply], wanted: bool) -> None:
         """Vectorized when both arms' models batch, else both run one at a time."""
         if not wanted:
             self.path, self.path_reason = "sequential", (
                 "a matched baseline trains on one path in its check and its job" if self.matched_path_fixed
                 else "IDEABENCH_EXECUTION=sequential")
             return
-        reasons = [f"{arm}: {checked[arm].get('why', '')}" for arm in ARMS if not checked[arm].get("vectorizable")]
+        reasons = [f"{arm}: {replies[arm].why or ''}" for arm in ARMS if not replies[arm].vectorizable]
         self.path = "sequential" if reasons else "vectorized"
         self.path_reason = "; ".join(reasons)
 
@@ -1260,8 +1224,10 @@ def pins_baseline(request: JudgeRequest) -> bool:
     return request.custom_track is not None and request.baseline_code is None and not request.checking_matched
 
 
-# What an idea's buffers, constants and literals may hold beyond its baseline's, in 32-bit words of
-# information (bench.graph.info_words): 1,024 bits, room for the fixed maps of every example (the
-# vision example's blur kernels 16 words beyond its baseline's, seed 002's pair indices 21), not
-# for a network: 273 words held vision's pretrained baseline at 3 bits a weight (red team).
-MIN_BUFFER_ROOM = 32
+def counted(reply: wire.CheckReply) -> Counted:
+    """A trainer's check reply as ``bench.decide``'s typed counts."""
+    return Counted(
+        n_params=tuple(reply.n_params), n_buffers=tuple(reply.n_buffers), n_tensors=tuple(reply.n_tensors),
+        flops=tuple(reply.flops), forwards=tuple(tuple(zip(rows, costs, strict=True))
+                                                 for rows, costs in zip(reply.forward_rows, reply.forward_cost,
+                                                                        strict=True)))

@@ -17,13 +17,13 @@ not what they learned, so the trusted trainer replaces them:
 - a constant tensor (zeros, ones, one value: biases, norm gains, a gate or a temperature) is
   kept exactly;
 - what survives is two numbers per tensor (one for a constant), so the number of parameter
-  tensors is bounded too (``max_tensors``): a file cannot ship a network as a thousand
+  tensors is bounded too (``bench.decide.max_tensors``): a file cannot ship a network as a thousand
   two-entry constants.
 
 Buffers, tensor constants and literals are not redrawn: they are counted against the track's
 buffer cap instead, by what they hold (``bench.graph.info_words``: a constant tensor one word,
 another its compressed size), and the default cap is the baseline's own plus 1,024 bits
-(bench.protocol.check_parity): a cap of 273 words held vision's pretrained baseline quantized to
+(bench.decide.counts_error): a cap of 273 words held vision's pretrained baseline quantized to
 3 bits a weight (red team: worked / helps, 0.078 vs 0.248).
 """
 
@@ -34,12 +34,6 @@ import torch
 from bench.errors import BenchError, ErrorCode
 
 SCHEME = "normal-moments/v1"  # in the baseline cache's key: a new scheme is a new model
-MIN_MAX_TENSORS = 64
-
-
-def max_tensors(baseline_tensors: int) -> int:
-    """How many parameter tensors an idea may hold: four times its baseline's, at least 64."""
-    return max(MIN_MAX_TENSORS, 4 * baseline_tensors)
 
 
 def redraw(tensors: dict[str, torch.Tensor], parameters: list[str], init_seed: int) -> dict[str, torch.Tensor]:

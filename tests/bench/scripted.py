@@ -97,6 +97,7 @@ class ScriptedExecutor:
     hparams: dict[str, Any] = field(default_factory=dict)  # each arm's HPARAMS (default: none)
     hparams_by_file: dict[str, Any] = field(default_factory=dict)  # or each file's, whatever its arm
     counts: dict[str, int] = field(default_factory=dict)  # each arm's parameters (default: 321)
+    tensors_by_file: dict[str, int] = field(default_factory=dict)  # each file's parameter tensors (default: 4)
     mechanism: dict[str, Any] | None = None
     measured: Callable[[str, MeasureRun], float] | None = None
     phase: str = "screening"
@@ -154,11 +155,12 @@ class ScriptedExecutor:
     def load_trainer(self, arm: str, command: wire.Load) -> wire.DeviceReply:
         return wire.DeviceReply(device="cpu")
 
-    def check(self, arm: str, command: wire.Check) -> dict[str, Any]:
+    def check(self, arm: str, command: wire.Check) -> wire.CheckReply:
         n = len(command.configs)
-        return {"ok": True, "n_params": [self.counts.get(arm, 321)] * n, "n_buffers": [0] * n, "flops": [642.0] * n,
-                "forward_rows": [[16]] * n, "forward_cost": [[642.0 * 16]] * n,
-                "n_tensors": [4] * n, "vectorizable": True}
+        return wire.CheckReply(n_params=[self.counts.get(arm, 321)] * n, n_buffers=[0] * n, flops=[642.0] * n,
+                               forward_rows=[[16]] * n, forward_cost=[[642.0 * 16]] * n,
+                               n_tensors=[self.tensors_by_file.get(self.files[arm], 4)] * n,
+                               vectorizable=True)
 
     def train(self, arm: str, runs: list[dict[str, Any]], path: str, on_run: Callable[[Trained], None]) -> None:
         for run in runs:

@@ -255,3 +255,85 @@ def test_the_dearest_forward_is_held_to_the_ratio_per_example_of_at_least_a_batc
     assert refused is not None and refused.code is ErrorCode.COMPUTE_PARITY and "on 2 rows" in refused.message
     # the baseline's own dearest forward raises the reference: a copy of it passes
     assert compute_error({}, 10.0, 10.0, 4.0, (64, FIXED_FREE + 64 * 100.0), 64, base_dearest=100.0) is None
+
+
+# -- the check's counts against their limits (Job.check_counts) ---------------------------------
+def _counted(n_params: list[int], flops: list[float], *, n_buffers: int = 10, n_tensors: int = 4,
+             forwards: list[list[tuple[int, float]]] | None = None) -> Any:
+    from bench.decide import Counted
+
+    n = len(n_params)
+    return Counted(n_params=tuple(n_params), n_buffers=(n_buffers,) * n, n_tensors=(n_tensors,) * n,
+                   flops=tuple(flops), forwards=tuple(tuple(f) for f in (forwards or [[(64, 64 * c)] for c in flops])))
+
+
+def _limits(baseline: Any, reference: Any = None, buffer_cap: int | None = None) -> Any:
+    from bench.decide import count_limits
+
+    return count_limits(baseline, reference=reference, parity_ratio=1.1, buffer_cap=buffer_cap, compute_ratio=4.0,
+                        batch_size=64, buffer_room=32)
+
+
+def test_count_limits_are_the_baselines_largest_config_and_at_least_two_flops_a_parameter() -> None:
+    from bench.decide import FIXED_FREE, MIN_MAX_TENSORS
+
+    baseline = _counted([100, 300], [50.0, 700.0], n_tensors=30, forwards=[[(64, FIXED_FREE + 64 * 900.0)],
+                                                                           [(8, 10.0)]])
+    limits = _limits(baseline)
+    assert (limits.parity.base_params, limits.parity.ratio, limits.parity.buffer_cap) == (300, 1.1, 10 + 32)
+    assert limits.parity.tensor_cap == max(MIN_MAX_TENSORS, 4 * 30) == 120
+    assert (limits.base_flops, limits.compute_ratio, limits.base_dearest) == (700.0, 4.0, 900.0)
+    assert _limits(baseline, buffer_cap=500).parity.buffer_cap == 500  # the track's own cap wins
+    cheap = _counted([1000], [5.0])  # a baseline of cheap ops: a dense layer's two FLOPs a parameter
+    assert _limits(cheap).base_flops == 2000.0
+
+
+def test_a_matched_baseline_cannot_raise_the_limits_it_is_held_to() -> None:
+    """Against a matched baseline the idea is held to the track's canonical baseline's counts
+    (``Reference``): a matched baseline padded with parameters and made dear (an agent's own
+    file) leaves the idea's allowance where the canonical baseline puts it."""
+    from bench.decide import Reference, counts_error
+
+    padded = _counted([10_000], [1e6], n_buffers=5_000)
+    limits = _limits(padded, Reference(n_params=300, n_buffers=10, flops=700.0))
+    assert (limits.parity.base_params, limits.parity.buffer_cap, limits.base_flops, limits.base_dearest) == (
+        300, 42, 700.0, 0.0)
+    big = counts_error(limits, [{}], _counted([331], [100.0]), padded)
+    assert big is not None and big.code == ErrorCode.PARAMETER_PARITY
+    dear = counts_error(limits, [{}], _counted([300], [2801.0]), padded)
+    assert dear is not None and dear.code == ErrorCode.COMPUTE_PARITY
+    assert counts_error(limits, [{}], _counted([330], [2800.0]), padded) is None
+
+
+def test_counts_error_names_the_first_config_over_and_parity_before_compute() -> None:
+    from bench.decide import counts_error
+
+    baseline = _counted([300], [700.0])
+    limits = _limits(baseline)
+    grid = [{"width": 8}, {"width": 16}, {"width": 32}]
+    assert counts_error(limits, grid, _counted([300, 330, 300], [700.0, 2800.0, 100.0]), baseline) is None
+    dear = counts_error(limits, grid, _counted([300, 300, 300], [700.0, 2801.0, 100.0]), baseline)
+    assert dear is not None and dear.code == ErrorCode.COMPUTE_PARITY and "'width': 16" in dear.message
+    # the third config breaks parity, the second compute: parity is checked over every config first
+    both = counts_error(limits, grid, _counted([300, 300, 331], [700.0, 2801.0, 100.0]), baseline)
+    assert both is not None and both.code == ErrorCode.PARAMETER_PARITY and "'width': 32" in both.message
+    tensors = counts_error(limits, grid[:1], _counted([300], [1.0], n_tensors=65), baseline)
+    assert tensors is not None and tensors.code == ErrorCode.PARAMETER_PARITY and "65 parameter tensors" in tensors.message
+    buffers = counts_error(limits, grid[:1], _counted([300], [1.0], n_buffers=43), baseline)
+    assert buffers is not None and buffers.code == ErrorCode.PARAMETER_PARITY and "43 words" in buffers.message
+
+
+def test_a_forward_dear_past_its_rows_is_refused_and_a_count_not_finite_is_the_benchs_error() -> None:
+    from bench.decide import FIXED_FREE, counts_error
+
+    baseline = _counted([300], [700.0])
+    limits = _limits(baseline)
+    # cheap per example over a batch, but one forward of 2 rows spends what 64 may (FIXED_FREE aside)
+    lumpy = _counted([300], [100.0], forwards=[[(64, 64 * 100.0), (2, FIXED_FREE + 64 * 4 * 700.0 + 1)]])
+    error = counts_error(limits, [{}], lumpy, baseline)
+    assert error is not None and error.code == ErrorCode.COMPUTE_PARITY and "on 2 rows" in error.message
+    for bad in (math.inf, math.nan, -1.0):
+        error = counts_error(limits, [{}], _counted([300], [bad]), baseline)
+        assert error is not None and error.code == ErrorCode.INTERNAL
+        error = counts_error(limits, [{}], _counted([300], [1.0]), _counted([300], [700.0], forwards=[[(64, bad)]]))
+        assert error is not None and error.code == ErrorCode.INTERNAL

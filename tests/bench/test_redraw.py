@@ -12,8 +12,9 @@ import torch
 from torch import nn
 
 import tracks.vision.track as vision
+from bench.decide import max_tensors
 from bench.graph import build_graph, rebuild
-from bench.redraw import max_tensors, redraw
+from bench.redraw import redraw
 from tests.capture_helpers import capture_docs
 
 
@@ -88,8 +89,8 @@ def test_buffers_are_counted_by_what_they_hold() -> None:
     190 words, fitted the old cap of 273 words (worked / helps, 0.078 vs 0.248). Counted by
     information (compressed, a constant one word) against the baseline's own plus 32 words, it
     is parity-refused; the fixed maps of the examples still fit."""
+    from bench.decide import MIN_BUFFER_ROOM
     from bench.graph import info_words
-    from bench.protocol import MIN_BUFFER_ROOM
 
     hostile = importlib.import_module("tests.security.hostile.pretrained_packed")
     model = rebuild(*capture_docs(hostile.build_model(vision.CARD["spec"]), [1, 8, 8]), torch.device("cpu"))

@@ -86,7 +86,8 @@ class _TabularBaseline(nn.Module):
 
 
 def _parity(idea: nn.Module) -> BenchError | None:
-    """``bench.protocol.Job.check_compute`` for one idea config against the tabular baseline."""
+    """``bench.decide.compute_error`` (``Job.check_counts``) for one idea config against the tabular
+    baseline."""
     base = _counted(through_capture(_TabularBaseline(), [10]), [10])
     mine = _counted(idea, [10])
     if mine is None:

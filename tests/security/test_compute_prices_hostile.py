@@ -112,7 +112,8 @@ def _dearest(counted: cost.Costs, batch: int) -> tuple[int, float]:
 
 def _parity(idea: nn.Module, base: nn.Module, shape: list[int], batch: int, n_train: int,
             eval_rows: list[int]) -> BenchError | None:
-    """``Job.check_compute`` for one idea config against a baseline (ratio 4), both captured."""
+    """``bench.decide.compute_error`` (``Job.check_counts``) for one idea config against a baseline
+    (ratio 4), both captured."""
     from bench.decide import compute_error, dearest_per_example
 
     sizes = cost.forward_sizes(n_train, batch, eval_rows)
