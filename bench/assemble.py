@@ -76,6 +76,7 @@ class Outcome:
     n_params: dict[str, int]
     buffers: dict[str, int]
     flops: dict[str, float]  # forward FLOPs per example per arm (the trusted trainer's count)
+    tensors: dict[str, int]  # parameter tensors per arm (the trusted trainer's count)
     diverged: dict[str, int]  # every run of the arm
     wall: dict[str, float]  # seconds of every run of the arm
     sweep_tables: dict[str, list[dict[str, Any]]]
@@ -380,7 +381,7 @@ def build_report(outcome: Outcome) -> Report:
         mechanism_signature=None if mechanism is None else model.MechanismSignature.model_validate(mechanism),
         idea_sweep=[model.SweepRow.model_validate(row) for row in tables["idea"]],
         best_idea_cfg=outcome.best_cfgs["idea"],
-        parameter_parity={**n_params, "ratio": ratio, "buffers": outcome.buffers,
+        parameter_parity={**n_params, "ratio": ratio, "buffers": outcome.buffers, "tensors": outcome.tensors,
                           "max_ratio": settings.param_parity_ratio, "counted_by": "bench",
                           "flops_per_example": outcome.flops,
                           "compute_ratio": outcome.flops["idea"] / max(outcome.flops["baseline"], 1.0),

@@ -396,6 +396,7 @@ class Reference:
     n_params: int
     n_buffers: int
     flops: float
+    n_tensors: int
 
 
 @dataclass(frozen=True)
@@ -417,14 +418,15 @@ def count_limits(baseline: Counted, *, reference: Reference | None, parity_ratio
     buffer words plus ``buffer_room`` (or the track's ``buffer_cap``), ``compute_ratio`` x its
     forward cost per example (at least two per parameter: what a dense layer costs, so a
     baseline of cheap ops does not make every idea too dear), and as much for its dearest forward."""
-    base, base_buffers = max(baseline.n_params), max(baseline.n_buffers)
+    base, base_buffers, base_tensors = max(baseline.n_params), max(baseline.n_buffers), max(baseline.n_tensors)
     flops = max(baseline.flops)
     base_dearest = max(dearest_per_example(*f, batch_size=batch_size) for f in baseline.dearest(batch_size))
-    if reference is not None:
-        base, base_buffers, flops, base_dearest = reference.n_params, reference.n_buffers, reference.flops, 0.0
+    if reference is not None:  # every limit: a matched baseline is an agent's file (its tensors too, session 36)
+        base, base_buffers, base_tensors = reference.n_params, reference.n_buffers, reference.n_tensors
+        flops, base_dearest = reference.flops, 0.0
     return CountLimits(
         parity=ParityLimits(base_params=base, ratio=parity_ratio, buffer_cap=buffer_cap or base_buffers + buffer_room,
-                            tensor_cap=max_tensors(max(baseline.n_tensors))),
+                            tensor_cap=max_tensors(base_tensors)),
         base_flops=max(flops, 2.0 * base), compute_ratio=compute_ratio, base_dearest=base_dearest,
         batch_size=batch_size)
 

@@ -336,6 +336,7 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
         "worse_by": worse_by, "smallest_effect": m, "non_inferior": bool(worse_by <= m),
         "p_value": comparison.p_value, "seeds": report.seeds.final,
         "n_params": int(parity["baseline"]), "n_buffers": int(parity["buffers"]["baseline"]),
+        "n_tensors": int(parity["tensors"]["baseline"]),
         "flops": float(parity["flops_per_example"]["baseline"]),
         "matched_n_params": int(parity["idea"]),
         # the config (lr, hparams) the check chose and measured: the job's final one (Job.pinned)

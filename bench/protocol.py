@@ -304,6 +304,7 @@ class Job:
         self.kept: dict[str, list[np.ndarray]] = {}  # run id -> trained tensors of a final model
         self.buffers: dict[str, int] = {}  # buffer and constant elements per arm (trusted count)
         self.flops: dict[str, float] = {}  # forward FLOPs per example per arm (trusted count)
+        self.tensors: dict[str, int] = {}  # parameter tensors per arm (trusted count)
         self.counted: dict[str, Counted] = {}  # the trainers' counts per config (check_counts)
         self.limits: CountLimits | None = None  # what the idea's configs were held to (check_counts)
         self.lr_grids: dict[str, list[float]] = {}  # each arm's swept learning rates
@@ -518,7 +519,8 @@ class Job:
         self.counted = {arm: counted(replies[arm]) for arm in ARMS}
         canonical = self.request.canonical
         reference = None if canonical is None else Reference(
-            n_params=int(canonical["n_params"]), n_buffers=int(canonical["n_buffers"]), flops=float(canonical["flops"]))
+            n_params=int(canonical["n_params"]), n_buffers=int(canonical["n_buffers"]), flops=float(canonical["flops"]),
+            n_tensors=int(canonical["n_tensors"]))
         self.limits = count_limits(
             self.counted["baseline"], reference=reference, parity_ratio=self.settings.param_parity_ratio,
             buffer_cap=self.settings.buffer_cap, compute_ratio=self.settings.compute_ratio,
@@ -527,6 +529,7 @@ class Job:
         if error is not None:
             raise error
         self.buffers = {arm: max(self.counted[arm].n_buffers) for arm in ARMS}
+        self.tensors = {arm: max(self.counted[arm].n_tensors) for arm in ARMS}
         self.flops = {arm: max(self.counted[arm].flops) for arm in ARMS}
 
     def enable_cache(self, device: str) -> None:
@@ -1184,7 +1187,7 @@ class Job:
             first_look=self.first_look,
             confirmation_runs=sum(r.stage == "confirmation" for r in self.runs),
             job_key=self.job_key, model_key=self.model_key, seed_commitment=self.secret.report_block(),
-            n_params={arm: finals[arm][0].n_params for arm in ARMS}, buffers=dict(self.buffers),
+            n_params={arm: finals[arm][0].n_params for arm in ARMS}, buffers=dict(self.buffers), tensors=dict(self.tensors),
             flops=dict(self.flops),
             diverged={arm: sum(r.diverged for r in self.runs if r.arm == arm) for arm in ARMS},
             wall={arm: float(sum(r.seconds for r in self.runs if r.arm == arm)) for arm in ARMS},

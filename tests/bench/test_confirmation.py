@@ -104,7 +104,7 @@ def test_one_sided_p_and_bh_qvalues_by_hand() -> None:
 # These tests need a sure win, which only a baseline weaker than the track's gives; the check a
 # matched baseline gets first (it would refuse LINEAR: baseline_inferior, as it should) is the
 # worker's, skipped here by handing the engine its result: parity then measures against LINEAR.
-CHECKED = {"n_params": 351, "n_buffers": 0, "flops": 702.0}
+CHECKED = {"n_params": 351, "n_buffers": 0, "flops": 702.0, "n_tensors": 4}
 
 
 def _judge(job_key: str, events: list[Any] | None = None, **kwargs: Any) -> dict[str, Any]:

@@ -294,10 +294,11 @@ def test_a_matched_baseline_cannot_raise_the_limits_it_is_held_to() -> None:
     file) leaves the idea's allowance where the canonical baseline puts it."""
     from bench.decide import Reference, counts_error
 
-    padded = _counted([10_000], [1e6], n_buffers=5_000)
-    limits = _limits(padded, Reference(n_params=300, n_buffers=10, flops=700.0))
+    padded = _counted([10_000], [1e6], n_buffers=5_000, n_tensors=64)
+    limits = _limits(padded, Reference(n_params=300, n_buffers=10, flops=700.0, n_tensors=20))
     assert (limits.parity.base_params, limits.parity.buffer_cap, limits.base_flops, limits.base_dearest) == (
         300, 42, 700.0, 0.0)
+    assert limits.parity.tensor_cap == 80  # four times the canonical baseline's 20, not the padded 64's 256
     big = counts_error(limits, [{}], _counted([331], [100.0]), padded)
     assert big is not None and big.code == ErrorCode.PARAMETER_PARITY
     dear = counts_error(limits, [{}], _counted([300], [2801.0]), padded)

@@ -235,6 +235,29 @@ def test_a_matched_baseline_is_not_swept_again_at_the_config_its_check_chose(mon
     assert not any("tuning budget" in w for w in br["warnings"])
 
 
+def test_a_matched_baselines_many_tensors_do_not_raise_the_ideas_tensor_cap() -> None:
+    """Every limit of a matched baseline's job is the track's canonical baseline's, the parameter
+    tensors' too (the bench redraws each tensor's values and keeps two numbers of it, so the cap
+    bounds what a file smuggles in them). Until session 36 the cap was four times the matched
+    baseline's tensors: a matched baseline padded to the 64 its check allows let its idea hold
+    256 (a red team's reading of ``Job.check_counts``)."""
+    tuned = by_lr({"baseline": 0.03, "idea": 0.03}, {"baseline": 0.5, "idea": 0.3})
+    idea = "# an idea of 65 one-number tensors\ndef build_model(spec, **hp):\n    raise AssertionError\n"
+    executor = Scripted(tuned, options={"tensors_by_file": {MATCHED: 64, idea: 65}})
+    with pytest.raises(BenchError) as caught:
+        judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", idea_code=idea, baseline_code=MATCHED),
+              None, executor=executor, track=TRACK)
+    assert caught.value.code == ErrorCode.PARAMETER_PARITY and "holds 65 parameter tensors" in caught.value.message
+    assert "allows 64" in caught.value.message
+    assert [job.checking for job in executor.jobs] == [True, False]  # the matched baseline passed its check
+    # 64 tensors, as the matched baseline holds, are within the cap: the job is judged
+    within = Scripted(tuned, options={"tensors_by_file": {MATCHED: 64, idea: 64}})
+    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", idea_code=idea, baseline_code=MATCHED),
+                   None, executor=within, track=TRACK).model_dump(mode="json")
+    assert report["bench_report"]["parameter_parity"]["tensors"] == {"idea": 64, "baseline": 64}
+    assert report["bench_report"]["matched_baseline_check"]["n_tensors"] == 4
+
+
 def test_an_idea_with_more_configs_than_its_matched_baselines_check_was_tuned_for_is_refused() -> None:
     """The check is sized before the idea runs, from the configs its request declares (``hparams``,
     else a literal ``HPARAMS``: ``bench.judge.declared_configs``). A file whose HPARAMS its child

@@ -261,7 +261,7 @@ def _outcome(baseline: list[float], idea: list[float], isolation: list[str] | No
         confirmation=stage(list(range(100, 108))), first_look=stage(list(range(100, 108))),
         confirmation_runs=16, job_key="job_test", model_key="m" * 32, seed_commitment=public_secret().report_block(),
         n_params={"baseline": 321, "idea": 321}, buffers={"baseline": 0, "idea": 0},
-        flops={"baseline": 576.0, "idea": 576.0},
+        flops={"baseline": 576.0, "idea": 576.0}, tensors={"baseline": 4, "idea": 4},
         diverged={"baseline": 0, "idea": 0}, wall={"baseline": 1.0, "idea": 1.0},
         sweep_tables={"baseline": sweep, "idea": sweep}, best_cfgs={"baseline": {"lr": 0.03}, "idea": {"lr": 0.03}},
         lr_grids={"baseline": [0.01, 0.03, 0.1], "idea": [0.01, 0.03, 0.1]},
