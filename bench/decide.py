@@ -454,6 +454,66 @@ def counts_error(limits: CountLimits, grid: Sequence[Mapping[str, Any]], idea: C
     return None
 
 
+# -- builds ---------------------------------------------------------------------------------------
+def duplicate_config_error(arm: str, grid: Sequence[Mapping[str, Any]], graph_sha256: Sequence[str],
+                           seed_sha256: Sequence[Sequence[str]]) -> BenchError | None:
+    """Every config of an arm's grid must build another model (its graph, or its tensors at some
+    init seed: ``graph_sha256`` and ``seed_sha256`` per config, in the grid's order): an HPARAMS
+    key the model never reads doubled the sweep silently (issue 27), and an idea's re-roll by an
+    unread key is no new configuration."""
+    seen: dict[tuple[str, tuple[str, ...]], int] = {}
+    for config, built in enumerate(zip(graph_sha256, (tuple(s) for s in seed_sha256), strict=True)):
+        first = seen.setdefault(built, config)
+        if first != config:
+            changed = sorted(k for k in grid[config] if grid[config][k] != grid[first].get(k))
+            return BenchError(
+                ErrorCode.HPARAM_NO_EFFECT,
+                f"The {arm}'s HPARAMS configurations number {first + 1} and {config + 1} build the "
+                f"same model: changing {', '.join(repr(k) for k in changed)[:200]} has no effect on it.",
+            )
+    return None
+
+
+def same_build_error(found: Mapping[str, Any] | None, graph_sha256: Sequence[str], tensors_sha256: Sequence[str],
+                     configs: Sequence[str]) -> BenchError | None:
+    """A matched baseline must build in its job exactly what it built in its check against the
+    canonical baseline (``found``: the check's graphs, tensors and configs; None: no check): a
+    file that reads its role (its file name, its directory, its caller's frames) built a weak
+    model in the job and a sound one in the check, and a copy of the canonical baseline then
+    "helped" 12 of 12 times (red team). A model is its graphs and tensors, so the same build is
+    the same model. Its configs too, by name and in order: the job trains the config its check
+    chose by name (``Job.pinned``), and a file that swapped its HPARAMS labels by role built the
+    same models by index in both and named the weak one as the check's choice in the job (red team)."""
+    if found is None:
+        return None
+    if (list(graph_sha256) != list(found["graph_sha256"]) or list(tensors_sha256) != list(found["tensors_sha256"])
+            or list(configs) != list(found["configs"])):
+        return BenchError(
+            ErrorCode.INCONSISTENT_BUILD,
+            "The matched baseline built other models, or declared other configs, in this job than in its "
+            "check against the track's canonical baseline (the same configs and init seeds).",
+        )
+    return None
+
+
+def tuned_for_error(n_configs: int, tuned_for: int) -> BenchError | None:
+    """A pinned matched baseline's tuning budget is its check's, sized for the idea's configs as
+    declared before the check (``tuned_for``; ``bench.judge.declared_configs``): an idea whose
+    child reports more (``n_configs``: a grid no statement of the file names,
+    ``globals()["HPARAMS"] = ...``) would out-tune it, and is refused. A check that says nothing
+    of its size was sized for one config (deny by default)."""
+    if n_configs <= tuned_for:
+        return None
+    return BenchError(
+        ErrorCode.INVALID_HPARAMS,
+        f"The idea's HPARAMS give {n_configs} configurations, but {tuned_for} were declared "
+        "before its matched baseline was tuned (the hparams field, else a literal HPARAMS dict in the "
+        "file): the matched baseline's tuning budget must equal the idea's.",
+        "Write HPARAMS as a literal dict at the top level of the file (or send hparams), so that the "
+        "matched baseline is tuned on as many configurations.",
+    )
+
+
 # -- what the verdict is made of ----------------------------------------------------------------
 def lr_matched(screening: Sequence[Comparison], baseline_lr: float, baseline_grid: Sequence[float]) -> bool | None:
     """Whether a win is free of the learning rate's confound: None when the arms chose one lr

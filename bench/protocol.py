@@ -51,6 +51,7 @@ from bench.decide import (
     counts_error,
     densify,
     diverged_score,
+    duplicate_config_error,
     edge_steps,
     efficacy,
     efficacy_possible,
@@ -58,12 +59,14 @@ from bench.decide import (
     matched_config,
     repeats_futile,
     report_cfg,
+    same_build_error,
     seed_means,
     stage_better,
     stage_comparisons,
     stage_p,
     sweep_table,
     too_many_diverged,
+    tuned_for_error,
 )
 from bench.errors import BenchError, ErrorCode
 from bench.execution import ARMS, Executor, MeasureRun, Trained
@@ -424,21 +427,12 @@ class Job:
             return results
 
     def check_configs_differ(self) -> None:
-        """Every config of an arm's grid must build another model (graph or tensors): an
-        HPARAMS key the model never reads doubled the sweep silently (issue 27), and an idea's
-        re-roll by an unread key is no new configuration."""
+        """Every config of an arm's grid builds another model (``bench.decide.duplicate_config_error``)."""
         for arm in ARMS:
-            info, grid = self.capture_info[arm], self.grids[arm]
-            seen: dict[tuple[str, tuple[str, ...]], int] = {}
-            for config, built in enumerate(zip(info.graph_sha256, info.seed_sha256, strict=True)):
-                first = seen.setdefault(built, config)
-                if first != config:
-                    changed = sorted(k for k in grid[config] if grid[config][k] != grid[first][k])
-                    raise BenchError(
-                        ErrorCode.HPARAM_NO_EFFECT,
-                        f"The {arm}'s HPARAMS configurations number {first + 1} and {config + 1} build the "
-                        f"same model: changing {', '.join(repr(k) for k in changed)[:200]} has no effect on it.",
-                    )
+            info = self.capture_info[arm]
+            error = duplicate_config_error(arm, self.grids[arm], info.graph_sha256, info.seed_sha256)
+            if error is not None:
+                raise error
 
     def note_capture(self, replies: dict[str, wire.CaptureReply]) -> None:
         """The report's warnings for what a file did besides building its model
@@ -481,25 +475,13 @@ class Job:
         )
 
     def check_same_build(self) -> None:
-        """A matched baseline must build in its job exactly what it built in its check against the
-        canonical baseline (graphs and every init seed's tensors): a file that reads its role
-        (its file name, its directory, its caller's frames) built a weak model in the job and a
-        sound one in the check, and a copy of the canonical baseline then "helped" 12 of 12 times
-        (red team). A model is its graphs and tensors, so the same build is the same model."""
-        found = (self.request.canonical or {}).get("built")
-        if found is None:
-            return
+        """A matched baseline builds in its job what it built in its check
+        (``bench.decide.same_build_error``)."""
         built = self.capture_info["baseline"]
-        # Its configs too, by name and in order: the job trains the config its check chose by name
-        # (``pinned``), and a file that swapped its HPARAMS labels by role built the same models
-        # by index in both and named the weak one as the check's choice in the job (red team).
-        if (list(built.graph_sha256) != found["graph_sha256"] or list(built.tensors_sha256) != found["tensors_sha256"]
-                or list(built.configs) != found["configs"]):
-            raise BenchError(
-                ErrorCode.INCONSISTENT_BUILD,
-                "The matched baseline built other models, or declared other configs, in this job than in its "
-                "check against the track's canonical baseline (the same configs and init seeds).",
-            )
+        error = same_build_error((self.request.canonical or {}).get("built"), built.graph_sha256,
+                                 built.tensors_sha256, built.configs)
+        if error is not None:
+            raise error
 
     def max_elements(self, arm: str) -> int:
         """What one init seed of ``arm``'s model may hold (``TrackSettings.max_build_elements``).
@@ -772,23 +754,12 @@ class Job:
         return sorted({float(row["cfg"]["lr"]) for row in (self.request.canonical or {}).get("sweep") or []})
 
     def check_tuned_for(self) -> None:
-        """A pinned matched baseline's tuning budget is its check's, sized for the idea's configs
-        as declared before the check (``declared_configs``): an idea whose child reports more
-        (a grid no statement of the file names, ``globals()["HPARAMS"] = ...``) would out-tune
-        it, and is refused. A check that says nothing of its size was sized for one config (deny
-        by default)."""
+        """A pinned matched baseline's tuning budget is its check's (``bench.decide.tuned_for_error``)."""
         if self.swept("baseline"):
             return
-        tuned_for = int((self.request.canonical or {}).get("tuned_for", 1))
-        if len(self.grids["idea"]) > tuned_for:
-            raise BenchError(
-                ErrorCode.INVALID_HPARAMS,
-                f"The idea's HPARAMS give {len(self.grids['idea'])} configurations, but {tuned_for} were declared "
-                "before its matched baseline was tuned (the hparams field, else a literal HPARAMS dict in the "
-                "file): the matched baseline's tuning budget must equal the idea's.",
-                "Write HPARAMS as a literal dict at the top level of the file (or send hparams), so that the "
-                "matched baseline is tuned on as many configurations.",
-            )
+        error = tuned_for_error(len(self.grids["idea"]), int((self.request.canonical or {}).get("tuned_for", 1)))
+        if error is not None:
+            raise error
 
     def sweep(self, lrs: list[float], part: str) -> None:
         """Train every config of both arms on the sweep seeds, scored on validation.

@@ -338,3 +338,38 @@ def test_a_forward_dear_past_its_rows_is_refused_and_a_count_not_finite_is_the_b
         assert error is not None and error.code == ErrorCode.INTERNAL
         error = counts_error(limits, [{}], _counted([300], [1.0]), _counted([300], [700.0], forwards=[[(64, bad)]]))
         assert error is not None and error.code == ErrorCode.INTERNAL
+
+
+# -- builds (Job.check_configs_differ, check_same_build, check_tuned_for) ------------------------
+def test_two_configs_that_build_one_model_name_the_key_that_changed_nothing() -> None:
+    from bench.decide import duplicate_config_error
+
+    grid = [{"width": 8, "unread": 1}, {"width": 8, "unread": 2}, {"width": 16, "unread": 1}]
+    error = duplicate_config_error("idea", grid, ["g1", "g1", "g2"], [("s1", "s2"), ("s1", "s2"), ("s3", "s4")])
+    assert error is not None and error.code == ErrorCode.HPARAM_NO_EFFECT
+    assert "number 1 and 2" in error.message and "'unread'" in error.message and "'width'" not in error.message
+    assert error.hint  # the code's own hint: remove the key or read it
+    # one graph, other tensors at one init seed: another model (an init scale); another graph: another model
+    assert duplicate_config_error("idea", grid, ["g1", "g1", "g1"], [("s1", "s2"), ("s1", "s9"), ("s3", "s4")]) is None
+    assert duplicate_config_error("idea", grid, ["g1", "g2", "g3"], [("s1", "s2")] * 3) is None
+
+
+def test_a_matched_baseline_builds_in_its_job_what_its_check_built_configs_by_name_too() -> None:
+    from bench.decide import same_build_error
+
+    found = {"graph_sha256": ["g1", "g2"], "tensors_sha256": ["t1", "t2"], "configs": ['{"w": 1}', '{"w": 2}']}
+    assert same_build_error(found, ("g1", "g2"), ("t1", "t2"), ('{"w": 1}', '{"w": 2}')) is None
+    assert same_build_error(None, ("g9",), ("t9",), ("{}",)) is None  # no check ran (a job without one)
+    for graphs, tensors, configs in [(("g1", "g3"), ("t1", "t2"), ('{"w": 1}', '{"w": 2}')),  # another graph
+                                     (("g1", "g2"), ("t1", "t3"), ('{"w": 1}', '{"w": 2}')),  # other weights
+                                     (("g1", "g2"), ("t1", "t2"), ('{"w": 2}', '{"w": 1}'))]:  # labels swapped
+        error = same_build_error(found, graphs, tensors, configs)
+        assert error is not None and error.code == ErrorCode.INCONSISTENT_BUILD
+
+
+def test_an_idea_with_more_configs_than_its_matched_baseline_was_tuned_for_is_refused() -> None:
+    from bench.decide import tuned_for_error
+
+    assert tuned_for_error(3, 3) is None and tuned_for_error(1, 1) is None
+    error = tuned_for_error(4, 3)
+    assert error is not None and error.code == ErrorCode.INVALID_HPARAMS and "give 4 configurations, but 3" in error.message
