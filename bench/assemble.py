@@ -205,6 +205,9 @@ def summary_text(
         if mechanism.get("self_measured"):
             text += ("It was measured by the idea's own measure(), so it can lower the system verdict, "
                      "never raise it. ")
+        if (mechanism.get("detail") or {}).get("not_confirmable"):
+            text += ("Against a matched baseline a signature is measured and shown, never confirmed: its "
+                     "baseline side is the submitter's own file. ")
     text += (
         f"Parameters: baseline {n_params['baseline']}, idea {n_params['idea']}. "
         f"System verdict: {verdicts['system_verdict']}."
@@ -286,6 +289,13 @@ def build_report(outcome: Outcome) -> Report:
         confirmed, detail = mechanism_confirmed(
             outcome.mechanism["expect"], measured["idea"], measured["baseline"]
         )
+        if outcome.matched_baseline:
+            # The baseline side is a matched baseline's models (an agent's file), which no probe of
+            # the track's baseline ties down: one that reads far from a signature the track's
+            # baseline shows too made that signature "tell the idea from the baseline", and a
+            # partial idea worked (red team, session 36). Measured and shown, never confirmed.
+            confirmed = False
+            detail = {**detail, "not_confirmable": "its baseline side is the matched baseline, the submitter's file"}
         mechanism_ok = 1 if confirmed else 0
         mechanism = {
             **outcome.mechanism, "idea_values": measured["idea"], "baseline_values": measured["baseline"],
@@ -301,7 +311,8 @@ def build_report(outcome: Outcome) -> Report:
     weak_baseline = bool(outcome.references and outcome.references["not_beaten"])
     verdicts = decide(
         comparison.as_dict(), mechanism_ok, m, None if replication is None else replication.significant,
-        lr_matched=lr_matched(tests, outcome.best_cfgs["baseline"]["lr"], outcome.lr_grids["baseline"]),
+        lr_matched=lr_matched(tests, outcome.best_cfgs["baseline"]["lr"], outcome.lr_grids["baseline"],
+                              pinned_baseline=(outcome.matched_check or {}).get("chosen") is not None),
         self_measured=self_measured,
         reaches=reaches(m, outcome.lower_is_better, comparison, None if confirmed_tests is None else confirmed_tests[0],
                         float((outcome.matched_check or {}).get("worse_by", 0.0))),

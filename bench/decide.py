@@ -515,15 +515,22 @@ def tuned_for_error(n_configs: int, tuned_for: int) -> BenchError | None:
 
 
 # -- what the verdict is made of ----------------------------------------------------------------
-def lr_matched(screening: Sequence[Comparison], baseline_lr: float, baseline_grid: Sequence[float]) -> bool | None:
+def lr_matched(screening: Sequence[Comparison], baseline_lr: float, baseline_grid: Sequence[float],
+               pinned_baseline: bool = False) -> bool | None:
     """Whether a win is free of the learning rate's confound: None when the arms chose one lr
     (``screening`` holds one test); else whether the idea also beat the baseline at its own lr;
     False whenever the baseline's best lr is at an edge of its extended grid, where its optimum
     may lie outside (a win may come from an under-tuned baseline, or from an idea that rescales
     its own weights, under Adam an effective learning rate of its own): such a win cannot be
-    "helps" (lr_confounded)."""
+    "helps" (lr_confounded).
+
+    ``pinned_baseline``: the baseline is a matched one (an agent's own file) pinned at the one
+    config its check against the track's baseline chose and measured (``Job.pinned``: every
+    matched baseline the service judges). At the idea's other lr nothing checked it: a matched
+    baseline that was the track's model at its chosen lr and weak at every other turned the
+    confound into ``helps`` (red team, session 36). So against it the arms' lrs must agree."""
     matched = None if len(screening) < 2 else stage_better(screening)
-    if at_edge(float(baseline_lr), baseline_grid):
+    if at_edge(float(baseline_lr), baseline_grid) or (pinned_baseline and matched is not None):
         return False
     return matched
 

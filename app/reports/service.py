@@ -74,11 +74,20 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def baseline_label(baseline_code: str | None) -> str:
-    """What an idea was compared against: ``canonical`` (the track's baseline), or
-    ``matched:`` and 16 hex digits of the matched baseline's sha256 (migration 0004 too)."""
+def baseline_label(baseline_code: str | None, body: dict[str, Any] | None = None) -> str:
+    """What an idea was compared against, the stream its hypotheses are counted in: ``canonical``
+    (the track's baseline), or ``matched:`` and the matched baseline's graph family (its capture's
+    ``family`` in ``body``'s report: a comment or a renamed variable changes the text, not the
+    graph, and opened a fresh stream per re-roll, where q is p; red team, session 36). A job
+    that ended before its capture, and reports stored before session 36 (migration 0004), use
+    16 hex digits of the file's sha256."""
     if baseline_code is None:
         return "canonical"
+    capture = ((body or {}).get("bench_report") or {}).get("capture")
+    block = capture.get("baseline") if isinstance(capture, dict) else None
+    family = block.get("family") if isinstance(block, dict) else None
+    if isinstance(family, str) and FAMILY.fullmatch(family):
+        return "matched:" + family
     return "matched:" + hashlib.sha256(baseline_code.encode()).hexdigest()[:16]
 
 
@@ -210,7 +219,7 @@ def build_report_row(
         delta_mean=delta,
         delta_stage=stage,
         family=job.family,
-        baseline=baseline_label(job.baseline_code),
+        baseline=baseline_label(job.baseline_code, body),
         p_helps=p_helps if p_helps is not None and 0.0 <= p_helps <= 1.0 else None,
         counted=counts(body) and (is_builtin(job.track) or track_vouched and build_checked(body)),
         created_at=now,

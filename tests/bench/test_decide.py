@@ -113,6 +113,9 @@ def test_a_win_over_a_baseline_at_its_grids_edge_or_only_over_its_tuning_is_lr_c
     assert lr_matched(clean, 0.1, grid) is None  # the arms chose one lr: no confound
     assert lr_matched(_block(BASE, BETTER, matched=BASE), 0.1, grid) is True
     assert lr_matched(_block(BASE, BETTER, matched=BETTER), 0.1, grid) is False  # only the tuning
+    # against a matched baseline (an agent's file, checked at its chosen lr only) the lrs must agree
+    assert lr_matched(_block(BASE, BETTER, matched=BASE), 0.1, grid, pinned_baseline=True) is False
+    assert lr_matched(clean, 0.1, grid, pinned_baseline=True) is None
     for edge in (0.005, 1.0):  # the baseline's optimum may lie outside its grid
         assert lr_matched(clean, edge, grid) is False
         assert lr_matched(_block(BASE, BETTER, matched=BASE), edge, grid) is False

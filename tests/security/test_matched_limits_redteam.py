@@ -1,0 +1,219 @@
+"""Red team (helper, session 36): the limits and rules of a matched baseline's job that come from
+what the matched baseline (an agent's own file) built or counted instead of from the track's
+canonical baseline. Driven through the scripted executor (tests/bench/scripted.py): no child.
+
+Holes found (each test failed before its fix, in this session: the hostile file got a better
+verdict than it should):
+
+- ``test_a_matched_baseline_weak_off_its_chosen_lr_does_not_clear_the_lr_confound``: the lr
+  confound's guard (the baseline trained at the idea's lr) trains the *matched* baseline, at an lr
+  its check never measured on test; one weak there turns ``lr_confounded`` into ``helps``.
+- ``test_a_matched_baselines_probe_value_does_not_confirm_the_ideas_mechanism``: a bench probe's
+  baseline side is the matched baseline's models, which its check never probed; one that fails
+  the declared rule turns a signature the track's baseline shows too into ``worked``.
+- ``test_a_comment_in_the_matched_baseline_opens_no_fresh_hypothesis_stream``: a matched job's
+  q-value stream was keyed by the matched baseline's source text.
+
+Fixed: against a matched baseline the arms' lrs must agree (``bench.decide.lr_matched``); a
+mechanism's signature is measured and shown, never confirmed (``bench.assemble.build_report``);
+the stream is the matched baseline's graph family (``app.reports.service.baseline_label``).
+
+Sound (pinned): parameters, buffer words, forward FLOPs and the dearest forward of an idea in a
+matched baseline's job are held to the canonical baseline's counts, whatever the matched one counted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import wire
+from bench.decide import FIXED_FREE
+from bench.errors import BenchError, ErrorCode
+from bench.judge import judge
+from bench.report import Report
+from bench.seeding import SeedSecret
+from tests.bench.scripted import TRACK, Asked, ScriptedExecutor, by_lr, scripted_request
+
+SECRET = SeedSecret(key=b"matched-limits-redteam-secret-00", epoch=1)
+N = 7
+MATCHED = "# a matched baseline (red team)\ndef build_model(spec, **hp):\n    raise AssertionError\n"
+IDEA = "# an idea (red team)\ndef build_model(spec, **hp):\n    raise AssertionError\n"
+CANONICAL = "the track scripted's baseline"  # what the scripted executor calls the track's own file
+BATCH = TRACK.card["defaults"]["batch_size"]
+
+
+@dataclass
+class Counting(ScriptedExecutor):
+    """A scripted executor whose trainer counts per file (``counted``: n_params, n_buffers, flops,
+    n_tensors, forward = (rows, cost)) and whose bench probe reads per file (``probed``)."""
+
+    counted: dict[str, dict[str, Any]] = field(default_factory=dict)
+    probed: dict[str, float] = field(default_factory=dict)
+
+    def check(self, arm: str, command: wire.Check) -> wire.CheckReply:
+        c = self.counted.get(self.files[arm], {})
+        n = len(command.configs)
+        rows, cost = c.get("forward", (16, 642.0 * 16))
+        return wire.CheckReply(n_params=[c.get("n_params", 321)] * n, n_buffers=[c.get("n_buffers", 0)] * n,
+                               flops=[c.get("flops", 642.0)] * n, forward_rows=[[rows]] * n,
+                               forward_cost=[[cost]] * n, n_tensors=[c.get("n_tensors", 4)] * n, vectorizable=True)
+
+    def probe(self, arm: str, command: wire.Probe) -> list[float]:
+        return [self.probed.get(self.files[arm], 0.1) for _ in command.runs]
+
+
+@dataclass
+class Factory:
+    script: Any
+    options: dict[str, Any] = field(default_factory=dict)
+    jobs: list[Counting] = field(default_factory=list)
+
+    def __call__(self, request: Any, workdir: Path, deadline: float, cancel: Any) -> Counting:
+        executor = Counting(self.script, checking=request.checking_matched, **self.options)
+        self.jobs.append(executor)
+        return executor
+
+
+def judged(factory: Factory, **request: Any) -> dict[str, Any]:
+    request.setdefault("idea_code", IDEA)
+    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", **request), None,
+                   executor=factory, track=TRACK).model_dump(mode="json")
+    Report.model_validate(report)
+    return report
+
+
+# -- sound: every count limit is the canonical baseline's ---------------------------------------------
+PER_EXAMPLE = 2500.0  # a matched baseline's cost per example: within 4 x 642 (its check passes)
+
+
+def _forward(per_example: float) -> tuple[int, float]:
+    """One counted forward of one row whose cost per example (over a batch) is ``per_example``."""
+    return 1, FIXED_FREE + BATCH * per_example
+
+
+@pytest.mark.parametrize(("matched", "idea", "code", "says"), [
+    ({"n_params": 350}, {"n_params": 380}, ErrorCode.PARAMETER_PARITY, "baseline's 321"),
+    ({"n_buffers": 32}, {"n_buffers": 40}, ErrorCode.PARAMETER_PARITY, "allows 32"),
+    ({"flops": PER_EXAMPLE}, {"flops": 2 * PER_EXAMPLE}, ErrorCode.COMPUTE_PARITY, "baseline's 642"),
+    ({"forward": _forward(PER_EXAMPLE)}, {"forward": _forward(2 * PER_EXAMPLE)}, ErrorCode.COMPUTE_PARITY,
+     "baseline's 642 per example"),
+], ids=["params", "buffers", "flops", "dearest_forward"])
+def test_a_matched_baselines_own_counts_raise_no_limit_of_its_idea(matched: dict[str, Any], idea: dict[str, Any],
+                                                                   code: ErrorCode, says: str) -> None:
+    """A matched baseline padded up to what its check allows (1.1 x the parameters, 32 buffer words,
+    4 x the FLOPs, a dear small-rows forward) lends its idea nothing: each idea is within the limit
+    the matched baseline's counts would give (1.1 x 350, 32 + 32, 4 x 2500) and over the canonical
+    one's. ``base_dearest`` is 0 against a reference, so the dearest forward's limit is 4 x the
+    canonical baseline's cost per example (never more than in a job against the track's baseline)."""
+    factory = Factory(by_lr({"baseline": 0.03, "idea": 0.03}), {"counted": {MATCHED: matched, IDEA: idea}})
+    with pytest.raises(BenchError) as caught:
+        judged(factory, baseline_code=MATCHED)
+    assert caught.value.code == code and says in caught.value.message, caught.value.message
+    assert [job.checking for job in factory.jobs] == [True, False]  # the matched baseline passed its check
+
+
+# -- hole: the lr confound's guard trains the matched baseline at an lr its check never tested --------
+def _model(lr: float) -> float:
+    """The track's model on test: better at 0.03 than at 0.01 (the sweep's validation picks 0.01)."""
+    return 0.3 if lr == 0.03 else 0.5
+
+
+def test_a_matched_baseline_weak_off_its_chosen_lr_does_not_clear_the_lr_confound() -> None:
+    """The idea is the track's model: its only 'gain' is that its validation picked 0.03 where the
+    baseline's picked 0.01, and 0.03 is better on test. Against the track's baseline the job trains
+    the baseline at 0.03 too, finds it the idea's equal: ``lr_confounded`` (the control below).
+
+    The matched baseline is an exact copy of the track's at 0.01, the lr its check chose and
+    measured (worse_by 0: non-inferior, no shortfall), and weak at every other lr (a file that
+    reads its lr off Adam's first step, as earlier red teams did). The job's confound guard trains
+    *it* at the idea's 0.03, an lr its check never ran on test, where it is weak: the idea 'beats
+    the baseline at its own lr', ``lr_matched`` is True, and the lr confound is a ``helps``.
+    (bench/protocol.py ``Job.matched_cfg`` / ``final`` run ``matched_config(self.best("baseline")...)``
+    on the matched baseline; bench/assemble.py ``lr_matched(tests, ...)`` trusts it.)"""
+
+    def validation(run: Asked) -> float:
+        best = 0.03 if run.arm == "idea" and not run.checking else 0.01
+        return 0.5 + 0.2 * abs(math.log(run.cfg["lr"] / best))
+
+    def honest(run: Asked) -> float:  # the track's baseline against the idea: no matched baseline
+        return validation(run) if run.split == "val" else _model(run.cfg["lr"])
+
+    control = judged(Factory(honest))
+    assert (control["practical_verdict"], control["practical_detail"]) == ("inconclusive", "lr_confounded")
+
+    def hostile(run: Asked) -> float:
+        if run.split == "val":
+            return validation(run)
+        if run.arm == "baseline" and not run.checking and run.cfg["lr"] != 0.01:
+            return 0.7  # the matched baseline in its job, off the lr its check chose
+        return _model(run.cfg["lr"])
+
+    report = judged(Factory(hostile), baseline_code=MATCHED)
+    br = report["bench_report"]
+    check = br["matched_baseline_check"]
+    assert check["non_inferior"] and check["worse_by"] == pytest.approx(0.0, abs=1e-9)
+    assert check["chosen"]["lr"] == 0.01 and br["idea"]["best_cfg"]["lr"] == 0.03
+    # the idea is the track's model: it would be lr_confounded against the track's baseline
+    assert report["practical_verdict"] != "helps", (report["practical_verdict"], report["practical_detail"])
+
+
+# -- hole: a bench probe's baseline side is the matched baseline's models -----------------------------
+PROBED = {"quantity": "input sensitivity", "prediction": "the idea's output barely moves with its input",
+          "expect": {"kind": "less_than", "value": 0.5}, "probe": {"kind": "input_gradient"}}
+
+
+def test_a_matched_baselines_probe_value_does_not_confirm_the_ideas_mechanism() -> None:
+    """The idea helps (MSE 0.09 against 0.25) and declares a signature the track's baseline shows
+    too (input gradient 0.1 < 0.5 on both): against the track's baseline the signature tells
+    nothing (``baseline_meets_it``), so the verdict is ``partial``. The matched baseline, as good
+    as the track's on the metric (its check passes), reads 1.0 on the probe: the signature now
+    'tells the idea from the baseline', and the same idea is ``worked``. Its check ran no probe
+    (``check_matched_baseline`` clears the mechanism), so nothing ties that value to the canonical
+    baseline's (bench/protocol.py ``Job._probe_arm`` on the matched baseline's models;
+    bench/assemble.py ``mechanism_confirmed(..., measured["baseline"])``)."""
+    tuned = by_lr({"baseline": 0.03, "idea": 0.03})
+
+    def script(run: Asked) -> float:  # the idea, in its job, is better; everyone else is the track's model
+        return 0.3 if run.arm == "idea" and not run.checking and run.split == "test" else tuned(run)
+
+    probed = {CANONICAL: 0.1, IDEA: 0.1, MATCHED: 1.0}
+    control = judged(Factory(script, {"probed": probed}), mechanism=PROBED)
+    assert control["practical_verdict"] == "helps" and control["system_verdict"] == "partial"
+    assert control["bench_report"]["mechanism_signature"]["confirmed"] is False
+
+    report = judged(Factory(script, {"probed": probed}), baseline_code=MATCHED, mechanism=PROBED)
+    assert report["bench_report"]["matched_baseline_check"]["non_inferior"]
+    assert report["practical_verdict"] == "helps"
+    signature = report["bench_report"]["mechanism_signature"]
+    assert signature["baseline_values"] == [1.0] * N and signature["self_measured"] is False
+    # the idea's signature is the track's baseline's: no mechanism was shown
+    assert report["system_verdict"] != "worked" and signature["confirmed"] is False
+
+
+# -- hole (accounting): the matched stream was keyed by the matched baseline's text -------------------
+def test_a_comment_in_the_matched_baseline_opens_no_fresh_hypothesis_stream() -> None:
+    """A matched job's hypotheses are counted in the stream of its ``baseline`` label
+    (app.reports.discoveries ``_keys``). It was the sha256 of the matched baseline's source text
+    (app.reports.service ``baseline_label``): one comment more and the idea's next re-roll was the
+    first attempt of a fresh stream (Bonferroni over 1, BH over 1: q = p), where a canonical job's
+    re-rolls stay one hypothesis per graph family (issue 25.6). Closed: the label is the matched
+    baseline's captured graph family; the text's hash only where no capture was reported."""
+    from app.reports.service import baseline_label
+
+    def body(family: str) -> dict[str, Any]:
+        return {"bench_report": {"capture": {"idea": {"family": "graph-v1:" + "a" * 16},
+                                             "baseline": {"family": family}}}}
+
+    same = "graph-v1:" + "0123456789abcdef"
+    assert baseline_label(MATCHED, body(same)) == baseline_label(MATCHED + "# re-roll 1\n", body(same)) == (
+        "matched:" + same)
+    assert baseline_label(MATCHED, body("graph-v1:" + "f" * 16)) != baseline_label(MATCHED, body(same))
+    assert baseline_label(None, body(same)) == "canonical"
+    # no capture reported (a job that ended before it), or a block that is not the engine's: the text's hash
+    for odd in ({}, {"bench_report": {"capture": {"baseline": "x"}}}, body("not a family")):
+        assert baseline_label(MATCHED, odd).startswith("matched:") and len(baseline_label(MATCHED, odd)) == 24
