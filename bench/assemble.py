@@ -206,8 +206,8 @@ def summary_text(
             text += ("It was measured by the idea's own measure(), so it can lower the system verdict, "
                      "never raise it. ")
         if (mechanism.get("detail") or {}).get("not_confirmable"):
-            text += ("Against a matched baseline a signature is measured and shown, never confirmed: its "
-                     "baseline side is the submitter's own file. ")
+            text += ("Against a matched baseline a signature is confirmed only where it also tells the idea from "
+                     "the track's baseline, which this job's check did not probe. ")
     text += (
         f"Parameters: baseline {n_params['baseline']}, idea {n_params['idea']}. "
         f"System verdict: {verdicts['system_verdict']}."
@@ -217,6 +217,25 @@ def summary_text(
 
 def _comparison(c: Comparison) -> model.Comparison:
     return model.Comparison.model_validate(c.as_dict())
+
+
+def against_track_baseline(outcome: Outcome, idea_values: list[float], confirmed: bool,
+                           detail: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    """A probe's signature against a matched baseline: its baseline side is the submitter's own
+    file, so the signature must also tell the idea from the track's baseline, whose models of
+    the same seeds the matched baseline's check probed (``bench.judge.declared_probe``;
+    ``detail.track_baseline``). A matched baseline that read far from a signature the track's
+    baseline shows too made a ``partial`` idea ``worked`` (red team, session 36). Without that
+    measurement (a probe declared only where the file computes it, or one that does not apply to
+    the track's baseline) the signature is shown and not confirmed (``detail.not_confirmable``)."""
+    found = (outcome.matched_check or {}).get("probe")
+    if (found is None or found["probe"] != (outcome.mechanism or {}).get("probe")
+            or list(found["seeds"]) != list(outcome.screening.seeds)):
+        return False, {**detail, "not_confirmable": "the track's baseline was not probed in the matched "
+                                                    "baseline's check; a matched baseline's values are the submitter's"}
+    assert outcome.mechanism is not None
+    also, track_detail = mechanism_confirmed(outcome.mechanism["expect"], idea_values, found["values"])
+    return confirmed and also, {**detail, "track_baseline": {**track_detail, "confirmed": also}}
 
 
 def stage_block(outcome: Outcome, stage: Stage, tests: list[Comparison]) -> model.Stage:
@@ -289,13 +308,8 @@ def build_report(outcome: Outcome) -> Report:
         confirmed, detail = mechanism_confirmed(
             outcome.mechanism["expect"], measured["idea"], measured["baseline"]
         )
-        if outcome.matched_baseline:
-            # The baseline side is a matched baseline's models (an agent's file), which no probe of
-            # the track's baseline ties down: one that reads far from a signature the track's
-            # baseline shows too made that signature "tell the idea from the baseline", and a
-            # partial idea worked (red team, session 36). Measured and shown, never confirmed.
-            confirmed = False
-            detail = {**detail, "not_confirmable": "its baseline side is the matched baseline, the submitter's file"}
+        if outcome.matched_baseline and "probe" in outcome.mechanism:
+            confirmed, detail = against_track_baseline(outcome, measured["idea"], confirmed, detail)
         mechanism_ok = 1 if confirmed else 0
         mechanism = {
             **outcome.mechanism, "idea_values": measured["idea"], "baseline_values": measured["baseline"],

@@ -306,10 +306,20 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
         request = dataclasses.replace(request, job_key=secrets.token_hex(8))
     card = (track if track is not None else load_track(request.track)).card  # (a built-in track's)
     tuned_for = declared_configs(request, TrackSettings.of(card).max_configs)
+    probe = declared_probe(request)
     check = dataclasses.replace(request, idea_code=matched, baseline_code=None, hparams=None,
-                                mechanism=None, confirm=False, checking_matched=True, tuning_configs=tuned_for)
+                                mechanism=probe, confirm=False, checking_matched=True, tuning_configs=tuned_for)
     try:
-        report = judge(check, forward, cancel, executor=executor, track=track).bench_report
+        try:
+            report = judge(check, forward, cancel, executor=executor, track=track).bench_report
+        except BenchError as exc:
+            if probe is None or exc.code != ErrorCode.MECHANISM_ERROR:
+                raise
+            # the idea's probe does not apply to the track's baseline (or to the matched one):
+            # checked without it, and the job's signature is not confirmable (bench.assemble)
+            probe = None
+            report = judge(dataclasses.replace(check, mechanism=None), forward, cancel, executor=executor,
+                           track=track).bench_report
     except BenchError as exc:
         if exc.code in (ErrorCode.CANCELLED, ErrorCode.TIMEOUT, ErrorCode.NO_SPACE, ErrorCode.SANDBOX_UNAVAILABLE,
                         ErrorCode.INTERNAL):
@@ -349,6 +359,13 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
         # the sweep that chose it, shown as the job's baseline sweep (the job sweeps it no more)
         "sweep": [row.model_dump(mode="json", exclude_none=True) for row in report.idea.sweep or []],
     }
+    signature = report.mechanism_signature
+    if probe is not None and signature is not None and signature.baseline_values is not None:
+        # the idea's probe on the track's baseline's models of these seeds, which the job's
+        # signature must also tell the idea from (bench.assemble: a matched baseline's own
+        # values are the submitter's file's)
+        found["probe"] = {"probe": probe["probe"], "seeds": report.seeds.final,
+                          "values": [float(v) for v in signature.baseline_values]}
     if not found["non_inferior"]:
         raise BenchError(
             ErrorCode.BASELINE_INFERIOR,
@@ -358,6 +375,22 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
         )
     remaining = request.timeout_s - (time.monotonic() - started)
     return dataclasses.replace(request, canonical=found, timeout_s=max(1.0, remaining)), runs[0]
+
+
+def declared_probe(request: JudgeRequest) -> dict[str, Any] | None:
+    """The idea's mechanism as its request declares it before anything runs, when it is one of the
+    bench's probes: its ``mechanism``, else its file's literal ``MECHANISM``; None otherwise (a
+    computed one, one measured by the idea's own ``measure``, or one that does not validate: the
+    job reports those itself). A matched baseline's check measures it on the track's baseline."""
+    declared = request.mechanism
+    if declared is None:
+        declared = check_source(request.idea_code, role="idea").literals.get("MECHANISM")
+    if not isinstance(declared, dict) or "probe" not in declared:
+        return None
+    try:
+        return check_measurable(declared, False)
+    except BenchError:
+        return None
 
 
 def declared_configs(request: JudgeRequest, max_configs: int) -> int:

@@ -15,8 +15,10 @@ verdict than it should):
   q-value stream was keyed by the matched baseline's source text.
 
 Fixed: against a matched baseline the arms' lrs must agree (``bench.decide.lr_matched``); a
-mechanism's signature is measured and shown, never confirmed (``bench.assemble.build_report``);
-the stream is the matched baseline's graph family (``app.reports.service.baseline_label``).
+probe's signature must also tell the idea from the track's baseline, which the matched
+baseline's check probes on the same seeds (``bench.judge.declared_probe``,
+``bench.assemble.against_track_baseline``); the stream is the matched baseline's graph family
+(``app.reports.service.baseline_label``).
 
 Sound (pinned): parameters, buffer words, forward FLOPs and the dearest forward of an idea in a
 matched baseline's job are held to the canonical baseline's counts, whatever the matched one counted.
@@ -193,6 +195,34 @@ def test_a_matched_baselines_probe_value_does_not_confirm_the_ideas_mechanism() 
     assert signature["baseline_values"] == [1.0] * N and signature["self_measured"] is False
     # the idea's signature is the track's baseline's: no mechanism was shown
     assert report["system_verdict"] != "worked" and signature["confirmed"] is False
+    # the check probed the track's baseline on the job's seeds: it meets the signature too
+    track = signature["detail"]["track_baseline"]
+    assert track["confirmed"] is False and track["baseline_mean"] == pytest.approx(0.1)
+    assert report["bench_report"]["matched_baseline_check"]["probe"]["values"] == [0.1] * N
+
+
+def test_a_signature_the_track_baseline_lacks_is_confirmed_against_a_matched_baseline() -> None:
+    """The fix keeps an honest mechanism confirmable: the matched baseline's check probes the
+    track's baseline on the same seeds, and a signature that neither baseline shows (0.1 against
+    1.0 on both) is confirmed, ``worked``. A probe the job learns only from the file it loads (no
+    ``mechanism`` field, no literal ``MECHANISM``: the check cannot know it) is shown, not
+    confirmed (``not_confirmable``): ``partial``."""
+    tuned = by_lr({"baseline": 0.03, "idea": 0.03})
+
+    def script(run: Asked) -> float:
+        return 0.3 if run.arm == "idea" and not run.checking and run.split == "test" else tuned(run)
+
+    probed = {CANONICAL: 1.0, IDEA: 0.1, MATCHED: 1.0}
+    report = judged(Factory(script, {"probed": probed}), baseline_code=MATCHED, mechanism=PROBED)
+    signature = report["bench_report"]["mechanism_signature"]
+    assert (report["practical_verdict"], report["system_verdict"], signature["confirmed"]) == ("helps", "worked", True)
+    assert signature["detail"]["track_baseline"]["confirmed"] is True
+
+    unseen = judged(Factory(script, {"probed": probed, "mechanism": PROBED}), baseline_code=MATCHED)
+    signature = unseen["bench_report"]["mechanism_signature"]
+    assert signature["confirmed"] is False and "not_confirmable" in signature["detail"]
+    assert (unseen["practical_verdict"], unseen["system_verdict"]) == ("helps", "partial")
+    assert "probe" not in unseen["bench_report"]["matched_baseline_check"]
 
 
 # -- hole (accounting): the matched stream was keyed by the matched baseline's text -------------------
@@ -217,3 +247,38 @@ def test_a_comment_in_the_matched_baseline_opens_no_fresh_hypothesis_stream() ->
     # no capture reported (a job that ended before it), or a block that is not the engine's: the text's hash
     for odd in ({}, {"bench_report": {"capture": {"baseline": "x"}}}, body("not a family")):
         assert baseline_label(MATCHED, odd).startswith("matched:") and len(baseline_label(MATCHED, odd)) == 24
+
+
+def test_a_probe_the_track_baseline_lacks_checks_the_matched_baseline_without_it() -> None:
+    """A probe that does not apply to the track's baseline (its submodule is the matched one's
+    alone) fails the check's probe; the check runs again without it, the job goes on, and the
+    signature is not confirmable: the matched baseline is still checked, and nothing of the
+    idea's declaration makes its check fail."""
+
+    @dataclass
+    class NoSubmodule(Counting):
+        def check(self, arm: str, command: wire.Check) -> wire.CheckReply:
+            if command.mechanism_probe and self.files[arm] == CANONICAL:
+                raise BenchError(ErrorCode.MECHANISM_ERROR, "the probe cannot be measured on the baseline's model")
+            return super().check(arm, command)
+
+    tuned = by_lr({"baseline": 0.03, "idea": 0.03})
+
+    def script(run: Asked) -> float:
+        return 0.3 if run.arm == "idea" and not run.checking and run.split == "test" else tuned(run)
+
+    jobs: list[Counting] = []
+
+    def factory(request: Any, workdir: Path, deadline: float, cancel: Any) -> Counting:
+        executor = NoSubmodule(script, checking=request.checking_matched,
+                               probed={CANONICAL: 1.0, IDEA: 0.1, MATCHED: 1.0})
+        jobs.append(executor)
+        return executor
+
+    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", idea_code=IDEA,
+                                    baseline_code=MATCHED, mechanism=PROBED), None,
+                   executor=factory, track=TRACK).model_dump(mode="json")
+    assert [job.checking for job in jobs] == [True, True, False]  # the check, again without the probe, the job
+    signature = report["bench_report"]["mechanism_signature"]
+    assert signature["confirmed"] is False and "not_confirmable" in signature["detail"]
+    assert (report["practical_verdict"], report["system_verdict"]) == ("helps", "partial")
