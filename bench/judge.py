@@ -292,12 +292,14 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
     "help"; issue 25.5). Returns ``request`` with what the check found (``canonical``), which
     the job's parity and compute parity measure against and its report shows, and the runs the
     check made (the job's progress counts on from them)."""
-    runs = [0]
+    runs, before = [0], [0]  # runs done; those of a check run again without the probe (below)
 
     def forward(progress: Progress) -> None:
-        runs[0] = progress.done
+        runs[0] = before[0] + progress.done
         if on_progress is not None:
-            on_progress(dataclasses.replace(progress, stage=f"baseline_check:{progress.stage}"[:32],
+            on_progress(dataclasses.replace(progress, done=runs[0], total=before[0] + progress.total,
+                                            at_most=None if progress.at_most is None else before[0] + progress.at_most,
+                                            stage=f"baseline_check:{progress.stage}"[:32],
                                             message=f"checking the matched baseline: {progress.message}"[:500]))
 
     matched = request.baseline_code
@@ -317,9 +319,10 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
                 raise
             # the idea's probe does not apply to the track's baseline (or to the matched one):
             # checked without it, and the job's signature is not confirmable (bench.assemble)
-            probe = None
-            report = judge(dataclasses.replace(check, mechanism=None), forward, cancel, executor=executor,
-                           track=track).bench_report
+            probe, before[0] = None, runs[0]
+            left = max(1.0, request.timeout_s - (time.monotonic() - started))
+            report = judge(dataclasses.replace(check, mechanism=None, timeout_s=left), forward, cancel,
+                           executor=executor, track=track).bench_report
     except BenchError as exc:
         if exc.code in (ErrorCode.CANCELLED, ErrorCode.TIMEOUT, ErrorCode.NO_SPACE, ErrorCode.SANDBOX_UNAVAILABLE,
                         ErrorCode.INTERNAL):

@@ -275,10 +275,13 @@ def test_a_probe_the_track_baseline_lacks_checks_the_matched_baseline_without_it
         jobs.append(executor)
         return executor
 
+    events: list[Any] = []
     report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", idea_code=IDEA,
-                                    baseline_code=MATCHED, mechanism=PROBED), None,
+                                    baseline_code=MATCHED, mechanism=PROBED), events.append,
                    executor=factory, track=TRACK).model_dump(mode="json")
     assert [job.checking for job in jobs] == [True, True, False]  # the check, again without the probe, the job
+    done = [e.done for e in events]
+    assert done == sorted(done) and events[-1].done == events[-1].total  # one count, never going back
     signature = report["bench_report"]["mechanism_signature"]
     assert signature["confirmed"] is False and "not_confirmable" in signature["detail"]
     assert (report["practical_verdict"], report["system_verdict"]) == ("helps", "partial")
