@@ -305,9 +305,6 @@ class Job:
         self.tracker = _Tracker(on_progress, 0, offset=progress_offset, prior=card_timing(self.card))
         self.capture_info: dict[str, ArmCapture] = {}
         self.kept: dict[str, list[np.ndarray]] = {}  # run id -> trained tensors of a final model
-        self.buffers: dict[str, int] = {}  # buffer and constant elements per arm (trusted count)
-        self.flops: dict[str, float] = {}  # forward FLOPs per example per arm (trusted count)
-        self.tensors: dict[str, int] = {}  # parameter tensors per arm (trusted count)
         self.counted: dict[str, Counted] = {}  # the trainers' counts per config (check_counts)
         self.limits: CountLimits | None = None  # what the idea's configs were held to (check_counts)
         self.lr_grids: dict[str, list[float]] = {}  # each arm's swept learning rates
@@ -510,9 +507,6 @@ class Job:
         error = counts_error(self.limits, self.grids["idea"], self.counted["idea"], self.counted["baseline"])
         if error is not None:
             raise error
-        self.buffers = {arm: max(self.counted[arm].n_buffers) for arm in ARMS}
-        self.tensors = {arm: max(self.counted[arm].n_tensors) for arm in ARMS}
-        self.flops = {arm: max(self.counted[arm].flops) for arm in ARMS}
 
     def enable_cache(self, device: str) -> None:
         """Reuse the canonical baseline's runs (bench.baseline_cache) when allowed: a built-in
@@ -1158,8 +1152,10 @@ class Job:
             first_look=self.first_look,
             confirmation_runs=sum(r.stage == "confirmation" for r in self.runs),
             job_key=self.job_key, model_key=self.model_key, seed_commitment=self.secret.report_block(),
-            n_params={arm: finals[arm][0].n_params for arm in ARMS}, buffers=dict(self.buffers), tensors=dict(self.tensors),
-            flops=dict(self.flops),
+            n_params={arm: finals[arm][0].n_params for arm in ARMS},
+            buffers={arm: max(self.counted[arm].n_buffers) for arm in ARMS},
+            tensors={arm: max(self.counted[arm].n_tensors) for arm in ARMS},
+            flops={arm: max(self.counted[arm].flops) for arm in ARMS},
             diverged={arm: sum(r.diverged for r in self.runs if r.arm == arm) for arm in ARMS},
             wall={arm: float(sum(r.seconds for r in self.runs if r.arm == arm)) for arm in ARMS},
             sweep_tables=tables, best_cfgs={arm: self.best(arm).cfg for arm in ARMS},
