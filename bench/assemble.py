@@ -320,7 +320,11 @@ def build_report(outcome: Outcome) -> Report:
             # a declared probe (bench.probes) is measured by the trusted trainer.
             "self_measured": "probe" not in outcome.mechanism,
         }
-    m = float(card["smallest_effect_rel_pct"]) / 100.0 * abs(comparison.baseline_mean)
+    # m is a share of the baseline's mean: the track's own baseline's, measured in a matched
+    # baseline's check on these seeds, never the matched baseline's (an agent's file: a sandbag on
+    # a higher-is-better metric lowered the bar it set; red team, session 36)
+    reference_mean = (outcome.matched_check or {}).get("canonical_mean", comparison.baseline_mean)
+    m = float(card["smallest_effect_rel_pct"]) / 100.0 * abs(float(reference_mean))
     self_measured = mechanism is not None and mechanism["self_measured"]
     weak_baseline = bool(outcome.references and outcome.references["not_beaten"])
     verdicts = decide(

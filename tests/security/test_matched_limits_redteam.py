@@ -285,3 +285,24 @@ def test_a_probe_the_track_baseline_lacks_checks_the_matched_baseline_without_it
     signature = report["bench_report"]["mechanism_signature"]
     assert signature["confirmed"] is False and "not_confirmable" in signature["detail"]
     assert (report["practical_verdict"], report["system_verdict"]) == ("helps", "partial")
+
+
+def test_the_smallest_effect_is_a_share_of_the_track_baselines_mean_not_the_matched_ones() -> None:
+    """The track's smallest effect m is 2 % of the baseline's mean. In a matched baseline's job
+    it was the matched baseline's mean, an agent's file's: on a higher-is-better metric a sandbag
+    within the non-inferiority margin lowered the bar (helper-60 measured it negligible: at most
+    2 % of a shortfall itself at most m). Deny by default: m is the track's baseline's, from the
+    check on the same seeds (``matched_baseline_check.canonical_mean``)."""
+    tuned = by_lr({"baseline": 0.03, "idea": 0.03})
+
+    def script(run: Asked) -> float:  # the matched baseline 0.004 worse than the track's (within m = 0.005)
+        worse = 0.004 if run.split == "test" and ((run.checking and run.arm == "idea") or
+                                                   (not run.checking and run.arm == "baseline")) else 0.0
+        return tuned(run) + worse
+
+    report = judged(Factory(script), baseline_code=MATCHED)
+    br = report["bench_report"]
+    check = br["matched_baseline_check"]
+    assert check["non_inferior"] and check["matched_mean"] != pytest.approx(check["canonical_mean"])
+    assert br["smallest_effect"] == pytest.approx(0.02 * check["canonical_mean"])
+    assert br["comparison"]["baseline_mean"] == pytest.approx(check["matched_mean"])
