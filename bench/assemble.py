@@ -16,7 +16,7 @@ import numpy as np
 from bench import BENCH_VERSION
 from bench import report as model
 from bench.card import TrackSettings
-from bench.decide import lr_matched, p_helps, reaches, stage_comparisons, stage_p
+from bench.decide import lr_matched, p_helps, reaches, stage_comparisons, stage_p, unchecked_at
 from bench.report import Report
 from bench.sandbox import ALLOW_WEAK_ENV, missing_judge_layers
 from bench.stats import (
@@ -330,7 +330,8 @@ def build_report(outcome: Outcome) -> Report:
     verdicts = decide(
         comparison.as_dict(), mechanism_ok, m, None if replication is None else replication.significant,
         lr_matched=lr_matched(tests, outcome.best_cfgs["baseline"]["lr"], outcome.lr_grids["baseline"],
-                              pinned_baseline=(outcome.matched_check or {}).get("chosen") is not None),
+                              pinned_baseline=unchecked_at(float(outcome.best_cfgs["idea"]["lr"]), outcome.matched_check,
+                                                           m, outcome.lower_is_better)),
         self_measured=self_measured,
         reaches=reaches(m, outcome.lower_is_better, comparison, None if confirmed_tests is None else confirmed_tests[0],
                         float((outcome.matched_check or {}).get("worse_by", 0.0))),

@@ -515,6 +515,37 @@ def tuned_for_error(n_configs: int, tuned_for: int) -> BenchError | None:
 
 
 # -- what the verdict is made of ----------------------------------------------------------------
+def unchecked_at(lr: float, check: Mapping[str, Any] | None, smallest: float, lower_is_better: bool) -> bool:
+    """Whether a matched baseline pinned by its check (``check``: ``matched_baseline_check``, with
+    ``chosen``) is untrusted at ``lr``, the idea's, where the job trains it as the lr confound's
+    guard (``lr_matched``'s ``pinned_baseline``). Its check measured it on test at its chosen
+    config only: a matched baseline that was the track's model there and weak at every other lr
+    turned the confound into ``helps`` (red team, session 36). Trusted at ``lr`` only where its
+    check's sweep (validation, the sweep seeds: ``sweep``) holds its chosen hparams at ``lr`` no
+    worse than the track's baseline's row at ``lr`` (``canonical_sweep``) by more than
+    ``smallest``; no row at ``lr`` (an lr its check did not sweep): untrusted. A file cannot
+    tell the sweep's seeds or its validation split from the screening's test: what it does at
+    an lr shows on validation too. False without a pinned check (the job swept the baseline)."""
+    if not check or check.get("chosen") is None:
+        return False
+    hparams = dict(check["chosen"].get("hparams") or {})
+
+    def mean_at(rows: Any, want: Mapping[str, Any]) -> float | None:
+        for row in rows or []:
+            cfg = dict(row["cfg"])
+            if math.isclose(float(cfg.pop("lr")), lr, rel_tol=1e-9) and {
+                    k: v for k, v in cfg.items() if k not in ("epochs", "batch_size", "weight_decay")} == want:
+                value = float(row["mean"])
+                return value if math.isfinite(value) else None
+        return None
+
+    matched, canonical = mean_at(check.get("sweep"), hparams), mean_at(check.get("canonical_sweep"), {})
+    if matched is None or canonical is None:
+        return True
+    shortfall = matched - canonical if lower_is_better else canonical - matched
+    return shortfall > smallest
+
+
 def lr_matched(screening: Sequence[Comparison], baseline_lr: float, baseline_grid: Sequence[float],
                pinned_baseline: bool = False) -> bool | None:
     """Whether a win is free of the learning rate's confound: None when the arms chose one lr
@@ -524,11 +555,9 @@ def lr_matched(screening: Sequence[Comparison], baseline_lr: float, baseline_gri
     its own weights, under Adam an effective learning rate of its own): such a win cannot be
     "helps" (lr_confounded).
 
-    ``pinned_baseline``: the baseline is a matched one (an agent's own file) pinned at the one
-    config its check against the track's baseline chose and measured (``Job.pinned``: every
-    matched baseline the service judges). At the idea's other lr nothing checked it: a matched
-    baseline that was the track's model at its chosen lr and weak at every other turned the
-    confound into ``helps`` (red team, session 36). So against it the arms' lrs must agree."""
+    ``pinned_baseline``: the baseline is a matched one (an agent's own file) its check did not
+    vouch for at the idea's lr (``unchecked_at``): its test there is no guard, so the arms' lrs
+    must agree."""
     matched = None if len(screening) < 2 else stage_better(screening)
     if at_edge(float(baseline_lr), baseline_grid) or (pinned_baseline and matched is not None):
         return False

@@ -151,10 +151,45 @@ NEUTRAL = {"aten.add.Tensor": (0, True), "aten.sub.Tensor": (0, False), "aten.mu
            "aten.div.Tensor": (1, False)}
 
 
-def _identity_of(node: dict[str, Any], memo: dict[str, str]) -> str | None:
+# Ops whose second application undoes the first (``-(-h)``), ops whose second application adds
+# nothing (``relu(relu(h))``), and a literal's operation undone by its inverse with a literal
+# (``h * 2 / 2``, ``h + c - c``): folded to what the first was applied to, or to the first
+# (red team, session 36: each was bit for bit the same model and a fresh family). The family only
+# counts attempts, so folding two near-equal models (``h * 3 / 3``, ``h * a / b``) into one is the
+# conservative side: more attempts of one hypothesis, never fewer.
+INVOLUTIONS = frozenset({"aten.neg.default"})
+IDEMPOTENT = frozenset({"aten.relu.default", "aten.abs.default", "aten.sign.default", "aten.floor.default",
+                        "aten.ceil.default", "aten.trunc.default", "aten.round.default"})
+INVERSE = {"aten.mul.Tensor": "aten.div.Tensor", "aten.div.Tensor": "aten.mul.Tensor",
+           "aten.add.Tensor": "aten.sub.Tensor", "aten.sub.Tensor": "aten.add.Tensor"}
+
+
+def _applied(node: dict[str, Any], memo: dict[str, str]) -> tuple[str, str] | None:
+    """(op, the hash it was applied to) of a node ``_identity_of`` may undo: one of
+    ``INVOLUTIONS`` or ``IDEMPOTENT`` on a node, or one of ``INVERSE`` of a node and a literal
+    number (either side for a product or a sum, the node first otherwise); else None."""
+    target, args = node.get("target"), node.get("args")
+    if not isinstance(target, str) or not isinstance(args, list) or not args:
+        return None
+    nodes = [memo.get(str(a["$node"])) if isinstance(a, dict) and "$node" in a else None for a in args]
+    if target in INVOLUTIONS or target in IDEMPOTENT:
+        return (target, nodes[0]) if len(args) == 1 and nodes[0] is not None else None
+    if target not in INVERSE or len(args) != 2 or (node.get("kwargs") or {}).get("alpha", 1) != 1:
+        return None
+    literal = [isinstance(a, int | float) and not isinstance(a, bool) for a in args]
+    if nodes[0] is not None and literal[1]:
+        return target, nodes[0]
+    if target in ("aten.mul.Tensor", "aten.add.Tensor") and literal[0] and nodes[1] is not None:
+        return target, nodes[1]
+    return None
+
+
+def _identity_of(node: dict[str, Any], memo: dict[str, str],
+                 made: dict[str, tuple[str, str]] | None = None) -> str | None:
     """The hash ``node`` equals when it computes an exact no-op of one input (``PASS_THROUGH``;
     adding or subtracting 0 or a zero, multiplying or dividing by 1), ``ZERO`` when it is a
-    product with 0; else None."""
+    product with 0, or what it undoes or repeats (``made``: each folded-able node's ``_applied``
+    by its hash); else None."""
     target, args = node.get("target"), node.get("args")
     if not isinstance(args, list) or not args:
         return None
@@ -165,6 +200,14 @@ def _identity_of(node: dict[str, Any], memo: dict[str, str]) -> str | None:
     def number(value: Any) -> float | None:
         return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
+    applied = _applied(node, memo) if made is not None else None
+    if applied is not None and made is not None:
+        op, of = applied
+        before = made.get(of)
+        if op in IDEMPOTENT and before is not None and before[0] == op:
+            return of  # relu(relu(h)) is relu(h)
+        if before is not None and (op in INVOLUTIONS and before[0] == op or before[0] == INVERSE.get(op)):
+            return before[1]  # -(-h), h * c / c, h + c - c: h
     if target in PASS_THROUGH:
         rate = number(args[1]) if len(args) > 1 else None
         return ref(args[0]) if target != "aten.dropout.default" or rate == 0 else None
@@ -196,12 +239,15 @@ def graph_family(doc: dict[str, Any]) -> str:
       are the same family;
     - an exact no-op is its input (``_identity_of``: copies, aliases, views, adding 0 or a
       product with 0, multiplying or dividing by 1): the red team's ``y + 0.0`` applied k
-      times, a number of times the file drew from the clock, was k families.
+      times, a number of times the file drew from the clock, was k families; and an op undone
+      or repeated is folded (``INVOLUTIONS``, ``IDEMPOTENT``, ``INVERSE``: ``-(-h)``,
+      ``relu(relu(h))``, ``h * 2 / 2``).
 
     A graph the parent already checked (``build_graph``) is what it is given; anything else
     still hashes (a bounded walk), never raises on its shape."""
     inputs = {str(i.get("name", "")): f"<{i.get('kind')}>" for i in doc.get("inputs", []) if isinstance(i, dict)}
     memo: dict[str, str] = {}  # node name -> its hash; a checked graph names only earlier nodes
+    made: dict[str, tuple[str, str]] = {}  # a hash -> the op and the hash it applied (``_applied``)
 
     def literal(value: Any) -> Any:
         if isinstance(value, dict):
@@ -230,12 +276,15 @@ def graph_family(doc: dict[str, Any]) -> str:
         elif node.get("op") == "output":
             outputs.append(literal(node.get("args")))
         else:
-            same = _identity_of(node, memo)
+            same = _identity_of(node, memo, made)
             if same is not None:  # an exact no-op: the node is its input (red team: y + 0.0, k times)
                 memo[name] = same
                 continue
             body = json.dumps([node.get("target"), literal(node.get("args")), literal(node.get("kwargs"))],
                               sort_keys=True)
             memo[name] = hashlib.sha256(body.encode()).hexdigest()
+            applied = _applied(node, memo)
+            if applied is not None:
+                made.setdefault(memo[name], applied)
     text = json.dumps([GRAPH_SCHEME, outputs], sort_keys=True)
     return f"{GRAPH_SCHEME}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"

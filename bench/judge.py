@@ -361,6 +361,9 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
         "tuned_for": tuned_for,
         # the sweep that chose it, shown as the job's baseline sweep (the job sweeps it no more)
         "sweep": [row.model_dump(mode="json", exclude_none=True) for row in report.idea.sweep or []],
+        # the track's baseline's sweep beside it: where the job trains the matched baseline at the
+        # idea's lr, it is trusted there only as good as this on validation (decide.unchecked_at)
+        "canonical_sweep": [row.model_dump(mode="json", exclude_none=True) for row in report.baseline.sweep or []],
     }
     signature = report.mechanism_signature
     if probe is not None and signature is not None and signature.baseline_values is not None:

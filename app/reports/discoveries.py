@@ -12,8 +12,9 @@ stored up to the moment of the read:
 - one **hypothesis per key and family**: the attempts of one idea family by one key are one
   hypothesis, whose p is Bonferroni's over them (``min(1, k * min p)``), so re-rolling an idea
   buys no discovery; every report of the family shows that hypothesis' q-value;
-- the same over one baseline's stream (``q_value_baseline``): matched baselines each have
-  their own, which never enters the canonical one;
+- the same over one baseline's stream (``q_value_baseline``): the ideas judged against any
+  matched baseline share one (``matched``; before session 36 each matched baseline had its own,
+  which a re-roll of its text could open afresh), which never enters the canonical one;
 - a stream is one track **version, seed epoch and device class** (issue 28.1): ideas judged on
   other data, other secret seeds or another device class are other experiments; a track's
   accounting (``per_track``) adds up its streams;

@@ -103,7 +103,7 @@ class ReportSummary(BaseModel):
     delta_stage: str = Field(default="screening", description=(
         "Which stage delta_mean is from: confirmation when one ran (it decided), else screening."))
     family: str | None = Field(default=None, description="The idea family (re-rolls of one idea share it).")
-    baseline: str | None = Field(default=None, description="canonical, or matched:<the matched baseline's graph family> (matched:<sha256 prefix> before session 36).")
+    baseline: str | None = Field(default=None, description="canonical, or matched (matched:<sha256 prefix> before session 36).")
     p_helps: float | None = Field(
         default=None, description="One-sided exact p that the idea helps (both stages' larger when confirmed)."
     )

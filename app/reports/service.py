@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 import math
 import re
@@ -74,21 +73,15 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def baseline_label(baseline_code: str | None, body: dict[str, Any] | None = None) -> str:
-    """What an idea was compared against, the stream its hypotheses are counted in: ``canonical``
-    (the track's baseline), or ``matched:`` and the matched baseline's graph family (its capture's
-    ``family`` in ``body``'s report: a comment or a renamed variable changes the text, not the
-    graph, and opened a fresh stream per re-roll, where q is p; red team, session 36). A job
-    that ended before its capture, and reports stored before session 36 (migration 0004), use
-    16 hex digits of the file's sha256."""
-    if baseline_code is None:
-        return "canonical"
-    capture = ((body or {}).get("bench_report") or {}).get("capture")
-    block = capture.get("baseline") if isinstance(capture, dict) else None
-    family = block.get("family") if isinstance(block, dict) else None
-    if isinstance(family, str) and FAMILY.fullmatch(family):
-        return "matched:" + family
-    return "matched:" + hashlib.sha256(baseline_code.encode()).hexdigest()[:16]
+def baseline_label(baseline_code: str | None) -> str:
+    """What an idea was compared against, and the stream its hypotheses are counted in:
+    ``canonical`` (the track's baseline), or ``matched`` (any matched baseline). Until session
+    36 a matched baseline had a stream of its own, keyed by its text's hash and then by its graph
+    family: a comment, then an exact no-op the family did not fold (``-(-h)``), opened a fresh
+    stream per re-roll, where q is p and the idea's attempts restart at one (red teams, session
+    36). Nothing a submitter writes keys the stream now. Reports stored before keep their
+    ``matched:<16 hex digits>`` (migration 0004), each its own stream."""
+    return "canonical" if baseline_code is None else "matched"
 
 
 def adopt_graph_family(session: Session, job: Job, body: dict[str, Any]) -> None:
@@ -219,7 +212,7 @@ def build_report_row(
         delta_mean=delta,
         delta_stage=stage,
         family=job.family,
-        baseline=baseline_label(job.baseline_code, body),
+        baseline=baseline_label(job.baseline_code),
         p_helps=p_helps if p_helps is not None and 0.0 <= p_helps <= 1.0 else None,
         counted=counts(body) and (is_builtin(job.track) or track_vouched and build_checked(body)),
         created_at=now,

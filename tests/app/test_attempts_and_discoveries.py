@@ -260,8 +260,8 @@ def test_q_values_in_the_listing_equal_a_hand_computation(env: tuple[Any, Any, d
     assert q[ids[1]][0] == pytest.approx(0.04 * 4 / 3)
     assert q[ids[5]][0] == pytest.approx(0.01)  # tabular alone: q = p
     assert q[ids[0]][1] == pytest.approx(0.04) and q[ids[1]][1] == pytest.approx(0.04 * 4 / 3)
-    # the matched baseline's win: its own stream only
-    assert q[ids[2]][0] is None and q[ids[2]][1] == pytest.approx(0.03) and q[ids[2]][2].startswith("matched:")
+    # the matched baseline's win: the matched stream only (every matched baseline's, since session 36)
+    assert q[ids[2]][0] is None and q[ids[2]][1] == pytest.approx(0.03) and q[ids[2]][2] == "matched"
     one = client.get(f"/v1/reports/{ids[1]}", headers=bearer(tokens["viewer"])).json()
     assert one["q_value"] == pytest.approx(0.04 * 4 / 3) and one["p_helps"] == 0.04
     fam = client.get(f"/v1/reports?family=ast-v1:{2:016x}", headers=bearer(tokens["viewer"])).json()["items"]

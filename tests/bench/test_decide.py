@@ -376,3 +376,21 @@ def test_an_idea_with_more_configs_than_its_matched_baseline_was_tuned_for_is_re
     assert tuned_for_error(3, 3) is None and tuned_for_error(1, 1) is None
     error = tuned_for_error(4, 3)
     assert error is not None and error.code == ErrorCode.INVALID_HPARAMS and "give 4 configurations, but 3" in error.message
+
+
+def test_a_pinned_matched_baseline_guards_the_lr_confound_only_where_its_check_saw_it_level() -> None:
+    from bench.decide import unchecked_at
+
+    def row(lr: float, mean: float, **hparams: Any) -> dict[str, Any]:
+        return {"cfg": {"lr": lr, "epochs": 4, "batch_size": 64, "weight_decay": 0.0, **hparams}, "mean": mean}
+
+    check = {"chosen": {"lr": 0.01, "hparams": {"k": 2}},
+             "sweep": [row(0.01, 0.50, k=2), row(0.03, 0.52, k=2), row(0.03, 0.40, k=1), row(0.1, 0.90, k=2)],
+             "canonical_sweep": [row(0.01, 0.50), row(0.03, 0.515), row(0.1, 0.60)]}
+    assert unchecked_at(0.03, check, 0.01, lower_is_better=True) is False  # 0.005 worse: within m
+    assert unchecked_at(0.1, check, 0.01, lower_is_better=True) is True  # 0.3 worse there: a sandbag
+    assert unchecked_at(0.3, check, 0.01, lower_is_better=True) is True  # no row at the idea's lr
+    assert unchecked_at(0.1, check, 0.01, lower_is_better=False) is False  # higher is better: it is better
+    assert unchecked_at(0.03, {**check, "canonical_sweep": [row(0.03, math.nan)]}, 0.01, True) is True
+    assert unchecked_at(0.03, {k: v for k, v in check.items() if k != "chosen"}, 0.01, True) is False  # swept in job
+    assert unchecked_at(0.03, None, 0.01, True) is False

@@ -125,18 +125,26 @@ def _model(lr: float) -> float:
     return 0.3 if lr == 0.03 else 0.5
 
 
+def _is_matched(run: Asked) -> bool:
+    """The matched baseline's runs: the idea's arm in its check, the baseline's in its job."""
+    return run.arm == "idea" if run.checking else run.arm == "baseline"
+
+
 def test_a_matched_baseline_weak_off_its_chosen_lr_does_not_clear_the_lr_confound() -> None:
     """The idea is the track's model: its only 'gain' is that its validation picked 0.03 where the
     baseline's picked 0.01, and 0.03 is better on test. Against the track's baseline the job trains
     the baseline at 0.03 too, finds it the idea's equal: ``lr_confounded`` (the control below).
 
     The matched baseline is an exact copy of the track's at 0.01, the lr its check chose and
-    measured (worse_by 0: non-inferior, no shortfall), and weak at every other lr (a file that
-    reads its lr off Adam's first step, as earlier red teams did). The job's confound guard trains
-    *it* at the idea's 0.03, an lr its check never ran on test, where it is weak: the idea 'beats
-    the baseline at its own lr', ``lr_matched`` is True, and the lr confound is a ``helps``.
-    (bench/protocol.py ``Job.matched_cfg`` / ``final`` run ``matched_config(self.best("baseline")...)``
-    on the matched baseline; bench/assemble.py ``lr_matched(tests, ...)`` trusts it.)"""
+    measured (worse_by 0: non-inferior, no shortfall), and 0.4 worse at every other lr (a file
+    that reads its lr off Adam's first step, as earlier red teams did; it cannot see the split,
+    so on validation too). The job's confound guard trains *it* at the idea's 0.03, an lr its
+    check never measured on test: the idea 'beat the baseline at its own lr', and the lr
+    confound was a ``helps`` (bench/protocol.py ``Job.matched_cfg`` / ``final`` run
+    ``matched_config(self.best("baseline")...)`` on the matched baseline; bench/assemble.py
+    ``lr_matched(tests, ...)`` trusted it). Closed: the guard counts only where the check's sweep
+    had the matched baseline at that lr within m of the track's on validation
+    (``bench.decide.unchecked_at``)."""
 
     def validation(run: Asked) -> float:
         best = 0.03 if run.arm == "idea" and not run.checking else 0.01
@@ -149,11 +157,7 @@ def test_a_matched_baseline_weak_off_its_chosen_lr_does_not_clear_the_lr_confoun
     assert (control["practical_verdict"], control["practical_detail"]) == ("inconclusive", "lr_confounded")
 
     def hostile(run: Asked) -> float:
-        if run.split == "val":
-            return validation(run)
-        if run.arm == "baseline" and not run.checking and run.cfg["lr"] != 0.01:
-            return 0.7  # the matched baseline in its job, off the lr its check chose
-        return _model(run.cfg["lr"])
+        return honest(run) + (0.4 if _is_matched(run) and run.cfg["lr"] != 0.01 else 0.0)
 
     report = judged(Factory(hostile), baseline_code=MATCHED)
     br = report["bench_report"]
@@ -161,7 +165,29 @@ def test_a_matched_baseline_weak_off_its_chosen_lr_does_not_clear_the_lr_confoun
     assert check["non_inferior"] and check["worse_by"] == pytest.approx(0.0, abs=1e-9)
     assert check["chosen"]["lr"] == 0.01 and br["idea"]["best_cfg"]["lr"] == 0.03
     # the idea is the track's model: it would be lr_confounded against the track's baseline
-    assert report["practical_verdict"] != "helps", (report["practical_verdict"], report["practical_detail"])
+    assert (report["practical_verdict"], report["practical_detail"]) == ("inconclusive", "lr_confounded")
+
+
+def test_an_honest_matched_baseline_guards_an_idea_that_chose_another_lr() -> None:
+    """The guard keeps honest work judgeable: a matched baseline that is the track's model at
+    every lr (its check's sweep shows it level with the track's at the idea's 0.03) is trusted
+    there, and an idea better than the track's model at every lr is ``helps`` although the arms
+    chose different lrs."""
+
+    def validation(run: Asked) -> float:
+        best = 0.03 if run.arm == "idea" and not run.checking else 0.01
+        return 0.5 + 0.2 * abs(math.log(run.cfg["lr"] / best))
+
+    def script(run: Asked) -> float:
+        if run.split == "val":
+            return validation(run)
+        return _model(run.cfg["lr"]) - (0.1 if run.arm == "idea" and not run.checking else 0.0)
+
+    report = judged(Factory(script), baseline_code=MATCHED)
+    br = report["bench_report"]
+    assert br["matched_baseline_check"]["chosen"]["lr"] == 0.01 and br["idea"]["best_cfg"]["lr"] == 0.03
+    assert br["screening"]["matched_lr"] is not None  # the guard ran: the matched baseline at 0.03
+    assert report["practical_verdict"] == "helps", (report["practical_verdict"], report["practical_detail"])
 
 
 # -- hole: a bench probe's baseline side is the matched baseline's models -----------------------------
@@ -231,22 +257,13 @@ def test_a_comment_in_the_matched_baseline_opens_no_fresh_hypothesis_stream() ->
     (app.reports.discoveries ``_keys``). It was the sha256 of the matched baseline's source text
     (app.reports.service ``baseline_label``): one comment more and the idea's next re-roll was the
     first attempt of a fresh stream (Bonferroni over 1, BH over 1: q = p), where a canonical job's
-    re-rolls stay one hypothesis per graph family (issue 25.6). Closed: the label is the matched
-    baseline's captured graph family; the text's hash only where no capture was reported."""
+    re-rolls stay one hypothesis per graph family (issue 25.6). The graph family did not hold
+    either (a second red team: ``-(-h)``; tests/security/test_matched_probe_redteam.py). Closed:
+    every matched baseline's ideas share one stream, ``matched``: nothing the file holds keys it."""
     from app.reports.service import baseline_label
 
-    def body(family: str) -> dict[str, Any]:
-        return {"bench_report": {"capture": {"idea": {"family": "graph-v1:" + "a" * 16},
-                                             "baseline": {"family": family}}}}
-
-    same = "graph-v1:" + "0123456789abcdef"
-    assert baseline_label(MATCHED, body(same)) == baseline_label(MATCHED + "# re-roll 1\n", body(same)) == (
-        "matched:" + same)
-    assert baseline_label(MATCHED, body("graph-v1:" + "f" * 16)) != baseline_label(MATCHED, body(same))
-    assert baseline_label(None, body(same)) == "canonical"
-    # no capture reported (a job that ended before it), or a block that is not the engine's: the text's hash
-    for odd in ({}, {"bench_report": {"capture": {"baseline": "x"}}}, body("not a family")):
-        assert baseline_label(MATCHED, odd).startswith("matched:") and len(baseline_label(MATCHED, odd)) == 24
+    assert baseline_label(MATCHED) == baseline_label(MATCHED + "# re-roll 1\n") == baseline_label(IDEA) == "matched"
+    assert baseline_label(None) == "canonical"
 
 
 def test_a_probe_the_track_baseline_lacks_checks_the_matched_baseline_without_it() -> None:
