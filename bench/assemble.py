@@ -331,7 +331,7 @@ def build_report(outcome: Outcome) -> Report:
         comparison.as_dict(), mechanism_ok, m, None if replication is None else replication.significant,
         lr_matched=lr_matched(tests, outcome.best_cfgs["baseline"]["lr"], outcome.lr_grids["baseline"],
                               pinned_baseline=unchecked_at(float(outcome.best_cfgs["idea"]["lr"]), outcome.matched_check,
-                                                           m, outcome.lower_is_better)),
+                                                           outcome.lower_is_better)),
         self_measured=self_measured,
         reaches=reaches(m, outcome.lower_is_better, comparison, None if confirmed_tests is None else confirmed_tests[0],
                         float((outcome.matched_check or {}).get("worse_by", 0.0))),

@@ -162,6 +162,11 @@ def check_hparams(hparams: Any, *, max_configs: int) -> dict[str, list[Any]]:
         if not all(HPARAM_TEXT.fullmatch(v) for v in values if isinstance(v, str)):
             raise BenchError(ErrorCode.INVALID_HPARAMS, f"HPARAMS[{name!r}] holds a string that is not a short "
                              "token: at most 32 letters, digits or _.+- (e.g. \"tanh\", \"pre-norm\").")
+        if any(a == b for i, a in enumerate(values) for b in values[i + 1:]):
+            # 1, 1.0 and True are equal to Python and three configs to a file that tells them apart by
+            # type; a rule that matched configs by == let one vouch for another (red team, session 36)
+            raise BenchError(ErrorCode.INVALID_HPARAMS, f"HPARAMS[{name!r}] holds equal values (1, 1.0 and True "
+                             "are equal): each value of a list must differ from the others.")
         total *= len(values)
     if total > max_configs:
         raise BenchError(

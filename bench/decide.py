@@ -23,6 +23,7 @@ questions of a finished report's blocks, so a rule is written once and tested as
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -515,15 +516,16 @@ def tuned_for_error(n_configs: int, tuned_for: int) -> BenchError | None:
 
 
 # -- what the verdict is made of ----------------------------------------------------------------
-def unchecked_at(lr: float, check: Mapping[str, Any] | None, smallest: float, lower_is_better: bool) -> bool:
+def unchecked_at(lr: float, check: Mapping[str, Any] | None, lower_is_better: bool) -> bool:
     """Whether a matched baseline pinned by its check (``check``: ``matched_baseline_check``, with
     ``chosen``) is untrusted at ``lr``, the idea's, where the job trains it as the lr confound's
     guard (``lr_matched``'s ``pinned_baseline``). Its check measured it on test at its chosen
     config only: a matched baseline that was the track's model there and weak at every other lr
     turned the confound into ``helps`` (red team, session 36). Trusted at ``lr`` only where its
     check's sweep (validation, the sweep seeds: ``sweep``) holds its chosen hparams at ``lr`` no
-    worse than the track's baseline's row at ``lr`` (``canonical_sweep``) by more than
-    ``smallest``; no row at ``lr`` (an lr its check did not sweep): untrusted. A file cannot
+    worse than the track's baseline's row at ``lr`` (``canonical_sweep``); no row at ``lr`` (an
+    lr its check did not sweep): untrusted. No margin: a sandbag worse by 0.9 of the smallest
+    effect there was trusted and lent the idea a win (red team). A file cannot
     tell the sweep's seeds or its validation split from the screening's test: what it does at
     an lr shows on validation too. False without a pinned check (the job swept the baseline)."""
     if not check or check.get("chosen") is None:
@@ -531,10 +533,12 @@ def unchecked_at(lr: float, check: Mapping[str, Any] | None, smallest: float, lo
     hparams = dict(check["chosen"].get("hparams") or {})
 
     def mean_at(rows: Any, want: Mapping[str, Any]) -> float | None:
+        wanted = json.dumps(dict(want), sort_keys=True)  # by type too: 1, 1.0 and True are three configs
         for row in rows or []:
             cfg = dict(row["cfg"])
-            if math.isclose(float(cfg.pop("lr")), lr, rel_tol=1e-9) and {
-                    k: v for k, v in cfg.items() if k not in ("epochs", "batch_size", "weight_decay")} == want:
+            if math.isclose(float(cfg.pop("lr")), lr, rel_tol=1e-9) and json.dumps(
+                    {k: v for k, v in cfg.items() if k not in ("epochs", "batch_size", "weight_decay")},
+                    sort_keys=True) == wanted:
                 value = float(row["mean"])
                 return value if math.isfinite(value) else None
         return None
@@ -542,8 +546,9 @@ def unchecked_at(lr: float, check: Mapping[str, Any] | None, smallest: float, lo
     matched, canonical = mean_at(check.get("sweep"), hparams), mean_at(check.get("canonical_sweep"), {})
     if matched is None or canonical is None:
         return True
-    shortfall = matched - canonical if lower_is_better else canonical - matched
-    return shortfall > smallest
+    # no worse at all: a matched baseline worse there by just under m lent the idea that much
+    # (red team, session 36); its check judged it at its chosen config alone
+    return (matched > canonical) if lower_is_better else (matched < canonical)
 
 
 def lr_matched(screening: Sequence[Comparison], baseline_lr: float, baseline_grid: Sequence[float],

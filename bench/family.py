@@ -164,6 +164,12 @@ INVERSE = {"aten.mul.Tensor": "aten.div.Tensor", "aten.div.Tensor": "aten.mul.Te
            "aten.add.Tensor": "aten.sub.Tensor", "aten.sub.Tensor": "aten.add.Tensor"}
 
 
+def _alpha(node: dict[str, Any]) -> Any:
+    """A node's ``alpha`` keyword (1 when it has none, or its keywords are not a mapping)."""
+    kwargs = node.get("kwargs")
+    return kwargs.get("alpha", 1) if isinstance(kwargs, dict) else 1
+
+
 def _applied(node: dict[str, Any], memo: dict[str, str]) -> tuple[str, str] | None:
     """(op, the hash it was applied to) of a node ``_identity_of`` may undo: one of
     ``INVOLUTIONS`` or ``IDEMPOTENT`` on a node, or one of ``INVERSE`` of a node and a literal
@@ -174,7 +180,7 @@ def _applied(node: dict[str, Any], memo: dict[str, str]) -> tuple[str, str] | No
     nodes = [memo.get(str(a["$node"])) if isinstance(a, dict) and "$node" in a else None for a in args]
     if target in INVOLUTIONS or target in IDEMPOTENT:
         return (target, nodes[0]) if len(args) == 1 and nodes[0] is not None else None
-    if target not in INVERSE or len(args) != 2 or (node.get("kwargs") or {}).get("alpha", 1) != 1:
+    if target not in INVERSE or len(args) != 2 or _alpha(node) != 1:
         return None
     literal = [isinstance(a, int | float) and not isinstance(a, bool) for a in args]
     if nodes[0] is not None and literal[1]:
@@ -191,7 +197,7 @@ def _identity_of(node: dict[str, Any], memo: dict[str, str],
     product with 0, or what it undoes or repeats (``made``: each folded-able node's ``_applied``
     by its hash); else None."""
     target, args = node.get("target"), node.get("args")
-    if not isinstance(args, list) or not args:
+    if not isinstance(target, str) or not isinstance(args, list) or not args:
         return None
 
     def ref(value: Any) -> str | None:
@@ -211,7 +217,7 @@ def _identity_of(node: dict[str, Any], memo: dict[str, str],
     if target in PASS_THROUGH:
         rate = number(args[1]) if len(args) > 1 else None
         return ref(args[0]) if target != "aten.dropout.default" or rate == 0 else None
-    if target not in NEUTRAL or len(args) != 2 or (node.get("kwargs") or {}).get("alpha", 1) != 1:
+    if target not in NEUTRAL or len(args) != 2 or _alpha(node) != 1:
         return None
     neutral, commutes = NEUTRAL[target]
     for other, this in ((args[0], args[1]), (args[1], args[0])) if commutes else ((args[0], args[1]),):

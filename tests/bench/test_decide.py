@@ -385,12 +385,15 @@ def test_a_pinned_matched_baseline_guards_the_lr_confound_only_where_its_check_s
         return {"cfg": {"lr": lr, "epochs": 4, "batch_size": 64, "weight_decay": 0.0, **hparams}, "mean": mean}
 
     check = {"chosen": {"lr": 0.01, "hparams": {"k": 2}},
-             "sweep": [row(0.01, 0.50, k=2), row(0.03, 0.52, k=2), row(0.03, 0.40, k=1), row(0.1, 0.90, k=2)],
+             "sweep": [row(0.01, 0.50, k=2), row(0.03, 0.515, k=2), row(0.03, 0.40, k=1), row(0.1, 0.61, k=2)],
              "canonical_sweep": [row(0.01, 0.50), row(0.03, 0.515), row(0.1, 0.60)]}
-    assert unchecked_at(0.03, check, 0.01, lower_is_better=True) is False  # 0.005 worse: within m
-    assert unchecked_at(0.1, check, 0.01, lower_is_better=True) is True  # 0.3 worse there: a sandbag
-    assert unchecked_at(0.3, check, 0.01, lower_is_better=True) is True  # no row at the idea's lr
-    assert unchecked_at(0.1, check, 0.01, lower_is_better=False) is False  # higher is better: it is better
-    assert unchecked_at(0.03, {**check, "canonical_sweep": [row(0.03, math.nan)]}, 0.01, True) is True
-    assert unchecked_at(0.03, {k: v for k, v in check.items() if k != "chosen"}, 0.01, True) is False  # swept in job
-    assert unchecked_at(0.03, None, 0.01, True) is False
+    assert unchecked_at(0.03, check, lower_is_better=True) is False  # level with the track's there
+    assert unchecked_at(0.1, check, lower_is_better=True) is True  # worse there at all: no guard
+    assert unchecked_at(0.3, check, lower_is_better=True) is True  # no row at the idea's lr
+    assert unchecked_at(0.1, check, lower_is_better=False) is False  # higher is better: it is better
+    assert unchecked_at(0.03, {**check, "canonical_sweep": [row(0.03, math.nan)]}, True) is True
+    assert unchecked_at(0.03, {k: v for k, v in check.items() if k != "chosen"}, True) is False  # swept in job
+    assert unchecked_at(0.03, None, True) is False
+    # the chosen config by type: a row of k=True does not vouch for k=1 (nor 1.0)
+    typed = {**check, "chosen": {"lr": 0.01, "hparams": {"k": 1}}, "sweep": [row(0.03, 0.40, k=True)]}
+    assert unchecked_at(0.03, typed, True) is True
