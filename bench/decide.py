@@ -443,11 +443,11 @@ def counts_error(limits: CountLimits, grid: Sequence[Mapping[str, Any]], idea: C
         if error is not None:
             return error
     batch = limits.batch_size
-    numbers = [f for arm in (idea, baseline) for f in arm.flops] + [
-        c for arm in (idea, baseline) for _, c in arm.dearest(batch)]
+    dearest = idea.dearest(batch)
+    numbers = [*idea.flops, *baseline.flops] + [c for _, c in (*dearest, *baseline.dearest(batch))]
     if not all(math.isfinite(f) and f >= 0 for f in numbers):
         return BenchError(ErrorCode.INTERNAL, "a trainer counted FLOPs that are not finite")
-    for hparams, cost, forward in zip(grid, idea.flops, idea.dearest(batch), strict=True):
+    for hparams, cost, forward in zip(grid, idea.flops, dearest, strict=True):
         error = compute_error(hparams, cost, limits.base_flops, limits.compute_ratio, forward, batch,
                               limits.base_dearest)
         if error is not None:

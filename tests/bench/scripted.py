@@ -224,13 +224,26 @@ class Scripted:
 
     script: Script
     options: dict[str, Any] = field(default_factory=dict)
-    jobs: list[ScriptedExecutor] = field(default_factory=list)
+    jobs: list[Any] = field(default_factory=list)
+    kind: type[ScriptedExecutor] = ScriptedExecutor  # a subclass that answers some commands otherwise
 
     def __call__(self, request: JudgeRequest, workdir: Path, deadline: float, cancel: Any) -> ScriptedExecutor:
-        executor = ScriptedExecutor(self.script, checking=request.checking_matched, **self.options)
+        executor = self.kind(self.script, checking=request.checking_matched, **self.options)
         self.jobs.append(executor)
         return executor
 
     def asked(self, **where: Any) -> list[Asked]:
         """Every run the jobs asked for whose fields equal ``where``'s."""
         return [a for job in self.jobs for a in job.trained if all(getattr(a, k) == v for k, v in where.items())]
+
+
+def judge_scripted(executor: Scripted, *, seed_secret: Any, n_seeds: int, **request: Any) -> dict[str, Any]:
+    """``judge`` on the scripted track with ``executor`` (job key ``job``), the report as JSON,
+    validated against the report model."""
+    from bench.judge import judge
+    from bench.report import Report
+
+    report = judge(scripted_request(seed_secret=seed_secret, n_seeds=n_seeds, job_key="job", **request), None,
+                   executor=executor, track=TRACK).model_dump(mode="json")
+    Report.model_validate(report)
+    return report

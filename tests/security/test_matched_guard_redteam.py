@@ -13,8 +13,7 @@ below stands for what a real file can do: its lr it reads off Adam's first step 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -22,10 +21,13 @@ import pytest
 from bench.decide import lr_matched, unchecked_at
 from bench.errors import BenchError, ErrorCode
 from bench.family import graph_family
-from bench.judge import judge
-from bench.report import Report
 from bench.seeding import SeedSecret
-from tests.bench.scripted import TRACK, Asked, ScriptedExecutor, by_lr, scripted_request
+from tests.bench.scripted import (
+    Asked,
+    Scripted,
+    by_lr,
+    judge_scripted,
+)
 
 SECRET = SeedSecret(key=b"matched-guard-redteam-secret-000", epoch=1)
 N = 7
@@ -33,24 +35,12 @@ MATCHED = "# a matched baseline (red team 3)\ndef build_model(spec, **hp):\n    
 IDEA = "# an idea (red team 3)\ndef build_model(spec, **hp):\n    raise AssertionError\n"
 
 
-@dataclass
-class Factory:
-    script: Any
-    options: dict[str, Any] = field(default_factory=dict)
-    jobs: list[ScriptedExecutor] = field(default_factory=list)
-
-    def __call__(self, request: Any, workdir: Path, deadline: float, cancel: Any) -> ScriptedExecutor:
-        executor = ScriptedExecutor(self.script, checking=request.checking_matched, **self.options)
-        self.jobs.append(executor)
-        return executor
+Factory = Scripted
 
 
-def judged(factory: Factory, **request: Any) -> dict[str, Any]:
+def judged(factory: Scripted, **request: Any) -> dict[str, Any]:
     request.setdefault("idea_code", IDEA)
-    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", **request), None,
-                   executor=factory, track=TRACK).model_dump(mode="json")
-    Report.model_validate(report)
-    return report
+    return judge_scripted(factory, seed_secret=SECRET, n_seeds=N, **request)
 
 
 # -- hole: "within m" at the idea's lr is a free sandbag of up to m in the guard ------------------------

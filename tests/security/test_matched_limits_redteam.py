@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,9 +36,16 @@ from bench import wire
 from bench.decide import FIXED_FREE
 from bench.errors import BenchError, ErrorCode
 from bench.judge import judge
-from bench.report import Report
 from bench.seeding import SeedSecret
-from tests.bench.scripted import TRACK, Asked, ScriptedExecutor, by_lr, scripted_request
+from tests.bench.scripted import (
+    TRACK,
+    Asked,
+    Scripted,
+    ScriptedExecutor,
+    by_lr,
+    judge_scripted,
+    scripted_request,
+)
 
 SECRET = SeedSecret(key=b"matched-limits-redteam-secret-00", epoch=1)
 N = 7
@@ -69,24 +75,13 @@ class Counting(ScriptedExecutor):
         return [self.probed.get(self.files[arm], 0.1) for _ in command.runs]
 
 
-@dataclass
-class Factory:
-    script: Any
-    options: dict[str, Any] = field(default_factory=dict)
-    jobs: list[Counting] = field(default_factory=list)
-
-    def __call__(self, request: Any, workdir: Path, deadline: float, cancel: Any) -> Counting:
-        executor = Counting(self.script, checking=request.checking_matched, **self.options)
-        self.jobs.append(executor)
-        return executor
+def Factory(script: Any, options: dict[str, Any] | None = None) -> Scripted:  # noqa: N802 - read as a class
+    return Scripted(script, options or {}, kind=Counting)
 
 
-def judged(factory: Factory, **request: Any) -> dict[str, Any]:
+def judged(factory: Scripted, **request: Any) -> dict[str, Any]:
     request.setdefault("idea_code", IDEA)
-    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", **request), None,
-                   executor=factory, track=TRACK).model_dump(mode="json")
-    Report.model_validate(report)
-    return report
+    return judge_scripted(factory, seed_secret=SECRET, n_seeds=N, **request)
 
 
 # -- sound: every count limit is the canonical baseline's ---------------------------------------------
@@ -284,19 +279,12 @@ def test_a_probe_the_track_baseline_lacks_checks_the_matched_baseline_without_it
     def script(run: Asked) -> float:
         return 0.3 if run.arm == "idea" and not run.checking and run.split == "test" else tuned(run)
 
-    jobs: list[Counting] = []
-
-    def factory(request: Any, workdir: Path, deadline: float, cancel: Any) -> Counting:
-        executor = NoSubmodule(script, checking=request.checking_matched,
-                               probed={CANONICAL: 1.0, IDEA: 0.1, MATCHED: 1.0})
-        jobs.append(executor)
-        return executor
-
+    factory = Scripted(script, {"probed": {CANONICAL: 1.0, IDEA: 0.1, MATCHED: 1.0}}, kind=NoSubmodule)
     events: list[Any] = []
     report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", idea_code=IDEA,
                                     baseline_code=MATCHED, mechanism=PROBED), events.append,
                    executor=factory, track=TRACK).model_dump(mode="json")
-    assert [job.checking for job in jobs] == [True, True, False]  # the check, again without the probe, the job
+    assert [job.checking for job in factory.jobs] == [True, True, False]  # the check, again without the probe, the job
     done = [e.done for e in events]
     assert done == sorted(done) and events[-1].done == events[-1].total  # one count, never going back
     signature = report["bench_report"]["mechanism_signature"]

@@ -32,8 +32,7 @@ from __future__ import annotations
 import json
 import math
 import types
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -42,10 +41,16 @@ import torch
 from bench import wire
 from bench.errors import BenchError, ErrorCode
 from bench.execution import MeasureRun
-from bench.judge import declared_probe, judge
-from bench.report import Report
+from bench.judge import declared_probe
 from bench.seeding import SeedSecret
-from tests.bench.scripted import TRACK, Asked, ScriptedExecutor, by_lr, scripted_request
+from tests.bench.scripted import (
+    Asked,
+    Scripted,
+    ScriptedExecutor,
+    by_lr,
+    judge_scripted,
+    scripted_request,
+)
 
 SECRET = SeedSecret(key=b"matched-probe-redteam-secret-000", epoch=1)
 N = 7
@@ -72,24 +77,13 @@ class Probing(ScriptedExecutor):
         return [float(self.probed(file, int(run["init_seed"]), self.checking)) for run in command.runs]
 
 
-@dataclass
-class Factory:
-    script: Any
-    options: dict[str, Any] = field(default_factory=dict)
-    jobs: list[Probing] = field(default_factory=list)
-
-    def __call__(self, request: Any, workdir: Path, deadline: float, cancel: Any) -> Probing:
-        executor = Probing(self.script, checking=request.checking_matched, **self.options)
-        self.jobs.append(executor)
-        return executor
+def Factory(script: Any, options: dict[str, Any] | None = None) -> Scripted:  # noqa: N802 - read as a class
+    return Scripted(script, options or {}, kind=Probing)
 
 
-def judged(factory: Factory, **request: Any) -> dict[str, Any]:
+def judged(factory: Scripted, **request: Any) -> dict[str, Any]:
     request.setdefault("idea_code", IDEA)
-    report = judge(scripted_request(seed_secret=SECRET, n_seeds=N, job_key="job", **request), None,
-                   executor=factory, track=TRACK).model_dump(mode="json")
-    Report.model_validate(report)
-    return report
+    return judge_scripted(factory, seed_secret=SECRET, n_seeds=N, **request)
 
 
 def _helps(run: Asked) -> float:
