@@ -201,8 +201,9 @@ class SandboxExecutor:
         self.captured: dict[str, ArmCapture] = {}  # each arm's checked capture (read_capture)
         self.captured_with: dict[str, wire.Capture] = {}  # the capture command each arm was given
         self.measures = 0  # fresh children started to measure the own baseline
-        # the job's fork server: the worker's, lent by a warm slot and left running at the job's
-        # end; else one started with the job and closed with it (None where the host runs none)
+        # the job's fork server: the process's, lent with a slot (warm children or none) and left
+        # running at the job's end; else one started with the job and closed with it (None where
+        # the host runs none)
         self.server: sandbox.ForkServer | None = None
 
     def make_data(self, custom: CustomTrack, split_seeds: list[int]) -> None:

@@ -109,6 +109,8 @@ def _run(
         request, checked_runs = check_matched_baseline(request, on_progress, cancel, started, executor, track)
     limits = Limits(memory_mb=request.memory_mb)
     slot = warm.take(limits) if keep_warm and executor is None else None
+    if slot is None and executor is None:
+        slot = warm.lend(limits)  # no warm children: the job still forks its own from the worker's server
     try:
         return _judge(request, options, track, custom, n_seeds, slot, executor or sandbox_executor(options, slot),
                       on_progress, cancel, started, checked_runs)
@@ -123,6 +125,8 @@ def _run(
             raise _no_space() from exc
         raise
     finally:
+        if slot is not None:
+            warm.give_back(slot)
         if keep_warm and executor is None:
             warm.prepare(limits)
 

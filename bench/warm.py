@@ -20,8 +20,14 @@ under the server's (its view), and each child it forks restricts itself with Lan
 directory, in a cgroup of its own, killed at its job's end (docs/security.md, "Children
 forked from one sandbox"). The job borrows the server: it forks there any child it needs beyond the slot's and
 leaves the server running at its end; a confirmation's rebuild children still start fresh. A
-server that died, or one made under other limits or another sandbox policy, is replaced at the
-next slot.
+server that died, or one made under other limits, another sandbox policy or another temporary
+directory, is replaced at the next slot.
+
+A job that finds no warm slot (none prepared, or a host that keeps none: a worker with warm
+children off, a check, ``ideabench run``, the tests) borrows the server all the same (``lend``: a
+slot of no children) and forks every child there. One job at a time: while a job forks from the
+server (``take``, ``lend``, until ``give_back``), no other job does and no warm child is forked
+there, so no job's children ever live beside another live job's.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import atexit
 import logging
 import os
 import queue
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,9 +123,27 @@ _lock = threading.Lock()
 # them), ``discard`` closes it at exit.
 _server: sandbox.ForkServer | None = None
 _server_dir: OwnedDir | None = None
-_server_for: tuple[sandbox.Limits, sandbox.SandboxPolicy] | None = None
+# (limits, policy, the temporary directory its own lies in: a host, or a test, that moves the jobs'
+# directories elsewhere gets a server whose view holds them)
+_server_for: tuple[sandbox.Limits, sandbox.SandboxPolicy, str] | None = None
 _server_lock = threading.Lock()
-_requests: queue.SimpleQueue[tuple[sandbox.Limits, threading.Event]] = queue.SimpleQueue()
+# the worker's server while a job forks from it (a slot taken or lent, until ``give_back``): never
+# two jobs at once, so a job's children have no live sibling of another job's (docs/security.md);
+# under ``_server_lock``
+_serving: sandbox.ForkServer | None = None
+
+
+@dataclass
+class _Request:
+    """For the launcher thread: a slot for the next job (``prepare``), or for a job starting now
+    without warm children, a slot of none (``lend``: ``lent`` holds the answer)."""
+
+    limits: sandbox.Limits
+    done: threading.Event
+    lent: list[Slot | None] | None = None
+
+
+_requests: queue.SimpleQueue[_Request] = queue.SimpleQueue()
 _in_flight: threading.Event | None = None
 _launcher: threading.Thread | None = None
 
@@ -127,12 +152,14 @@ def _worker_server(limits: sandbox.Limits) -> sandbox.ForkServer | None:
     """The worker's fork server for ``limits`` under the sandbox's policy now: the running one, or
     one started in a directory of its own (the built-in track packages visible in it, for a job
     that builds a track's own baseline; Landlock hides them from every other child). None where
-    the host runs none (every child then starts in a sandbox of its own). A worker process judges
-    one job at a time (the solo pool; prefork runs a process per job), and a slot is prepared once
-    its job's children are closed: no job is running on a server this replaces. The caller holds
+    the host runs none (every child then starts in a sandbox of its own), and while a job forks
+    from it (``take``, ``lend``: a check beside a worker's job gets none, so its children never
+    live beside the job's, and a server is never replaced under a job). The caller holds
     ``_server_lock``."""
     global _server, _server_dir, _server_for
-    wanted = (limits, sandbox.policy())
+    if _serving is not None:
+        return None  # a job forks from it now: no other's children beside its, and never closed under it
+    wanted = (limits, sandbox.policy(), tempfile.gettempdir())
     if _server is not None and _server.alive and _server_for == wanted:
         return _server
     _close_server()
@@ -145,10 +172,16 @@ def _worker_server(limits: sandbox.Limits) -> sandbox.ForkServer | None:
     return server
 
 
+def current_server() -> sandbox.ForkServer | None:
+    """The worker's fork server now, if one runs (what a test of leftovers leaves out)."""
+    return _server
+
+
 def _close_server() -> None:
     """Close the worker's fork server (its children with it) and remove its directory."""
-    global _server, _server_dir, _server_for
+    global _server, _server_dir, _server_for, _serving
     server, directory, _server, _server_dir, _server_for = _server, _server_dir, None, None, None
+    _serving = None  # (closed while no job forks from it, dead, or at exit)
     if server is not None:
         server.close()
     if directory is not None:
@@ -174,14 +207,34 @@ def _start_slot(limits: sandbox.Limits) -> Slot:
         return slot
 
 
+def _lend_slot(limits: sandbox.Limits) -> Slot | None:
+    """A slot of no children whose directory lies under the worker's fork server's (``lend``)."""
+    global _serving
+    with _server_lock:
+        server = _worker_server(limits)
+        if server is None:
+            return None
+        _serving = server
+        return Slot(JobDir(str(server.workdir)), limits, {}, sandbox.policy(), server)
+
+
 def _launch_loop() -> None:
     """The launcher thread: it lives as long as the process, because the sandbox ties a
-    child's life to the thread that started it (bwrap --die-with-parent, PR_SET_PDEATHSIG)."""
+    child's life to the thread that started it (bwrap --die-with-parent, PR_SET_PDEATHSIG);
+    so does the worker's fork server, started here for ``prepare`` and ``lend`` alike."""
     global _slot
     while True:
-        limits, done = _requests.get()
+        request = _requests.get()
+        if request.lent is not None:
+            try:
+                request.lent.append(_lend_slot(request.limits))
+            except Exception:  # noqa: BLE001 - the job starts its own server instead
+                log.warning("could not start the worker's fork server", exc_info=True)
+                request.lent.append(None)
+            request.done.set()
+            continue
         try:
-            slot = _start_slot(limits)
+            slot = _start_slot(request.limits)
         except Exception:  # noqa: BLE001 - the next job starts its own children instead
             log.warning("could not start warm children", exc_info=True)
             slot = None
@@ -189,28 +242,72 @@ def _launch_loop() -> None:
             previous, _slot = _slot, slot
         if previous is not None:
             previous.discard()
-        done.set()
+        request.done.set()
+
+
+def _ensure_launcher() -> None:
+    """The launcher thread, started once (the caller holds ``_lock``)."""
+    global _launcher
+    if _launcher is None or not _launcher.is_alive():
+        _launcher = threading.Thread(target=_launch_loop, name="ideabench-warm", daemon=True)
+        _launcher.start()
+
+
+def lend(limits: sandbox.Limits) -> Slot | None:
+    """For a job that starts without warm children (none prepared, or the host keeps none): a slot
+    of no children, its directory under the worker's fork server's, so that the job forks its
+    children there, as a warm slot's job forks those it starts, instead of starting a server of its
+    own (``import torch`` and the exporter's warm-up, 2-4 CPU-s, once per process rather than once
+    per job). The server outlives the job and serves the next; ``give_back`` when the job ends.
+    None where the host runs no fork server, or while another job forks from the worker's (a
+    check beside a worker's job: the job then starts a server of its own, as without one)."""
+    if not sandbox.policy().fork_server:
+        return None
+    request = _Request(limits, threading.Event(), [])
+    with _lock:
+        _ensure_launcher()
+        _requests.put(request)
+    request.done.wait()
+    assert request.lent is not None
+    return request.lent[0]
+
+
+def give_back(slot: Slot) -> None:
+    """``slot``'s job (``take``, ``lend``) has ended: its children are closed, its directory
+    removed, and the next job may fork from the worker's server."""
+    global _serving
+    with _server_lock:
+        if slot.server is not None and slot.server is _serving:
+            _serving = None
 
 
 def prepare(limits: sandbox.Limits) -> None:
     """Start the next job's children in the background; they import torch and warm up."""
-    global _in_flight, _launcher
+    global _in_flight
     with _lock:
         if _in_flight is not None and not _in_flight.is_set():
             return
         if _slot is not None and _slot.alive and _slot.limits == limits and _slot.policy == sandbox.policy():
             return
-        if _launcher is None or not _launcher.is_alive():
-            _launcher = threading.Thread(target=_launch_loop, name="ideabench-warm", daemon=True)
-            _launcher.start()
+        _ensure_launcher()
         _in_flight = threading.Event()
-        _requests.put((limits, _in_flight))
+        _requests.put(_Request(limits, _in_flight))
+
+
+def peek() -> Slot | None:
+    """The prepared slot, once a launch in flight has ended, left in place (for a test to see)."""
+    in_flight = _in_flight
+    if in_flight is not None:
+        in_flight.wait()
+    with _lock:
+        return _slot
 
 
 def take(limits: sandbox.Limits) -> Slot | None:
     """The prepared slot (waiting for a launch in flight), if alive with ``limits`` and launched
-    under the sandbox's policy now; else None."""
-    global _slot
+    under the sandbox's policy now, and its server (the worker's) serves no other job now (a
+    check beside it, ``lend``); else None. ``give_back`` when the job ends."""
+    global _slot, _serving
     in_flight = _in_flight
     if in_flight is not None:
         in_flight.wait()
@@ -221,6 +318,19 @@ def take(limits: sandbox.Limits) -> Slot | None:
     if slot.limits != limits or slot.policy != sandbox.policy() or not slot.alive:
         slot.discard()
         return None
+    if slot.server is not None:
+        with _server_lock:
+            taken = _serving is None
+            if taken:
+                _serving = slot.server
+        if not taken:  # kept for the job after that one
+            with _lock:
+                kept = _slot is None
+                if kept:
+                    _slot = slot
+            if not kept:
+                slot.discard()
+            return None
     return slot
 
 

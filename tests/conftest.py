@@ -63,6 +63,14 @@ def fresh_children() -> None:
     engine_options.configure(dataclasses.replace(host, sandbox=dataclasses.replace(host.sandbox, fork_server=False)))
 
 
+@pytest.fixture(scope="module")
+def jobs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One directory for a module's jobs' directories (``tempfile.tempdir`` pointed at it): the
+    process's fork server, made where the jobs' directories lie (``bench.warm``), serves the
+    module's jobs, where a directory per test would start one per test."""
+    return tmp_path_factory.mktemp("jobs")
+
+
 def use_cache(cache_dir: Path) -> None:
     """Jobs without options of their own cache under ``cache_dir`` (this test only)."""
     host = engine_options.current()

@@ -1,5 +1,6 @@
-"""A fork server: one sandbox that imports torch once, and forks a job's children (a cold job's
-own server; a worker's serves its jobs one after another, ``bench.warm``).
+"""A fork server: one sandbox that imports torch once, and forks a job's children (a process's
+serves its jobs one after another, ``bench.warm``; a job that starts while another forks there
+starts its own).
 
 A fresh sandboxed child costs a Python start, ``import torch`` and, for a capture child,
 torch.export's first-use work: 1.4-2.2 CPU-s each, three to six per job, and about three

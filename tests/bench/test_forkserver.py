@@ -247,34 +247,65 @@ def test_a_workers_fork_server_serves_job_after_job_and_its_jobs_fork_every_chil
     request = JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2, job_key="warm-server")
     limits = sandbox.Limits(memory_mb=request.memory_mb)
     cold = judge(request, keep_warm=True).model_dump(mode="json")["bench_report"]
-    slot = warm.take(limits)
+    slot = warm.peek()
     # the worker's server and the children forked from it, in a job directory inside the server's
     assert slot is not None and slot.server is not None
     assert sorted(slot.launched) == ["baseline", "capture_idea", "idea", "measure_baseline_1"]
     assert all(isinstance(proc, forkserver.ForkedProcess) for proc, _ in slot.launched.values())
     server = slot.server
     assert Path(slot.tmp.name).parent == server.workdir
-    warm._slot = slot
+    # the first job found no slot: it forked its children from the worker's server too (lent), and
+    # the slot's four came after them
+    forked = server.forks
+    assert forked == 4 + 3
     started = count_launches(monkeypatch)
     adopted = judge(request, keep_warm=True).model_dump(mode="json")["bench_report"]
-    assert started == [] and server.forks == 4  # the job adopted every child it needed (the measure one unused)
+    assert started == [] and server.forks == forked  # the job adopted every child it needed (the measure one unused)
     for arm in ("baseline", "idea"):
         assert cold[arm]["full"]["per_seed"] == adopted[arm]["full"]["per_seed"]
     assert "landlock" in adopted["isolation"] and adopted["isolation"] == cold["isolation"]
     # lent, not closed: the next job's children come from the same server, no import again, and
     # it remembers only the children alive (a worker's server forks job after job)
-    following = warm.take(limits)
-    assert following is not None and following.server is server and server.alive and server.forks == 8
+    following = warm.peek()
+    assert following is not None and following.server is server and server.alive and server.forks == forked + 4
     assert not Path(slot.tmp.name).exists() and len(server._children) == 4
     # a slot whose server died is not taken, and the next slot gets a new server
     assert server.proc is not None
     sandbox.kill(server.proc)
-    warm._slot = following
     assert warm.take(limits) is None
     warm.prepare(limits)
-    replacement = warm.take(limits)
+    replacement = warm.peek()
     assert replacement is not None and replacement.server is not None and replacement.server is not server
     assert replacement.server.alive and not server.workdir.exists()
-    warm._slot = replacement
+    warm.discard()
+    _assert_nothing_left(str(job_tmp))
+
+
+@needs_server
+def test_one_job_at_a_time_forks_from_the_workers_server(job_tmp: Path) -> None:
+    """A job without warm children borrows the process's server (``warm.lend``); while it forks
+    there, a second job (a check beside a worker's job) is lent nothing and takes no warm slot, and
+    no warm child is forked there: no job's children live beside another live job's."""
+    from bench import warm
+
+    limits = sandbox.Limits()
+    first = warm.lend(limits)
+    assert first is not None and first.server is not None and first.launched == {}
+    try:
+        assert Path(first.tmp.name).parent == first.server.workdir
+        assert warm.lend(limits) is None  # the second job starts a server of its own
+        warm.prepare(limits)  # the next job's warm children: not from a server a job forks from now
+        slot = warm.peek()
+        assert slot is not None and slot.server is None and slot.launched
+        assert not any(isinstance(proc, forkserver.ForkedProcess) for proc, _ in slot.launched.values())
+        assert warm.take(limits) is slot  # sandboxes of their own: nothing shared with the live job's
+        slot.discard()
+    finally:
+        first.tmp.cleanup()
+        warm.give_back(first)
+    again = warm.lend(limits)
+    assert again is not None and again.server is first.server  # one import per process
+    warm.give_back(again)
+    again.tmp.cleanup()
     warm.discard()
     _assert_nothing_left(str(job_tmp))

@@ -47,10 +47,48 @@ def job_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _processes_with(marker: str) -> list[tuple[int, str]]:
+def _stat(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat``'s fields after the command (state, ppid, ..., starttime at 19)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
+def _children_of(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        stat = _stat(int(entry.name)) if entry.name.isdigit() else None
+        if stat is not None and int(stat[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _fork_server() -> tuple[set[int], set[Path]]:
+    """The process's fork server, which a job leaves running for the next one (``bench.warm.lend``):
+    its bubblewrap, bubblewrap's init in the namespace and the zygote (the init's oldest child; a
+    forked child's orphan is a younger one, and counts), and its cgroup's directories. Nothing a
+    job's code started is among them."""
+    from bench import warm
+    from bench.sandbox import launcher
+
+    server = warm.current_server()
+    if server is None or server.proc is None or server.proc.poll() is not None:
+        return set(), set()
+    pids = {server.proc.pid}
+    for init in _children_of(server.proc.pid):
+        pids.add(init)
+        started = sorted(_children_of(init), key=lambda pid: int((_stat(pid) or ["0"] * 20)[19]))
+        pids.update(started[:1])
+    group = launcher.cgroup_of(server.proc)
+    return pids, set(group.dirs) if group is not None else set()
+
+
+def _processes_with(marker: str) -> list[tuple[int, str]]:
+    found = []
+    server, _ = _fork_server()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid() or int(entry.name) in server:
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -74,7 +112,8 @@ def _assert_nothing_left(*markers: str) -> None:
     parents = [v1[c] / own.get(c, "/").lstrip("/") for c in v1]
     if v2 is not None:
         parents.append(v2 / own.get("", "/").lstrip("/"))
-    cgroups = [p for d in parents for p in d.glob(f"{sandbox.CGROUP_PREFIX}{os.getpid()}-*")]
+    _, server_groups = _fork_server()
+    cgroups = [p for d in parents for p in d.glob(f"{sandbox.CGROUP_PREFIX}{os.getpid()}-*") if p not in server_groups]
     assert not cgroups, f"cgroups left behind: {cgroups}"
 
 

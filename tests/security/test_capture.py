@@ -32,8 +32,10 @@ CUSTOM = Path(__file__).resolve().parents[2] / "examples" / "tracks" / "so3_spec
 
 
 @pytest.fixture
-def job_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def job_tmp(tmp_path: Path, jobs_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Jobs' temp dirs land under the module's ``jobs_dir`` (judge uses tempfile), their cache
+    under ``tmp_path``."""
+    monkeypatch.setattr(tempfile, "tempdir", str(jobs_dir))
     use_cache(tmp_path / "cache")
     return tmp_path
 

@@ -38,9 +38,10 @@ def hostile(name: str) -> str:
 
 
 @pytest.fixture
-def job_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Jobs' temp dirs land under ``tmp_path`` (judge uses tempfile)."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def job_tmp(tmp_path: Path, jobs_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Jobs' temp dirs land under the module's ``jobs_dir`` (judge uses tempfile), their cache
+    under ``tmp_path``."""
+    monkeypatch.setattr(tempfile, "tempdir", str(jobs_dir))
     use_cache(tmp_path / "cache")
     return tmp_path
 
