@@ -277,8 +277,15 @@ def give_back(slot: Slot) -> None:
     removed, and the next job may fork from the worker's server."""
     global _serving
     with _server_lock:
-        if slot.server is not None and slot.server is _serving:
-            _serving = None
+        if slot.server is None or slot.server is not _serving:
+            return
+        _serving = None
+        left = slot.server.alive_under(Path(slot.tmp.name))
+        if left and slot.server is _server:
+            # a child the job's close did not end (none should): its server goes, and its PID
+            # namespace with everything in it, before another job forks beside it
+            log.warning("fork server closed: children %s of a job outlived it", left)
+            _close_server()
 
 
 def prepare(limits: sandbox.Limits) -> None:

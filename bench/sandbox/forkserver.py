@@ -70,10 +70,11 @@ class ForkedProcess:
     (``pid``, ``stdin``, ``returncode``, ``poll``, ``wait``, ``kill``). ``pid`` is the child's
     pid on the host; its exit status comes from the server, which reaps it."""
 
-    def __init__(self, server: ForkServer, pid: int, ns_pid: int, stdin_fd: int) -> None:
+    def __init__(self, server: ForkServer, pid: int, ns_pid: int, stdin_fd: int, workdir: Path) -> None:
         self.server = server
         self.pid = pid
         self.ns_pid = ns_pid
+        self.workdir = workdir
         self.stdin = os.fdopen(stdin_fd, "wb")
         self.returncode: int | None = None
         self.sandbox_state: object = None  # the launcher's record of it (launcher._state_of)
@@ -292,7 +293,7 @@ class ForkServer:
             group.remove()
             return None
         assert isinstance(ns_pid, int) and host_pid is not None
-        child = ForkedProcess(self, host_pid, ns_pid, stdin_w)
+        child = ForkedProcess(self, host_pid, ns_pid, stdin_w, workdir)
         with self._lock:
             # forget the children that ended (a worker's server forks job after job): their
             # sessions removed their cgroups, and no exit of theirs is still to come
@@ -337,6 +338,14 @@ class ForkServer:
             except OSError:
                 return False
         return pid in group.pids_in()
+
+    def alive_under(self, directory: Path) -> list[int]:
+        """The host pids of this server's children still running (as far as the server said) whose
+        working directory lies in ``directory``: a job's, once its children were closed, none."""
+        directory = directory.resolve()
+        with self._lock:
+            children = [child for child, _ in [*self._children.values(), *self._retired]]
+        return [child.pid for child in children if child.returncode is None and _within(child.workdir, [directory])]
 
     def kill_child(self, ns_pid: int) -> None:
         """Ask the server to SIGKILL the process group of its child ``ns_pid`` (a no-op once reaped)."""

@@ -305,7 +305,13 @@ def test_one_job_at_a_time_forks_from_the_workers_server(job_tmp: Path) -> None:
         warm.give_back(first)
     again = warm.lend(limits)
     assert again is not None and again.server is first.server  # one import per process
+    # a child its job left running (a close that failed): the server goes at give_back, and its
+    # PID namespace with everything in it, before another job forks there
+    proc, fd = sandbox.launch(Path(again.tmp.name) / "idea", limits, server=again.server)
+    assert isinstance(proc, forkserver.ForkedProcess) and again.server.alive_under(Path(again.tmp.name)) == [proc.pid]
     warm.give_back(again)
+    assert warm.current_server() is None and not again.server.alive and proc.wait(timeout=30) < 0
+    os.close(fd)
     again.tmp.cleanup()
     warm.discard()
     _assert_nothing_left(str(job_tmp))
