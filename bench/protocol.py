@@ -146,6 +146,10 @@ class JudgeRequest:
     capture_timeout_s: float = CAPTURE_TIMEOUT_S
     # A check before the queue (``check``): capture and the checks before training, no run.
     check_only: bool = False
+    # (seconds before training, seconds per run) this deployment's jobs of the track took (a
+    # worker's ``app.jobs.estimate.deployment_timing``): the time left before the first run ends;
+    # None: the card's measured ``timing`` (the reference machine's)
+    timing: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -302,7 +306,7 @@ class Job:
         self.seed_data: dict[int, data_mod.SeedData] = {}
         self._prefetcher: ThreadPoolExecutor | None = None
         self._prefetched: dict[int, Future[data_mod.SeedData]] = {}
-        self.tracker = _Tracker(on_progress, 0, offset=progress_offset, prior=card_timing(self.card))
+        self.tracker = _Tracker(on_progress, 0, offset=progress_offset, prior=request.timing or card_timing(self.card))
         self.capture_info: dict[str, ArmCapture] = {}
         self.kept: dict[str, list[np.ndarray]] = {}  # run id -> trained tensors of a final model
         self.counted: dict[str, Counted] = {}  # the trainers' counts per config (check_counts)

@@ -14,6 +14,7 @@ from sqlalchemy import exc as sa_exc
 from app import request_id
 from app.db import db_now
 from app.jobs import leases
+from app.jobs.estimate import deployment_timing
 from app.jobs.leases import Claim
 from app.jobs.models import Job, JobStatus
 from app.reports.service import (
@@ -67,12 +68,13 @@ class Outcome(StrEnum):
 def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
     """The engine's request for a job row (with the custom track's stored version, if any)."""
     custom = None
-    if not tracks_service.is_builtin(job.track):
-        with ctx.sessions() as session:
+    with ctx.sessions() as session:
+        if not tracks_service.is_builtin(job.track):
             row = session.get(CustomTrackRow, job.track)
             if row is None:
                 raise BenchError(ErrorCode.UNKNOWN_TRACK, f"Track {job.track} is not registered here.")
             custom = custom_track_of(row)  # in the session: its stored build loads on access
+        timing = deployment_timing(session, job.track, tracks_service.card_of_job_track(session, job.track))
     options = ctx.host_options()
     return JudgeRequest(
         track=job.track,
@@ -92,6 +94,7 @@ def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
         # the caches live under the worker's data directory (`ideabench worker --data-dir X`)
         options=options.engine,
         job_key=job.id,  # the confirmation's seeds are this job's alone, and the same on a retry
+        timing=timing,  # the time left before its first run ends: this deployment's, where known
     )
 
 

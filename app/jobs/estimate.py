@@ -87,6 +87,15 @@ def history_timing(durations: list[tuple[float, int | None]], fixed_s: float) ->
     return fixed_s, statistics.median([max(0.0, seconds - fixed_s) / runs for seconds, runs in usable])
 
 
+def deployment_timing(session: Session, track: str, card: dict[str, Any]) -> tuple[float, float] | None:
+    """``(fixed_s, run_s)`` fitted to the track's recent succeeded jobs on this deployment
+    (``history_timing``, the card's ``fixed_s`` where the fit keeps it); None before there are
+    ``MIN_HISTORY``. A worker hands it to the engine, whose time left before a job's first run
+    ends is then this deployment's, not the reference machine's (issue 27.2)."""
+    measured = card_timing(card)
+    return history_timing(repository.recent_durations(session, track), measured[0] if measured else 0.0)
+
+
 class Estimator:
     """Cached inputs of estimates: seconds per run by track, queued jobs by queue."""
 
@@ -105,9 +114,8 @@ class Estimator:
             hit = self._runtime.get(track)
         if hit is not None and now - hit[0] < self.runtime_ttl_s:
             return hit[1]
-        measured = timing_of(card, self.default_run_s)
-        fitted = history_timing(repository.recent_durations(session, track), measured.fixed_s)
-        value = measured if fitted is None else Timing(*fitted, "history")
+        fitted = deployment_timing(session, track, card)
+        value = timing_of(card, self.default_run_s) if fitted is None else Timing(*fitted, "history")
         with self._lock:
             self._runtime[track] = (now, value)
         return value

@@ -99,3 +99,32 @@ def test_a_submission_is_estimated_from_the_card_then_from_the_tracks_history(ap
     second = estimate()
     assert second["basis"] == "history" and second["seconds_per_run"] == pytest.approx(2.5, abs=1e-3)
     assert second["run_s"] == pytest.approx(card["fixed_s"] + runs * 2.5, abs=0.1)
+    # the worker hands the engine the same figures: a job's time left before its first run ends
+    # is this deployment's too, not the reference machine's (the card's)
+    from workers.context import WorkerContext
+    from workers.runner import judge_request
+
+    context = WorkerContext(settings=app.state.settings, engine=app.state.engine, sessions=app.state.sessionmaker,
+                            worker_id="host:1", queue=None)  # type: ignore[arg-type]
+    with app.state.sessionmaker() as session:
+        job = insert_job(session, key_id(keys["agent"]))
+        other = insert_job(session, key_id(keys["agent"]), track="tabular")
+        session.commit()
+        assert judge_request(job, context).timing == pytest.approx((card["fixed_s"], 2.5))
+        assert judge_request(other, context).timing is None  # one job of its own: the card's, in the engine
+
+
+def test_the_engines_time_left_before_a_run_ends_is_the_deployments_where_known() -> None:
+    from bench.judge import judge
+    from bench.protocol import Progress
+    from tests.bench.scripted import TRACK, Scripted, by_lr, scripted_request
+
+    def first_eta(timing: tuple[float, float] | None) -> float | None:
+        seen: list[Progress] = []
+        judge(scripted_request(n_seeds=2, job_key="eta", timing=timing), seen.append,
+              executor=Scripted(by_lr({"idea": 1e-2, "baseline": 1e-2})), track=TRACK)
+        return next(p.eta_s for p in seen if p.total and p.run is None and not p.done)
+
+    assert "timing" not in TRACK.card and first_eta(None) is None  # no card figure: unknown until a run ends
+    eta = first_eta((600.0, 30.0))  # this deployment's: ten minutes before training, 30 s a run
+    assert eta is not None and eta > 600.0
