@@ -23,6 +23,13 @@ PING_S = 0.2
 STREAM_MAX_S = 2.0
 
 
+def slow_to_build(idea: str) -> str:
+    """``idea`` a little slow to build (0.4 s a model, ten in the capture): a job that outlasts
+    the stream's keep-alive and life however warm the worker is (a warm one judged smoke's
+    example in 1.6 s, and a wait on it failed the rotation's test, helper-64)."""
+    return "import time\n" + idea.replace("def build_model(spec):\n", "def build_model(spec):\n    time.sleep(0.4)\n", 1)
+
+
 @pytest.fixture(scope="package")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
     """(url, agent key, worker log) of the embedded service on a free port, with a worker."""

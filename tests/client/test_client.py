@@ -27,14 +27,13 @@ from ideabench_client import (
     RateLimited,
     verify_webhook,
 )
+from tests.client.conftest import slow_to_build
 from tests.workers.test_end_to_end import EXAMPLE, wait_for
 from tests.workers.test_webhooks import Receiver
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# The example, a little slow to build (0.4 s a model, ten in the capture): a job that outlasts
-# the stream's keep-alive and life however warm the worker is (a warm one judged smoke in 1.6 s).
-SLOW_EXAMPLE = "import time\n" + EXAMPLE.replace("def build_model(spec):\n", "def build_model(spec):\n    time.sleep(0.4)\n", 1)
+SLOW_EXAMPLE = slow_to_build(EXAMPLE)
 BAD = "def build_model(:\n"
 WIDE = """
 from torch import nn
@@ -141,7 +140,7 @@ def test_check_an_idea_before_submitting_it(service: tuple[str, str, Path], tmp_
 
 
 @pytest.mark.slow
-def test_waits_outlast_the_keep_alive_and_the_stream_rotation(service: tuple[str, str, Path]) -> None:
+def test_waits_outlast_the_keep_alive_and_the_stream_rotation(service: tuple[str, str, Path], tmp_path: Path) -> None:
     """A real job that runs longer than the server's keep-alive (``PING_S``) and its stream's
     life (``STREAM_MAX_S``): the sync and async waits and ``submit --wait`` read every event once,
     in order; a raw read of the same stream shows the pings they skipped."""
@@ -176,6 +175,14 @@ def test_waits_outlast_the_keep_alive_and_the_stream_rotation(service: tuple[str
 
     ids = asyncio.run(follow())
     assert ids == list(range(len(ids))) and len(ids) > 3
+
+    idea = tmp_path / "slow.py"
+    idea.write_text(SLOW_EXAMPLE)
+    began = time.monotonic()
+    waited = cli("submit", str(idea), "--track", "smoke", "--wait", "--json", env={"IDEABENCH_URL": url, "IDEABENCH_KEY": key})
+    assert waited.returncode == 0, waited.stderr
+    assert json.loads(waited.stdout)["job"]["status"] == "succeeded"
+    assert time.monotonic() - began > STREAM_MAX_S, "submit --wait ended before the stream rotated"
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.client.conftest import STREAM_MAX_S
+from tests.client.conftest import STREAM_MAX_S, slow_to_build
 from tests.client.test_client import WIDE
 from tests.workers.test_end_to_end import EXAMPLE
 
@@ -65,7 +65,8 @@ def test_an_agents_session_over_stdio(service: tuple[str, str, Path]) -> None:
             assert "smoke" in {t["name"] for t in tracks}
             card = _json(await client.call_tool("describe_track", {"name": "smoke"}))
             assert card["spec"]["input_shape"] == [8] and "build_model" in card["example_idea"]
-            job = _json(await client.call_tool("submit_idea", {"track": "smoke", "code": card["example_idea"],
+            # the card's example, slow enough to build that the wait outlasts the stream's life
+            job = _json(await client.call_tool("submit_idea", {"track": "smoke", "code": slow_to_build(card["example_idea"]),
                                                                 "name": "mcp-stdio"}))
             assert job["status"] == "queued" and "wait_for_job" in job["next"]
             began = time.monotonic()
