@@ -266,7 +266,9 @@ def _run(args: argparse.Namespace, client: Client) -> int:
         if args.json:
             _print_json({"report": report})
         else:
-            print(f"{report['system_verdict']}/{report['practical_verdict']}  p={report['p_value']}  "
+            # the test that decided (one-sided, p_helps), as ``reports`` shows it: not the two-sided
+            # p, which is descriptive (issue 27.7)
+            print(f"{report['system_verdict']}/{report['practical_verdict']}  p_helps={report.get('p_helps')}  "
                   f"q={report.get('q_value')}\n\n{report['report']['summary']}")
         return 0
     rows = list(client.reports(limit=args.limit, track=args.track, system_verdict=args.system_verdict,

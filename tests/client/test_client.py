@@ -225,6 +225,8 @@ def test_the_cli_verbs_and_login(service: tuple[str, str, Path], tmp_path: Path)
     assert json.loads(cli("report", job_id, "--json", env=env).stdout) == {"report": out["report"]}
     shown = cli("report", job_id, env=env)
     assert shown.returncode == 0 and "On smoke@1" in shown.stdout
+    # the deciding test's p beside the verdict, as `reports` shows it; not the descriptive two-sided p
+    assert f"p_helps={out['report']['p_helps']}" in shown.stdout.splitlines()[0] and " p=" not in shown.stdout.splitlines()[0]
     late = cli("cancel", job_id, "--json", env=env)
     assert late.returncode == 2 and json.loads(late.stdout)["error"]["code"] == "job_finished"
     jobs = cli("jobs", "--status", "succeeded", "--track", "smoke", "--json", env=env)

@@ -28,8 +28,12 @@ TOOLS = {"list_tracks", "describe_track", "submit_idea", "wait_for_job", "get_re
 
 
 def _json(result: Any) -> Any:
+    """A tool's answer: its structured content (issue 27.6: every tool has an output schema, and
+    answers in it), the same as its text."""
     assert not result.is_error, result.content
-    return result.structured_content if result.structured_content is not None else json.loads(result.content[0].text)
+    assert result.structured_content is not None, result.content
+    assert json.loads(result.content[0].text) == result.structured_content
+    return result.structured_content
 
 
 def _error(result: Any) -> dict[str, Any]:
@@ -51,7 +55,7 @@ def http(url: str, key: str | None) -> Client:
 
 
 @pytest.mark.slow
-def test_an_agents_session_over_stdio(service: tuple[str, str, Path]) -> None:
+def test_an_agents_session_over_stdio(service: tuple[str, str, Path], capfd: pytest.CaptureFixture[str]) -> None:
     url, key, _log = service
     progress: list[Any] = []
 
@@ -108,6 +112,8 @@ def test_an_agents_session_over_stdio(service: tuple[str, str, Path]) -> None:
             return dict(report)
 
     report = asyncio.run(session())
+    # stdio logs at WARNING unless asked (`ideabench mcp --log-level`): no line per request on stderr
+    assert "Processing request" not in capfd.readouterr().err
     assert report["report"]["system_judged"] is True and report["system_verdict"] in ("worked", "partial", "failed")
     assert progress and progress[-1][0] == progress[-1][1]  # the last notification: all runs done
     assert len(progress) > 3, progress  # one as each run ended, not one at the end
