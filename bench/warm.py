@@ -27,7 +27,9 @@ A job that finds no warm slot (none prepared, or a host that keeps none: a worke
 children off, a check, ``ideabench run``, the tests) borrows the server all the same (``lend``: a
 slot of no children) and forks every child there. One job at a time: while a job forks from the
 server (``take``, ``lend``, until ``give_back``), no other job does and no warm child is forked
-there, so no job's children ever live beside another live job's.
+there, and a job is lent no server whose prepared slot's children (the next job's) live there, so
+no job's children ever live beside another live job's. A process forked from this one (a Celery
+prefork pool's) forgets this process's server and slot (``_forget``) and makes its own.
 """
 
 from __future__ import annotations
@@ -127,10 +129,10 @@ _server_dir: OwnedDir | None = None
 # directories elsewhere gets a server whose view holds them)
 _server_for: tuple[sandbox.Limits, sandbox.SandboxPolicy, str] | None = None
 _server_lock = threading.Lock()
-# the worker's server while a job forks from it (a slot taken or lent, until ``give_back``): never
-# two jobs at once, so a job's children have no live sibling of another job's (docs/security.md);
-# under ``_server_lock``
-_serving: sandbox.ForkServer | None = None
+# the slot (taken or lent) of the job that forks from the worker's server now, until ``give_back``:
+# never two jobs at once, so a job's children have no live sibling of another job's
+# (docs/security.md); under ``_server_lock``
+_serving: Slot | None = None
 
 
 @dataclass
@@ -208,14 +210,19 @@ def _start_slot(limits: sandbox.Limits) -> Slot:
 
 
 def _lend_slot(limits: sandbox.Limits) -> Slot | None:
-    """A slot of no children whose directory lies under the worker's fork server's (``lend``)."""
+    """A slot of no children whose directory lies under the worker's fork server's (``lend``);
+    None while a prepared slot's children come from that server: they are the next job's, and
+    would live beside this one's (red team, session 37)."""
     global _serving
     with _server_lock:
+        with _lock:
+            prepared = _slot.server if _slot is not None and _slot.alive else None
         server = _worker_server(limits)
-        if server is None:
+        if server is None or server is prepared:
             return None
-        _serving = server
-        return Slot(JobDir(str(server.workdir)), limits, {}, sandbox.policy(), server)
+        slot = Slot(JobDir(str(server.workdir)), limits, {}, sandbox.policy(), server)  # (may raise: nothing held)
+        _serving = slot
+        return slot
 
 
 def _launch_loop() -> None:
@@ -277,8 +284,8 @@ def give_back(slot: Slot) -> None:
     removed, and the next job may fork from the worker's server."""
     global _serving
     with _server_lock:
-        if slot.server is None or slot.server is not _serving:
-            return
+        if slot.server is None or slot is not _serving:
+            return  # (a slot of no server, or one given back already: not another job's to release)
         _serving = None
         left = slot.server.alive_under(Path(slot.tmp.name))
         if left and slot.server is _server:
@@ -329,7 +336,7 @@ def take(limits: sandbox.Limits) -> Slot | None:
         with _server_lock:
             taken = _serving is None
             if taken:
-                _serving = slot.server
+                _serving = slot
         if not taken:  # kept for the job after that one
             with _lock:
                 kept = _slot is None
@@ -355,4 +362,16 @@ def discard() -> None:
         _close_server()
 
 
+def _forget() -> None:
+    """In a process forked from this one (a Celery prefork pool's): forget, without closing, the
+    parent's server, slot and launcher. Its ``Popen`` is not this process's child (``poll`` read
+    ECHILD as an exit), so the first job here closed the parent's server under a check it was
+    serving (red team, session 37); this process makes its own."""
+    global _slot, _server, _server_dir, _server_for, _serving, _in_flight, _launcher, _lock, _server_lock, _requests
+    _slot = _server = _server_dir = _server_for = _serving = _in_flight = _launcher = None
+    _requests = queue.SimpleQueue()  # the parent's requests are its launcher's
+    _lock, _server_lock = threading.Lock(), threading.Lock()  # (held by another thread at the fork, perhaps)
+
+
 atexit.register(discard)
+os.register_at_fork(after_in_child=_forget)
