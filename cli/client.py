@@ -20,7 +20,7 @@ from typing import Any
 
 from ideabench_client import Check, Client, Event, IdeabenchError, Job, config
 from ideabench_client.client import ENDED_UNSUCCESSFUL
-from ideabench_client.hints import for_face
+from ideabench_client.hints import error_for_face, for_face
 
 VERBS = ("login", "check", "submit", "status", "jobs", "report", "reports", "cancel", "mcp")
 JOB_STATUSES = ("queued", "running", "succeeded", "errored", "cancelled")
@@ -150,8 +150,9 @@ class _Progress:
 def _job_line(job: Job) -> str:
     progress = f"{job.stage or '-'} {job.runs_done}/{job.runs_total or '?'}"
     text = f"{job.job_id}  {job.status:<10} {job.track}  {progress}"
-    if job.error:
-        text += f"\nerror [{job.error.get('code')}]: {job.error.get('message')}\nhint: {job.error.get('hint')}"
+    error = error_for_face("cli", job.error)
+    if error:
+        text += f"\nerror [{error.get('code')}]: {error.get('message')}\nhint: {error.get('hint')}"
     return text
 
 
@@ -215,8 +216,9 @@ def _check(args: argparse.Namespace, client: Client) -> int:
         print(_check_lines(found, args))
     if found.passed:
         return 0
-    error = found.error or {"code": "check_not_ended", "message": f"the check is still {found.status}",
-                            "hint": f"Run `ideabench check` again later (this check is {found.check_id})."}
+    error = error_for_face("cli", found.error) or {
+        "code": "check_not_ended", "message": f"the check is still {found.status}",
+        "hint": f"Run `ideabench check` again later (this check is {found.check_id})."}
     print(f"error [{error.get('code')}]: {error.get('message')}\nhint: {error.get('hint')}", file=sys.stderr)
     return EXIT_API_ERROR  # what submitting the idea would be refused or end with
 

@@ -374,7 +374,7 @@ class Client(_Base):
                 failures += 1
                 if failures > self.retries:
                     raise Unavailable("stream_lost", f"the event stream of {job_id} kept dropping",
-                                      f"Check the service; GET /v1/jobs/{job_id} still answers.") from None
+                                      f"Check the service; the job goes on: job({job_id!r}) still answers.") from None
                 time.sleep(_retry_delay(failures - 1, self.backoff, None))
 
     def wait(self, job_id: str, *, on_event: EventCallback | None = None, timeout: float | None = None) -> Job:
@@ -548,7 +548,7 @@ class AsyncClient(_Base):
                 failures += 1
                 if failures > self.retries:
                     raise Unavailable("stream_lost", f"the event stream of {job_id} kept dropping",
-                                      f"Check the service; GET /v1/jobs/{job_id} still answers.") from None
+                                      f"Check the service; the job goes on: job({job_id!r}) still answers.") from None
                 await asyncio.sleep(_retry_delay(failures - 1, self.backoff, None))
 
     async def wait(self, job_id: str, *, on_event: EventCallback | None = None, timeout: float | None = None) -> Job:

@@ -9,6 +9,8 @@ listed here with its own; a hint it has no words for passes unchanged (it names 
 
 from __future__ import annotations
 
+from typing import Any
+
 _ENDED_WITHOUT_REPORT = "report_not_ready:ended"
 
 HINTS: dict[str, dict[str, str]] = {
@@ -32,6 +34,22 @@ HINTS: dict[str, dict[str, str]] = {
         "key_not_found": "List keys with `ideabench keys list` on the service's host (operators).",
         "too_many_validations": "Wait until one of your tracks leaves status validating (`ideabench tracks`), then "
         "register again.",
+        # the engine's codes whose hints name a route (bench/errors.py), in a job's or a check's error too
+        "unknown_track": "List the tracks with `ideabench tracks`.",
+        "missing_build_model": "Define a top-level function `build_model(spec)` that returns a torch.nn.Module; "
+        "`ideabench track NAME` shows the spec and an example idea.",
+        "compute_parity": "Spend at most the track's compute_ratio (`ideabench track NAME`) times the baseline's "
+        "forward FLOPs per example: fewer repeated applications of a block, narrower layers, or a matched "
+        "baseline of the same cost.",
+        "capture_timeout": "build_model must return quickly: it builds a model, it does not train or wait (no "
+        "sleeps, downloads or loops over data); every config and init seed is built within the track's capture "
+        "limit (`ideabench track NAME`: limits).",
+        "track_not_ready": "The track is still being validated (or was rejected): run `ideabench track NAME@VERSION` "
+        "until its status is active.",
+        "track_unavailable": "This deployment cannot run the track (`ideabench track NAME` says why): choose "
+        "another that `ideabench tracks` lists as available, or ask an operator.",
+        "track_deprecated": "Submit to the track's newest version (`ideabench tracks` lists it).",
+        "stream_lost": "Check the service; the job goes on: `ideabench status JOB_ID --wait 60` still answers.",
     },
     "mcp": {
         "job_not_found": "Call list_jobs and pass a job_id it answered.",
@@ -52,6 +70,21 @@ HINTS: dict[str, dict[str, str]] = {
         "key_not_found": "Keys are an operator's (`ideabench keys list` on the service's host), not an MCP tool's.",
         "too_many_validations": "Wait until one of your tracks leaves status validating (list_tracks), then "
         "register again.",
+        "unknown_track": "Call list_tracks and pass a name it answered.",
+        "missing_build_model": "Define a top-level function `build_model(spec)` that returns a torch.nn.Module; "
+        "describe_track gives the spec and an example idea.",
+        "compute_parity": "Spend at most the track's compute_ratio (describe_track) times the baseline's forward "
+        "FLOPs per example: fewer repeated applications of a block, narrower layers, or a matched baseline of "
+        "the same cost.",
+        "capture_timeout": "build_model must return quickly: it builds a model, it does not train or wait (no "
+        "sleeps, downloads or loops over data); every config and init seed is built within the track's capture "
+        "limit (describe_track: limits).",
+        "track_not_ready": "The track is still being validated (or was rejected): call describe_track with its "
+        "name@version until its status is active.",
+        "track_unavailable": "This deployment cannot run the track (describe_track says why): choose another that "
+        "list_tracks answers with available true, or ask an operator.",
+        "track_deprecated": "Submit to the track's newest version (list_tracks lists it).",
+        "stream_lost": "Call wait_for_job again with the same job_id: the job goes on.",
     },
 }
 
@@ -61,3 +94,15 @@ def for_face(face: str, code: str, message: str, hint: str) -> str:
     if code == "report_not_ready" and not message.rstrip().rstrip(".").endswith("yet"):
         code = _ENDED_WITHOUT_REPORT
     return HINTS[face].get(code, hint)
+
+
+def error_for_face(face: str, error: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A job's or a check's ``error`` ({code, message, hint}) with ``face``'s hint."""
+    if not error or not isinstance(error.get("code"), str):
+        return error
+    return {**error, "hint": for_face(face, error["code"], str(error.get("message") or ""), str(error.get("hint") or ""))}
+
+
+def with_face_hints(face: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """A job or a check as the service answered it, its error's hint in ``face``'s words."""
+    return {**raw, "error": error_for_face(face, raw.get("error"))} if raw.get("error") else raw

@@ -22,7 +22,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ideabench_client import AsyncClient, IdeabenchError
-from ideabench_client.hints import for_face
+from ideabench_client.hints import for_face, with_face_hints
 
 ClientFor = Callable[[Context], AsyncClient]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]  # the client a tool call uses (its key, its transport)
@@ -181,7 +181,7 @@ def _check_out(found: dict[str, Any], check_id: str) -> dict[str, Any]:
         nxt = "read error.code and error.hint, fix the idea file and call check_idea again"
     else:
         nxt = f"still {status}: call get_check with check_id {check_id!r}"
-    return {**found, "next": nxt}
+    return {**with_face_hints("mcp", found), "next": nxt}
 
 
 def compact_report(row: dict[str, Any]) -> dict[str, Any]:
@@ -336,7 +336,7 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
             await client.aclose()
         if job.finished and job.runs_total:
             await ctx.report_progress(float(job.runs_total), float(job.runs_total), job.status)
-        out = dict(job.raw)
+        out = with_face_hints("mcp", job.raw)
         if job.status == "succeeded":
             out["next"] = f"call get_report with job_id {job_id!r}"
         elif job.finished:
@@ -349,7 +349,7 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
     async def get_job(job_id: JobId, ctx: Context) -> JobOut:
         """A job's status, progress (stage, runs done of total, eta) and, when it ended without a
         report, its error (code, message, hint)."""
-        return JobOut.model_validate((await call(ctx, "job", job_id)).raw)
+        return JobOut.model_validate(with_face_hints("mcp", (await call(ctx, "job", job_id)).raw))
 
     @server.tool(annotations=READ)
     async def list_jobs(
@@ -363,7 +363,7 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
         """Your jobs, newest first (an operator's key: every job), each with its status and, for a
         errored one, its error code and hint. Next: get_report for a succeeded one."""
         jobs = await collect(ctx, "jobs", status=status, track=track, since=since, limit=limit, page_size=limit)
-        return JobListOut.model_validate({"jobs": [job.raw for job in jobs]})
+        return JobListOut.model_validate({"jobs": [with_face_hints("mcp", job.raw) for job in jobs]})
 
     @server.tool(annotations=READ)
     async def get_report(
@@ -410,7 +410,7 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
     async def cancel_job(job_id: JobId, ctx: Context) -> JobOut:
         """Cancel a queued job at once, or ask the worker to stop a running one; returns the job."""
         job = await call(ctx, "cancel", job_id)
-        return JobOut.model_validate(job.raw)
+        return JobOut.model_validate(with_face_hints("mcp", job.raw))
 
     @server.resource("ideabench://docs/idea-contract", mime_type="text/markdown")
     def idea_contract() -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bench.errors import ErrorCode
 from cli import client as cli_client
 from cli.main import main
 from ideabench_client import Job
@@ -93,9 +94,22 @@ def test_each_face_names_its_own_calls_in_a_hint() -> None:
 
     for face, table in FACE_HINTS.items():
         assert all("/v1/" not in hint for hint in table.values()), face
-    rest_route_hints = {str(code) for code, hint in HINTS.items() if "GET /v1/" in hint}
-    for face in ("cli", "mcp"):  # every hint of the service that names a route has this face's words
+    from bench.errors import DEFAULT_HINTS
+
+    # every hint of the service, and of the engine (a job's or a check's error), that names a route
+    rest_route_hints = {str(code.value if hasattr(code, "value") else code)
+                        for code, hint in [*HINTS.items(), *DEFAULT_HINTS.items()] if "/v1/" in hint}
+    assert {"unknown_track", "missing_build_model", "compute_parity", "capture_timeout"} <= rest_route_hints
+    for face in ("cli", "mcp"):  # ... has this face's words
         assert rest_route_hints - set(FACE_HINTS[face]) == set(), face
+    # in a job's error too (status, jobs, get_job, wait_for_job, list_jobs, a check's error)
+    from ideabench_client.hints import with_face_hints
+
+    job = {"job_id": "job_1", "status": "errored",
+           "error": {"code": "capture_timeout", "message": "m", "hint": DEFAULT_HINTS[ErrorCode.CAPTURE_TIMEOUT]}}
+    assert "describe_track" in with_face_hints("mcp", job)["error"]["hint"]
+    assert "ideabench track NAME" in with_face_hints("cli", job)["error"]["hint"] and job["error"]["hint"].count("/v1/")
+    assert with_face_hints("mcp", {"job_id": "job_2", "status": "queued", "error": None})["error"] is None
     assert for_face("mcp", "job_not_found", "No job with id 'x'.", "List your jobs with GET /v1/jobs.") == \
         "Call list_jobs and pass a job_id it answered."
     assert for_face("cli", "daily_quota", "m", "service hint") == "service hint"

@@ -103,6 +103,10 @@ def test_an_agents_session_over_stdio(service: tuple[str, str, Path], capfd: pyt
             assert ended["status"] in ("cancelled", "succeeded"), ended  # a smoke job may end first
             bad = _error(await client.call_tool("submit_idea", {"track": "smoke", "code": "def build_model(:\n"}))
             assert bad["code"] == "invalid_code" and bad["hint"]
+            # the engine's hints name this face's tools too (bench/errors.py names GET /v1/tracks/{name})
+            unbuilt = _error(await client.call_tool("submit_idea", {"track": "smoke", "code": "import torch\n"}))
+            assert unbuilt["code"] == "missing_build_model" and "describe_track" in unbuilt["hint"], unbuilt
+            assert "/v1/" not in unbuilt["hint"]
             # hints name this face's tools, never a REST route (issue 27.4)
             missing = _error(await client.call_tool("get_report", {"job_id": "job_nope"}))
             assert missing["code"] == "job_not_found" and "list_jobs" in missing["hint"], missing
