@@ -20,6 +20,7 @@ from bench.decide import lr_matched, p_helps, reaches, stage_comparisons, stage_
 from bench.report import Report
 from bench.sandbox import ALLOW_WEAK_ENV, missing_judge_layers
 from bench.stats import (
+    ALPHA,
     CONFIRMATION_LOOKS,
     CONFIRMATION_SHARES,
     HARMS_ON_FIRST_RUNS,
@@ -163,9 +164,9 @@ def summary_text(
         f"On {track_id}, across {c.n_pairs} paired seeds{_runs_each(made.get('screening', []), seed_value)} the idea reached {metric} "
         f"{c.idea_mean:.6g} versus the baseline's {c.baseline_mean:.6g} "
         f"(paired delta {c.delta_mean:+.6g}, {better}; {c.rel_delta_pct:+.2f}%), "
-        f"winning {c.idea_wins}/{c.n_pairs} pairs; exact sign-flip p={c.p_value:.4g}, "
+        f"winning {c.idea_wins}/{c.n_pairs} pairs; exact sign-flip p={c.p_value:.4g} (two-sided, descriptive), "
         f"95% CI of the delta [{_bound(c.ci_low, '-inf')}, {_bound(c.ci_high, 'inf')}], "
-        f"MDE {c.mde:.4g} ({c.mde_rel_pct:.1f}% of the baseline): {c.verdict}. "
+        f"MDE {c.mde:.4g} ({c.mde_rel_pct:.1f}% of the baseline): {c.verdict} (two-sided). "
     )
     harms_note = f"{HARMS_WHY[0].upper()}{HARMS_WHY[1:]}. "
     if HARMS_ON_FIRST_RUNS in c.p_method:
@@ -174,7 +175,7 @@ def summary_text(
         lr, k = matched
         text += (
             f"Against the baseline trained at the idea's learning rate ({lr:g}): delta "
-            f"{k.delta_mean:+.6g}, p={k.p_value:.4g}: {k.verdict}. "
+            f"{k.delta_mean:+.6g}, p={k.p_value:.4g} (two-sided): {k.verdict}. "
         )
         if HARMS_ON_FIRST_RUNS in k.p_method:
             text += harms_note
@@ -185,7 +186,8 @@ def summary_text(
             f"Confirmation on {kc.n_pairs} fresh seeds of this job{_runs_each(made.get('confirmation', []), seed_value)}"
             f"{f' (in {len(looks)} looks)' if len(looks) > 1 else ''}: delta {kc.delta_mean:+.6g}, "
             f"the idea won {kc.idea_wins}/{kc.n_pairs}, p={confirmation.p_value:.4g} "
-            f"(one-sided, adjusted for its looks): "
+            f"(one-sided, adjusted for its looks, at level {kc.alpha if kc.alpha is not None else ALPHA:g}; "
+            f"the test that decided): "
             f"{'replicated' if confirmation.significant else 'not replicated'}. "
         )
     practical = verdicts["practical_verdict"]

@@ -240,6 +240,8 @@ def test_a_stage_whose_means_are_worse_after_favourable_first_runs_says_why_it_i
     verdicts = {"practical_verdict": "inconclusive", "practical_detail": "inconclusive", "system_verdict": "failed"}
     text = summary_text("smoke@1", "mse", judged, verdicts, None, {"baseline": 10, "idea": 10})
     assert "harms is judged on each seed's first run" in text
+    # the two-sided figures are named descriptive: the verdicts rest on the one-sided tests (issue 27.7)
+    assert f"p={judged.p_value:.4g} (two-sided, descriptive)" in text and f"{judged.verdict} (two-sided)" in text
     assert "first run" not in summary_text("smoke@1", "mse", plain, verdicts, None, {"baseline": 10, "idea": 10})
 
 
