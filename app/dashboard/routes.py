@@ -331,7 +331,10 @@ def operator(request: Request, session: SessionDep, viewer: OperatorViewerDep) -
     since = now - dt.timedelta(days=FAILURE_DAYS - 1)
     by_day = failures_by_day(session, since.replace(hour=0, minute=0, second=0, microsecond=0))
     depth = {"cpu": 0, "gpu": 0, **state.queue_depth}
+    # built-in tracks this deployment cannot run (their submissions are refused: track_unavailable)
+    unavailable = [c for c in (tracks_service.builtin_view(card, {}) for card in list_cards()) if c.available is False]
     return page(request, "operator.html", viewer, state=state, running=running, queued=queued, depth=depth,
+                unavailable=unavailable,
                 figure=charts.failures_figure(by_day, since.date(), now.date()), worker_seen_s=settings.worker_seen_s,
                 cancelled=_job_id_or_none(request.query_params.get("cancelled")), errored_status=JobStatus.ERRORED.value,
                 n_running=sum(n for status, _, n in state.jobs if status == JobStatus.RUNNING.value))

@@ -105,7 +105,18 @@ def test_the_tracks_page_says_which_tracks_cannot_run_here_and_why(service: Serv
         else:
             assert f"cannot run here: {track['unavailable_reason']}" in text, (name, text)
     assert not listed["cifar10"]["available"] or os.environ.get("IDEABENCH_CIFAR10_DIR")  # the case shown here
+    # the track's own page says so too, and the operator's page lists every such track with its reason
+    missing = {name: track["unavailable_reason"] for name, track in listed.items() if not track["available"]}
+    for name, why in missing.items():
+        assert page.open(f"/dashboard/tracks/{name}").status == 200
+        assert why in page.page.inner_text("#unavailable")
     assert page.errors == []
+    operator = signed_in("operator")
+    assert operator.open("/dashboard/operator").status == 200
+    shown = operator.page.locator("#unavailable-tracks li").all_inner_texts() if missing else []
+    assert sorted(text.split(":", 1)[0] for text in shown) == sorted(missing)
+    assert all(why in " ".join(shown) for why in missing.values())
+    assert operator.errors == []
 
 
 def test_the_history_chart_has_a_bar_per_period_and_verdict(service: Service, signed_in: Any) -> None:
