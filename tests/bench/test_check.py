@@ -134,3 +134,13 @@ def test_a_capture_reply_carries_only_codes_and_plain_names() -> None:
         with pytest.raises(BenchError) as caught:
             wire.parse_reply(command, bad, "idea")
         assert caught.value.code is ErrorCode.SANDBOX_VIOLATION
+
+
+def test_a_judged_jobs_report_carries_the_same_warning() -> None:
+    """Issue 27.8: what a check warns of, the report of the job says too (its ``warnings``), in
+    the bench's words (a judged job, not a check: helper-64's audit)."""
+    from bench.judge import judge
+
+    report = judge(JudgeRequest(track="smoke", idea_code=STATEFUL, n_seeds=2)).model_dump(mode="json")["bench_report"]
+    [warning] = [w for w in report["warnings"] if "Python-side state" in w]
+    assert warning.startswith("The idea's forward changed Python-side state (")

@@ -35,6 +35,26 @@ class _FakeClient:
         error = {"code": "timeout", "message": "m", "hint": "h"} if self.status == "errored" else None
         return Job.from_json({"job_id": job_id, "status": self.status, "track": "smoke", "error": error})
 
+    def cancel(self, job_id: str) -> Job:
+        """As the service answers a cancel: a queued job cancelled at once, a running one still
+        running (its worker is asked to stop it)."""
+        status = "cancelled" if self.status == "queued" else self.status
+        return Job.from_json({"job_id": job_id, "status": status, "track": "smoke", "error": None,
+                              "cancel_requested": True})
+
+
+@pytest.mark.parametrize(("status", "said"), [("queued", "cancelled"), ("running", "cancel requested")])
+def test_cancel_says_what_happens_to_the_job(monkeypatch: pytest.MonkeyPatch, status: str, said: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 27.9: cancel printed the job's old state; a running job's line now says the worker was
+    asked to stop it, and how to wait for that."""
+    monkeypatch.setattr(_FakeClient, "status", status)
+    monkeypatch.setattr(cli_client, "Client", _FakeClient)
+    assert main(["cancel", "job_1", "--url", "http://x", "--key", "k"]) == 0
+    out = capsys.readouterr().out
+    assert said in out
+    assert ("ideabench status job_1 --wait" in out) == (status == "running")
+
 
 @pytest.mark.parametrize(("status", "code"), [("queued", 4), ("running", 4), ("succeeded", 0), ("errored", 3),
                                               ("cancelled", 3), ("failed", 3)])

@@ -245,6 +245,9 @@ def test_the_cli_verbs_and_login(service: tuple[str, str, Path], tmp_path: Path)
     assert first.returncode == again.returncode == 0, first.stderr
     queued = json.loads(first.stdout)["job"]["job_id"]
     assert json.loads(again.stdout)["job"]["job_id"] == queued
+    # --mechanism reaches the service, which checks it before the queue
+    unmeasured = cli("submit", str(idea), "--track", "smoke", "--mechanism", '{"quantity": "gate"}', "--json", env=env)
+    assert unmeasured.returncode == 2 and json.loads(unmeasured.stdout)["error"]["code"] == "invalid_mechanism"
     cancel = cli("cancel", queued, "--json", env=env)
     if cancel.returncode == 2:  # a warm worker judged the smoke job before the cancel arrived
         assert json.loads(cancel.stdout)["error"]["code"] == "job_finished", cancel.stdout
