@@ -272,6 +272,8 @@ def lend(limits: sandbox.Limits) -> Slot | None:
         return None
     request = _Request(limits, threading.Event(), [])
     with _lock:
+        if (_slot is not None and _slot.alive) or (_in_flight is not None and not _in_flight.is_set()):
+            return None  # the next job's warm children are (being) forked there: at once, not after them
         _ensure_launcher()
         _requests.put(request)
     request.done.wait()
