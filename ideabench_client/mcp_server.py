@@ -342,7 +342,7 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
         elif job.finished:
             out["next"] = "read error.code and error.hint, fix the idea file and call submit_idea again"
         else:
-            out["next"] = "still running: call wait_for_job again"
+            out["next"] = f"still {job.status}: call wait_for_job again"
         return JobOut.model_validate(out)
 
     @server.tool(annotations=READ)
