@@ -315,20 +315,27 @@ def build_server(client_for: ClientFor, log_level: LogLevel = "INFO") -> MCPServ
         client = client_for(ctx)
         total: float | None = None  # the stage's runs_total, from its stage event
         try:
+            # a call after one that timed out: the stream replays the job's events from its start,
+            # and those before the runs done now were the earlier call's to send (a second call
+            # sent 100 of them again); this call starts from where the job stands
+            now = await client.job(job_id)
+            resumed = now.runs_done
+            if resumed and now.runs_total:
+                await ctx.report_progress(float(resumed), float(now.runs_total), str(now.stage))
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout_s):
                     async for event in client.events(job_id):
+                        done = int(event.data.get("runs_done") or 0)
                         if event.event == "stage" and event.data.get("runs_total"):
                             total = float(event.data["runs_total"])
                             most = event.data.get("runs_at_most")
-                            await ctx.report_progress(float(event.data.get("runs_done") or 0), total,
-                                                      str(event.data.get("stage")) + (
-                                f" (up to {most} runs, as the protocol decides)" if most and most > total else ""))
+                            if done >= resumed:
+                                await ctx.report_progress(float(done), total, str(event.data.get("stage")) + (
+                                    f" (up to {most} runs, as the protocol decides)" if most and most > total else ""))
                         elif event.event == "run" and event.data.get("runs_done") is not None:
                             total = float(event.data.get("runs_total") or 0) or total
-                            if total:
-                                await ctx.report_progress(float(event.data["runs_done"]), total,
-                                                          str(event.data.get("stage")))
+                            if total and done > resumed:
+                                await ctx.report_progress(float(done), total, str(event.data.get("stage")))
             job = await client.job(job_id)
         except IdeabenchError as exc:
             raise _error(exc) from None
