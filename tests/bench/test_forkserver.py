@@ -117,18 +117,35 @@ def _probe_results(job_tmp: Path, keep_warm: bool = False) -> dict[str, object]:
 
 
 @needs_server
-@pytest.mark.parametrize("path", ["cold", "worker"])
+@pytest.mark.parametrize("path", ["own", "lent", "worker"])
 def test_a_forked_idea_reaches_nothing_of_its_siblings_its_server_or_the_track_packages(
         job_tmp: Path, path: str) -> None:
-    """A cold job's children come from the job's own server; a worker's from the server its jobs
-    share, where the job's directory lies in the server's (a previous job's beside it)."""
-    if path == "worker":
-        from bench import warm
+    """A job's children come from the process's server, lent to a job without warm children
+    (``lent``) or with a worker's warm slot (``worker``), where the job's directory lies in the
+    server's (a previous job's beside it); or, while another job forks there (a check beside a
+    worker's job), from a server of the job's own (``own``)."""
+    from bench import warm
 
+    if path == "own":
+        held = warm.lend(sandbox.Limits())  # another job forks from the process's server now
+        assert held is not None and held.server is not None
+        forks = held.server.forks
+        try:
+            results = _probe_results(job_tmp)
+        finally:
+            held.tmp.cleanup()
+            warm.give_back(held)
+        assert held.server.forks == forks  # none of the job's children came from the process's server
+        _check_probes(results)
+        return
+    if path == "worker":
         request = JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2)
         warm.prepare(sandbox.Limits(memory_mb=request.memory_mb))
         judge(request, keep_warm=True)  # a job through the worker's server, then the next slot from it
-    results = _probe_results(job_tmp, keep_warm=path == "worker")
+    _check_probes(_probe_results(job_tmp, keep_warm=path == "worker"))
+
+
+def _check_probes(results: dict[str, object]) -> None:
     assert results.pop("others") >= 2  # bwrap's init and the server, at least: the probes below mean something
     assert results.pop("write_own_dir") == "ok"
     for name in ("list_job_dir", "list_server_dir", "read_server_log", "read_sibling_dir", "write_job_dir", "read_tracks"):
