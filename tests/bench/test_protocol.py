@@ -61,10 +61,9 @@ def test_reruns_give_identical_numbers_with_fresh_or_warm_children() -> None:
     # one job (its key): the same screening draw and capture order, so the same numbers
     request = JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], n_seeds=2, job_key="rerun")
     cold = judge(request).model_dump(mode="json")
-    assert warm._slot is None
+    assert warm.peek() is None
     judge(request, keep_warm=True)  # no slot yet: starts its own children, then the next job's
-    slot = warm.take(sandbox.Limits(memory_mb=request.memory_mb))  # waits for the launch
-    warm._slot = slot
+    slot = warm.peek()  # waits for the launch
     assert slot is not None and slot.alive
     # the own baseline's child captures and trains it (issue 26.9); the fourth is for a measure()
     assert sorted(slot.launched) == ["baseline", "capture_idea", "idea", "measure_baseline_1"]
@@ -76,9 +75,8 @@ def test_reruns_give_identical_numbers_with_fresh_or_warm_children() -> None:
         assert cold["bench_report"][arm]["sweep"] == adopted["bench_report"][arm]["sweep"]
     assert adopted["bench_report"]["isolation"] == cold["bench_report"]["isolation"]
     # A slot whose child died is not used; discard() kills what is left.
-    replacement = warm.take(sandbox.Limits(memory_mb=request.memory_mb))
+    replacement = warm.peek()
     assert replacement is not None and replacement is not slot
-    warm._slot = replacement
     sandbox.kill(replacement.launched["idea"][0])
     assert warm.take(sandbox.Limits(memory_mb=request.memory_mb)) is None
     assert all(proc.poll() is not None for proc, _ in replacement.launched.values()) or not replacement.launched
@@ -140,15 +138,13 @@ def test_a_warm_slot_holds_the_child_an_ideas_own_measure_of_the_baseline_runs_i
     """The idea's measure() of a built-in track's own baseline runs in a fresh child (its capture
     child trains); the warm slot starts that child too, so a warm job starts none
     (benchmarks/protocol_speed.py: tabular's example paid 0.6 s for it cold)."""
-    from bench import sandbox, warm
+    from bench import warm
 
     fresh_children()  # a slot of warm children (a fork server's slot forks the measure child when asked)
     request = JudgeRequest(track="smoke", idea_code=SELF_MEASURED, n_seeds=2, job_key="warm_measure")
-    limits = sandbox.Limits(memory_mb=request.memory_mb)
     judge(request, keep_warm=True)
-    slot = warm.take(limits)
+    slot = warm.peek()
     assert slot is not None and sorted(slot.launched) == ["baseline", "capture_idea", "idea", "measure_baseline_1"]
-    warm._slot = slot
     started = count_launches(monkeypatch)
     report = judge(request, keep_warm=True).model_dump(mode="json")
     assert report["bench_report"]["mechanism_signature"]["self_measured"] is True
