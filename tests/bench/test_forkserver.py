@@ -43,8 +43,10 @@ def job_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     warm.discard()  # a worker's slot and fork server, should a test end before it discards them
 
 
-PROBES = r'''
-import ctypes, errno, json, os, socket
+# A hostile idea's helpers: ``probe(name, attempt)`` records "ok" or the errno's name in
+# ``results``; ``call`` makes a libc call that returned -1 an OSError.
+PROBE_PRELUDE = r'''
+import ctypes, errno, json, os, signal, socket
 libc = ctypes.CDLL(None, use_errno=True)
 results = {}
 def probe(name, attempt):
@@ -56,6 +58,9 @@ def probe(name, attempt):
 def call(fn, *args):
     if fn(*args) == -1:
         raise OSError(ctypes.get_errno(), "refused")
+'''
+
+PROBES = PROBE_PRELUDE + r'''
 job = os.path.dirname(os.getcwd())
 try:
     listed = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]

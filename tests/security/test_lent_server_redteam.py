@@ -28,7 +28,7 @@ from bench.catalog import get_card
 from bench.errors import BenchError
 from bench.judge import JudgeRequest, judge
 from bench.sandbox import forkserver
-from tests.bench.test_forkserver import needs_server
+from tests.bench.test_forkserver import PROBE_PRELUDE, needs_server
 from tests.bench.test_sandbox import GOOD_TAIL, _assert_nothing_left
 
 SMOKE = get_card("smoke")
@@ -253,19 +253,8 @@ def test_a_forked_child_learns_no_other_jobs_directory_from_the_servers_memory(j
 # Attacks the design stops
 # ---------------------------------------------------------------------------------------------
 
-WEDGE = r'''
-import ctypes, errno, json, os, signal, time
-libc = ctypes.CDLL(None, use_errno=True)
-results = {}
-def probe(name, attempt):
-    try:
-        attempt()
-        results[name] = "ok"
-    except OSError as exc:
-        results[name] = errno.errorcode.get(exc.errno, str(exc.errno))
-def call(fn, *args):
-    if fn(*args) == -1:
-        raise OSError(ctypes.get_errno(), "refused")
+WEDGE = PROBE_PRELUDE + r'''
+import time
 class RLimit(ctypes.Structure):
     _fields_ = [("cur", ctypes.c_uint64), ("max", ctypes.c_uint64)]
 server = os.getppid()  # the zygote every later job's children are forked from
@@ -412,6 +401,11 @@ def test_a_matched_baseline_whose_nested_check_fails_gives_the_server_back(job_t
     assert server is not None and server.alive
     assert warm._serving is None
     _assert_nothing_left(str(job_tmp))
+    _lent_again(server)
+
+
+def _lent_again(server: forkserver.ForkServer) -> None:
+    """The next job is lent the same server (and gives it back)."""
     lent = warm.lend(sandbox.Limits())
     assert lent is not None and lent.server is server
     lent.tmp.cleanup()
@@ -437,10 +431,7 @@ def test_a_job_cancelled_mid_way_leaves_nothing_beside_the_next_job(job_tmp: Pat
     assert server.alive_under(server.workdir) == []
     assert [p.name for p in server.workdir.iterdir() if p.name.startswith("ideabench-")] == []
     _assert_nothing_left(str(job_tmp))
-    following = warm.lend(sandbox.Limits())
-    assert following is not None and following.server is server
-    following.tmp.cleanup()
-    warm.give_back(following)
+    _lent_again(server)
 
 
 @needs_server
