@@ -68,13 +68,18 @@ class Outcome(StrEnum):
 def judge_request(job: Job, ctx: WorkerContext) -> JudgeRequest:
     """The engine's request for a job row (with the custom track's stored version, if any)."""
     custom = None
-    with ctx.sessions() as session:
-        if not tracks_service.is_builtin(job.track):
+    if not tracks_service.is_builtin(job.track):
+        with ctx.sessions() as session:
             row = session.get(CustomTrackRow, job.track)
             if row is None:
                 raise BenchError(ErrorCode.UNKNOWN_TRACK, f"Track {job.track} is not registered here.")
             custom = custom_track_of(row)  # in the session: its stored build loads on access
-        timing = deployment_timing(session, job.track, tracks_service.card_of_job_track(session, job.track))
+    timing = None  # the time left before the first run ends is an estimate: a database that fails
+    try:  # here leaves it the card's, never the job errored (a fault test's terminated backends)
+        with ctx.sessions() as session:
+            timing = deployment_timing(session, job.track, tracks_service.card_of_job_track(session, job.track))
+    except sa_exc.SQLAlchemyError:
+        log.warning("job %s: the track's timing on this deployment is unreadable; the card's is used", job.id)
     options = ctx.host_options()
     return JudgeRequest(
         track=job.track,
