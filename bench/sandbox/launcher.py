@@ -383,10 +383,16 @@ def _start(
     workdir: Path, limits: Limits, bwrap: str | None, group: Cgroup, read_only: list[Path],
     hidden: list[Path], entry: str, socket_proto: bool,
 ) -> tuple[subprocess.Popen[bytes], int, dict[str, Any] | None]:
+    inner_fds: list[int] = []  # a fork server's own socket pairs (a sandboxed process makes no socket)
     if socket_proto:  # a fork server's: messages both ways, descriptors passed
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         read_fd, write_fd = ours.detach(), theirs.detach()
         os.set_inheritable(write_fd, True)
+        for _ in range(2):  # the zygote's to its spares, and to its template (bench.sandbox.zygote)
+            pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            inner_fds += [end.detach() for end in pair]
+        for fd in inner_fds:
+            os.set_inheritable(fd, True)
     else:
         read_fd, write_fd = os.pipe()
     status_r, status_w = os.pipe()
@@ -415,7 +421,8 @@ def _start(
     env["PYTHONPATH"] = bench_root
     # -s -P: neither the user site of HOME (the working directory) nor the working directory
     # itself is on sys.path, so nothing written there shadows a module before seccomp is set
-    inner = [sys.executable, "-s", "-P", "-m", "bench.sandbox", str(write_fd), str(status_w), str(workdir), entry]
+    proto_arg = ",".join(str(fd) for fd in (write_fd, *inner_fds))
+    inner = [sys.executable, "-s", "-P", "-m", "bench.sandbox", proto_arg, str(status_w), str(workdir), entry]
     if bwrap is not None:
         argv, popen_env = bwrap_args(bwrap, workdir, read_only, env, hidden) + inner, {}
     else:
@@ -431,7 +438,7 @@ def _start(
             stdin=subprocess.PIPE,
             stdout=boot_log,
             stderr=boot_log,
-            pass_fds=(write_fd, status_w),
+            pass_fds=(write_fd, status_w, *inner_fds),
             start_new_session=True,
             preexec_fn=preexec,  # noqa: PLW1509 - rlimits and cgroup must be set before exec
         )
@@ -441,8 +448,8 @@ def _start(
         raise
     finally:
         boot_log.close()
-        os.close(write_fd)
-        os.close(status_w)
+        for fd in (write_fd, status_w, *inner_fds):
+            os.close(fd)
     status = _read_status(status_r, proc)
     return proc, read_fd, status
 

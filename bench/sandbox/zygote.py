@@ -18,6 +18,17 @@ per packet):
 It never runs submitted code and never reads a child's commands (they go straight from the
 parent to the child's stdin); a child holds none of its descriptors. A child that cannot
 restrict itself exits (status ``RESTRICT_FAILED``) before it runs anything: fail closed.
+
+**No child inherits another's request.** The zygote parses every request (its heap keeps the
+freed strings: every job's directory), so no child is forked from it. Once prepared, and before
+any request, it forks a *template* (``_template``), which never reads a request: it keeps one
+*spare* forked from itself, waiting on the zygote's spare socket. The zygote hands the request's
+packet and descriptors on to that socket as they came; the spare that takes them reads only its
+own, tells the template (which forks the next spare) and the zygote (its pid), and becomes the
+child. The template reaps its children and reports their exits to the zygote, and kills one on
+its word (only a child it has not reaped: its pid is no one else's); what the template's heap
+holds is pids. A red team had read earlier jobs' directory names from a forked child's own heap
+(session 37).
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ import resource
 import select
 import signal
 import socket
+import struct
 import sys
 import traceback
 from typing import Any
@@ -40,6 +52,9 @@ from bench.sandbox.launcher import CHILD_ENTRY
 MAX_PACKET = 1 << 16
 RESTRICT_FAILED = 71  # the child's exit status when Landlock, rlimits or its descriptors failed
 PROTO_FD = 3  # the child's protocol pipe, at a fixed number
+SPARE_WAIT_S = 20.0  # the spare's pid, once handed a request (below the parent's FORK_TIMEOUT_S)
+PID = struct.Struct("=i")  # the template's and the spares' words: a pid
+EXIT = struct.Struct("=ii")  # the template's report: a child's pid and its exit status
 
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -50,20 +65,46 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _become_child(sock: socket.socket, wake: tuple[int, int], fds: list[int], spec: dict[str, Any]) -> None:
-    """In the forked process: drop the server's descriptors, take the child's, restrict, run the
-    entry's ``main``; never returns."""
+def _prctl_deathsig() -> None:
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+        raise OSError(ctypes.get_errno(), "PR_SET_PDEATHSIG failed")
+
+
+def _spare(template: int, requests: socket.socket, taken: int, others: list[socket.socket]) -> None:
+    """In a spare, forked by the template: wait for one request on ``requests``, say so (the pid
+    to the template on ``taken``, to the zygote on ``requests``), become that child; never returns."""
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setsid()
-        import ctypes
+        os.setsid()  # its own process group from the start: a kill reaches what it forks
+        _prctl_deathsig()
+        if os.getppid() != template:
+            raise RuntimeError("the template ended before its spare was ready")
+        for other in others:
+            other.detach()  # left to the child's closerange: the objects close nothing later
+        data, fds, _, _ = socket.recv_fds(requests, MAX_PACKET, 3)
+        if not data:
+            os._exit(0)  # the zygote is gone
+        os.write(taken, PID.pack(os.getpid()))
+        requests.send(PID.pack(os.getpid()))
+        requests.detach()
+        if len(fds) != 3:
+            raise ValueError(f"a fork needs 3 descriptors, got {len(fds)}")
+        spec = json.loads(data)["fork"]
+    except BaseException:  # noqa: BLE001 - nothing ran: say why in the server's log and stop
+        try:
+            os.write(2, traceback.format_exc().encode(errors="replace"))
+        finally:
+            os._exit(RESTRICT_FAILED)
+    _become_child(fds, spec)
 
-        if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
-            raise OSError(ctypes.get_errno(), "PR_SET_PDEATHSIG failed")
-        os.close(sock.detach())  # the object closes nothing later (its number is another file's then)
-        for fd in wake:
-            os.close(fd)
+
+def _become_child(fds: list[int], spec: dict[str, Any]) -> None:
+    """In a spare that took its request: take the child's descriptors, drop every other, restrict,
+    run the entry's ``main``; never returns."""
+    try:
         stdin, proto, log = fds
         os.dup2(stdin, 0)
         os.dup2(log, 1)
@@ -105,30 +146,90 @@ def _become_child(sock: socket.socket, wake: tuple[int, int], fds: list[int], sp
         os._exit(status & 0xFF)
 
 
-def _reap(sock: socket.socket, children: set[int]) -> None:
-    while True:
+def _template(report: socket.socket, requests: socket.socket) -> None:
+    """In the template, forked by the zygote before any request: keep one spare waiting on
+    ``requests``, reap every child and report its exit on ``report``, kill one on the zygote's
+    word; never returns. Ends (and its children with it) when the zygote does."""
+    try:
+        _prctl_deathsig()
+        zygote = os.getppid()
+        if zygote == 1:
+            raise RuntimeError("the zygote ended before its template was ready")
+        me = os.getpid()
+        taken_r, taken_w = os.pipe2(os.O_NONBLOCK)
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(wake_w)
+        children: set[int] = set()  # forked and not yet reaped (the spare among them)
+        spare: int | None = None
+        lost = 0  # spares in a row that ended before they took a request
+        while True:
+            if lost >= 3:
+                raise RuntimeError("three spares in a row ended before they took a request")
+            if spare is None:
+                spare = os.fork()
+                if spare == 0:
+                    _spare(me, requests, taken_w, [report])
+                children.add(spare)
+            try:
+                readable, _, _ = select.select([report.fileno(), wake_r, taken_r], [], [])
+            except InterruptedError:
+                continue
+            if taken_r in readable:  # before the reaping: a spare that took its request and ended is no loss
+                try:
+                    words = os.read(taken_r, 4096)
+                except BlockingIOError:
+                    words = b""
+                if spare is not None and spare in {w for (w,) in PID.iter_unpack(words[: len(words) // 4 * 4])}:
+                    spare, lost = None, 0
+            if wake_r in readable:
+                try:
+                    os.read(wake_r, 4096)
+                except BlockingIOError:
+                    pass
+                while children:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                    if pid == 0:
+                        break
+                    children.discard(pid)
+                    if pid == spare:
+                        spare, lost = None, lost + 1
+                    report.send(EXIT.pack(pid, os.waitstatus_to_exitcode(status)))
+            if report.fileno() in readable:
+                word = report.recv(64)
+                if not word:
+                    os._exit(0)  # the zygote is gone
+                (pid,) = PID.unpack(word[: PID.size])
+                if pid in children and pid != spare:  # not reaped: its pid is no one else's
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+    except BaseException:  # noqa: BLE001 - the zygote sees its socket close and ends the server
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        if pid in children:  # a process a child made its sibling (CLONE_PARENT) is no child of ours
-            children.discard(pid)
-            _send(sock, {"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
+            os.write(2, traceback.format_exc().encode(errors="replace"))
+        finally:
+            os._exit(1)
 
 
-def _kill(pid: int, children: set[int]) -> None:
-    if pid in children:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+def _hand_on(spares: socket.socket, data: bytes, fds: list[int]) -> int:
+    """Give a request to the waiting spare; its pid once it took it (OSError: none did in time)."""
+    socket.send_fds(spares, [data], fds)
+    spares.settimeout(SPARE_WAIT_S)
+    try:
+        word = spares.recv(64)
+    except TimeoutError as exc:
+        raise OSError("no spare took the request in time") from exc
+    if len(word) != PID.size:
+        raise OSError("the spare socket closed")
+    return int(PID.unpack(word)[0])
 
 
 def main() -> None:
-    """Prepare, then serve fork requests until the parent closes the socket."""
-    sock = socket.socket(fileno=int(sys.argv[1]))
+    """Prepare, fork the template, then serve fork requests until the parent closes the socket."""
+    fds = [int(fd) for fd in sys.argv[1].split(",")]  # the parent's, then two pairs (launcher._start)
+    sock = socket.socket(fileno=fds[0])
+    spares, spares_t, report, report_t = (socket.socket(fileno=fd) for fd in fds[1:5])
     try:
         entry = importlib.import_module(CHILD_ENTRY)
         entry.prepare()
@@ -139,27 +240,32 @@ def main() -> None:
         threads = _threads()
         if threads != 1:  # fork copies one thread: a second one's locks would stay held in the child
             raise RuntimeError(f"the server runs {threads} threads after prepare(); a fork needs one")
+        if os.fork() == 0:  # the template: no request has been read yet
+            for own in (sock, spares, report):
+                own.close()
+            _template(report_t, spares_t)
+        spares_t.close()
+        report_t.close()
         ready: dict[str, Any] = {"ready": True, "landlock_abi": landlock.abi()}
     except Exception as exc:  # noqa: BLE001 - reported: the parent starts children the usual way
         ready = {"error": f"{type(exc).__name__}: {exc}"}
     _send(sock, ready)
     if "error" in ready:
         return
-    children: set[int] = set()  # forked and not yet reaped
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.set_wakeup_fd(wake_w)
+    children: set[int] = set()  # handed a request, and not yet reported ended
     while True:
         try:
-            readable, _, _ = select.select([sock.fileno(), wake_r], [], [])
+            readable, _, _ = select.select([sock.fileno(), report.fileno()], [], [])
         except InterruptedError:
             continue
-        if wake_r in readable:
-            try:
-                os.read(wake_r, 4096)
-            except BlockingIOError:
-                pass
-            _reap(sock, children)
+        if report.fileno() in readable:
+            word = report.recv(64)
+            if len(word) != EXIT.size:
+                return  # the template is gone, and every child with it: so is the server
+            pid, returncode = EXIT.unpack(word)
+            if pid in children:
+                children.discard(pid)
+                _send(sock, {"exited": pid, "returncode": returncode})
         if sock.fileno() not in readable:
             continue
         try:
@@ -170,25 +276,32 @@ def main() -> None:
             return
         if not data:
             return  # the parent closed its end: the job is over
+        request: Any = None
         try:
             request = json.loads(data)
-            if "kill" in request:  # only a child not yet reaped: its pid is no one else's
+            if "kill" in request:  # the template kills only a child it has not reaped
                 for fd in fds:
                     os.close(fd)
-                _kill(int(request["kill"]), children)
+                pid = int(request["kill"])
+                if pid in children:
+                    report.send(PID.pack(pid))
                 continue
-            spec, nonce = request["fork"], request["nonce"]
-            if len(fds) != 3:
-                raise ValueError(f"a fork needs 3 descriptors, got {len(fds)}")
-            pid = os.fork()
+            nonce = request["nonce"]
+            if not isinstance(request["fork"], dict) or len(fds) != 3:
+                raise ValueError(f"a fork needs a spec and 3 descriptors, got {len(fds)}")
         except Exception as exc:  # noqa: BLE001 - answered; the parent starts it the usual way
             for fd in fds:
                 os.close(fd)
             _send(sock, {"error": f"{type(exc).__name__}: {exc}", "nonce": request.get("nonce") if isinstance(request, dict) else None})
             continue
-        if pid == 0:
-            _become_child(sock, (wake_r, wake_w), fds, spec)
-        for fd in fds:
-            os.close(fd)
+        try:
+            pid = _hand_on(spares, data, fds)
+        except OSError as exc:
+            # a spare that took it late would answer the next request's: serve no more
+            _send(sock, {"error": f"{type(exc).__name__}: {exc}", "nonce": nonce})
+            return
+        finally:
+            for fd in fds:
+                os.close(fd)
         children.add(pid)
         _send(sock, {"forked": pid, "nonce": nonce})

@@ -47,41 +47,22 @@ def job_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _stat(pid: int) -> list[str] | None:
-    """``/proc/<pid>/stat``'s fields after the command (state, ppid, ..., starttime at 19)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
-
-
-def _children_of(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        stat = _stat(int(entry.name)) if entry.name.isdigit() else None
-        if stat is not None and int(stat[1]) == pid:
-            found.append(int(entry.name))
-    return found
-
-
 def _fork_server() -> tuple[set[int], set[Path]]:
     """The process's fork server, which a job leaves running for the next one (``bench.warm.lend``):
-    its bubblewrap, bubblewrap's init in the namespace and the zygote (the init's oldest child; a
-    forked child's orphan is a younger one, and counts), and its cgroup's directories. Nothing a
-    job's code started is among them."""
+    the processes of its cgroup (its bubblewrap, bubblewrap's init, the zygote, its template and the
+    spare waiting for the next request: ``bench.sandbox.zygote``) and its cgroup's directories. A
+    forked child is moved to a cgroup of its own before it runs anything, and what it starts stays
+    there: nothing a job's code started is among them."""
     from bench import warm
     from bench.sandbox import launcher
 
     server = warm.current_server()
     if server is None or server.proc is None or server.proc.poll() is not None:
         return set(), set()
-    pids = {server.proc.pid}
-    for init in _children_of(server.proc.pid):
-        pids.add(init)
-        started = sorted(_children_of(init), key=lambda pid: int((_stat(pid) or ["0"] * 20)[19]))
-        pids.update(started[:1])
     group = launcher.cgroup_of(server.proc)
-    return pids, set(group.dirs) if group is not None else set()
+    if group is None:
+        return {server.proc.pid}, set()
+    return {server.proc.pid, *group.pids_in()}, set(group.dirs)
 
 
 def _processes_with(marker: str) -> list[tuple[int, str]]:

@@ -235,7 +235,8 @@ def test_the_bootstrap_runs_only_the_launchers_entry(tmp_path: Path) -> None:
 
     assert launcher.CHILD_ENTRY == "bench.child" and forkserver.ZYGOTE_ENTRY == "bench.sandbox.zygote"
     source = inspect.getsource(launcher._start)
-    assert '"bench.sandbox", str(write_fd), str(status_w), str(workdir), entry]' in source
+    assert '"bench.sandbox", proto_arg, str(status_w), str(workdir), entry]' in source
+    assert 'proto_arg = ",".join(str(fd) for fd in (write_fd, *inner_fds))' in source  # descriptors, no text
     assert inspect.signature(launcher._launch).parameters["entry"].default == launcher.CHILD_ENTRY
     callers = inspect.getsource(launcher)
     assert callers.count("entry=") == 1 and "entry=entry, socket_proto=True" in callers  # launch_server's

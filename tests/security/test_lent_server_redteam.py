@@ -4,8 +4,8 @@ time (``_serving``), and ``give_back`` closes the server where a child of the en
 
 Each test names an attack. A test whose docstring starts "FINDING" failed while its hole was open
 (helper-63) and passes since the fix (``warm._forget`` at a fork, ``_lend_slot``'s order and its
-refusal beside a prepared slot); the one still open is a strict xfail, named in docs/security.md's
-"Still open". The others show an attack the design already stops.
+refusal beside a prepared slot; the zygote's template and spares, session 38). The others show an
+attack the design already stops.
 """
 
 from __future__ import annotations
@@ -218,18 +218,15 @@ raise RuntimeError("SCAN " + json.dumps({"own": own, "others": sorted(names - {o
 
 
 @needs_server
-@pytest.mark.xfail(strict=True, reason="open: the zygote parses fork requests in the heap its children inherit "
-                   "(docs/security.md, Still open); Landlock refuses every access to the names")
 def test_a_forked_child_learns_no_other_jobs_directory_from_the_servers_memory(job_tmp: Path) -> None:
-    """FINDING (low: information about other jobs): a forked child inherits the zygote's address
+    """FINDING (low: information about other jobs): a forked child inherited the zygote's address
     space, and the zygote parses every fork request of every job it served (``json.loads`` of
     ``{"fork": {"workdir": ..., "read": [...]}}``) in the same heap: the freed strings stay there.
-    A later job's idea reads its own memory (``/proc/self/mem``, its own entry, allowed) and finds
+    A later job's idea read its own memory (``/proc/self/mem``, its own entry, allowed) and found
     an earlier job's directory name (and so the worker's jobs, one by one; and, beside a prepared
-    slot, the next job's directory). Landlock still refuses every access to it, so this is a name,
-    not a way in. Fix: the zygote never parses a request in the heap its children inherit (fork
-    each child from a spare forked before any request, which then reads only its own), or overwrite
-    each request's buffer and strings once forked; at least say so in docs/security.md."""
+    slot, the next job's directory). Landlock refused every access to it: a name, not a way in.
+    Fixed: no child is forked from the zygote; each is a spare forked by a template that never
+    reads a request, and reads only its own (``bench.sandbox.zygote``)."""
     limits = sandbox.Limits()
     previous = warm.lend(limits)  # an earlier job of the process, one child forked for it
     assert previous is not None and previous.server is not None
@@ -257,7 +254,7 @@ WEDGE = PROBE_PRELUDE + r'''
 import time
 class RLimit(ctypes.Structure):
     _fields_ = [("cur", ctypes.c_uint64), ("max", ctypes.c_uint64)]
-server = os.getppid()  # the zygote every later job's children are forked from
+server = os.getppid()  # the template every later job's children are forked from (bench.sandbox.zygote)
 low = RLimit(4, 4)
 probe("stop_server", lambda: os.kill(server, signal.SIGSTOP))
 probe("kill_init", lambda: os.kill(1, signal.SIGKILL))
@@ -267,6 +264,22 @@ probe("nice_server", lambda: os.setpriority(os.PRIO_PROCESS, server, 19))
 probe("affinity_server", lambda: os.sched_setaffinity(server, {0}))
 probe("sched_idle_server", lambda: os.sched_setscheduler(server, os.SCHED_IDLE, os.sched_param(0)))
 probe("ioprio_server", lambda: call(libc.syscall, 251, 1, server, 3 << 13))
+# the zygote (the template's parent) and the spare waiting for the next job's request (the
+# template's next fork): no pid in the server's namespace but its own may be signalled or read
+def reach_any(attempt):
+    reached = []
+    for pid in range(1, os.getpid() + 64):
+        if pid == os.getpid():
+            continue
+        try:
+            attempt(pid)
+            reached.append(pid)
+        except OSError:
+            pass
+    if reached:
+        raise RuntimeError(f"reached {reached}")
+probe("signal_any_pid", lambda: reach_any(lambda pid: os.kill(pid, signal.SIGSTOP)))
+probe("read_any_pid", lambda: reach_any(lambda pid: open(f"/proc/{pid}/stat").read()))
 jobs = os.path.dirname(os.path.dirname(os.getcwd()))  # the server's directory: every job's lies there
 probe("plant_in_server_dir", lambda: open(os.path.join(jobs, "planted"), "w").write("x"))
 probe("plant_in_job_dir", lambda: open(os.path.join(os.path.dirname(os.getcwd()), "planted"), "w").write("x"))
@@ -298,8 +311,9 @@ raise RuntimeError("WEDGE " + json.dumps(results, separators=(",", ":")))
 
 @needs_server
 def test_a_job_cannot_wedge_poison_or_outlive_into_the_shared_server(job_tmp: Path) -> None:
-    """A hostile idea stops, kills, renices, pins, or lowers the rlimits of the zygote every later
-    job is forked from (its parent: ``getppid``), plants files in the server's and the job's
+    """A hostile idea stops, kills, renices, pins, or lowers the rlimits of the template every later
+    job is forked from (its parent: ``getppid``), signals or reads any other pid of the server's
+    (the zygote, the spare that will be the next job's child), plants files in the server's and the job's
     directory and leaves a daemonised grandchild; it looks for what the fork handed down from the
     server (a writable shared mapping, a descriptor: a channel to later jobs' children). Each is refused (scoped signals, seccomp's
     ``prlimit64``/``sched_setaffinity`` on the caller only, no ``setpriority``/``sched_setscheduler``
@@ -317,6 +331,7 @@ def test_a_job_cannot_wedge_poison_or_outlive_into_the_shared_server(job_tmp: Pa
     for name in ("stop_server", "kill_init", "prlimit_server_nofile", "prlimit_server_stack", "nice_server",
                  "affinity_server", "sched_idle_server", "ioprio_server"):
         assert results[name] == "EPERM", (name, results)
+    assert results["signal_any_pid"] == "ok" and results["read_any_pid"] == "ok", results  # reached none
     for name in ("plant_in_server_dir", "plant_in_job_dir"):
         assert results[name] == "EACCES", (name, results)
     assert results["shared_writable"] == [] and results["foreign_fds"] == [], results
