@@ -73,8 +73,8 @@ READ = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hin
 REPORT_KEYS = ("report_id", "job_id", "track", "name", "system_verdict", "practical_verdict", "practical_detail",
                "mechanism_ok", "p_value", "q_value", "delta_mean", "delta_stage", "counted", "links")
 BENCH_KEYS = ("decided_by", "p_helps", "smallest_effect", "warnings", "parameter_parity", "sandbox")
-COMPARISON_KEYS = ("delta_mean", "rel_delta_pct", "p_value", "ci_low", "ci_high", "mde", "mde_rel_pct",
-                   "idea_wins", "n_pairs", "verdict")
+COMPARISON_KEYS = ("delta_mean", "rel_delta_pct", "p_value", "p_better", "alpha", "ci_low", "ci_high", "mde",
+                   "mde_rel_pct", "idea_wins", "n_pairs", "verdict")
 
 
 class _Out(BaseModel):
@@ -152,6 +152,20 @@ class ComparisonOut(_Out):
     mde: float | None = Field(default=None, description="The smallest effect this many pairs can detect.")
 
 
+class LookOut(_Out):
+    n_pairs: int | None = None
+    p_better: float | None = Field(default=None, description="The look's one-sided p that the idea is better.")
+    alpha: float | None = Field(default=None, description="The look's level: p_better at or below it wins.")
+
+
+class DecisionOut(_Out):
+    sided: str = Field(description="What the deciding test asks: one-sided, the idea better than the baseline.")
+    decided_by: str | None = Field(default=None, description="screening or confirmation.")
+    p_helps: float | None = Field(default=None, description="The deciding one-sided p.")
+    level: float | None = Field(default=None, description="The deciding stage's level (alpha).")
+    looks: list[LookOut] = Field(default_factory=list, description="The confirmation's looks, in order.")
+
+
 class ReportOut(_Out):
     report_id: str
     job_id: str
@@ -166,6 +180,8 @@ class ReportOut(_Out):
     summary: str | None = Field(default=None, description="The report's paragraph for people.")
     screening: ComparisonOut | None = None
     confirmation: ComparisonOut | None = None
+    decision: DecisionOut | None = Field(default=None, description="How the practical verdict was tested "
+                                         "(the compact report's; the full one holds it in its stages).")
 
 
 class ReportListOut(_Out):
@@ -184,6 +200,23 @@ def _check_out(found: dict[str, Any], check_id: str) -> dict[str, Any]:
     return {**with_face_hints("mcp", found), "next": nxt}
 
 
+def _decision(bench: dict[str, Any]) -> dict[str, Any]:
+    """How the practical verdict was tested: one-sided (the idea better: ``p_helps``, against the
+    deciding stage's level), and the confirmation's looks, each with its own level; the two-sided
+    ``p_value`` is descriptive (docs/statistics.md)."""
+    decided_by = bench.get("decided_by")
+    stage = (bench.get(decided_by) or {}) if decided_by in ("screening", "confirmation") else {}
+    confirmation = bench.get("confirmation") or {}
+    return {
+        "sided": "one-sided: the idea better than the baseline",
+        "decided_by": decided_by,
+        "p_helps": bench.get("p_helps"),
+        "level": (stage.get("comparison") or {}).get("alpha"),
+        "looks": [{k: look.get(k) for k in ("n_pairs", "p_better", "alpha")} for look in confirmation.get("looks") or []],
+        "two_sided_p": "descriptive only: p_value in each stage",
+    }
+
+
 def compact_report(row: dict[str, Any]) -> dict[str, Any]:
     """A report row with its deciding numbers only: verdicts, both stages' comparisons (the
     screening's and, when one ran, the confirmation's), the summary, warnings and links."""
@@ -196,6 +229,7 @@ def compact_report(row: dict[str, Any]) -> dict[str, Any]:
         block = bench.get(stage) or {}
         comparison = block.get("comparison") or {}
         out[stage] = {k: comparison.get(k) for k in COMPARISON_KEYS if k in comparison} if block else None
+    out["decision"] = _decision(bench)
     mechanism = bench.get("mechanism_signature")
     if mechanism:
         out["mechanism"] = {k: mechanism.get(k) for k in ("quantity", "confirmed", "detail", "idea_mean",

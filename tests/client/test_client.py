@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -237,6 +238,17 @@ def test_the_cli_verbs_and_login(service: tuple[str, str, Path], tmp_path: Path)
     missing = cli("report", "job_nope", env=env)
     assert missing.returncode == 2 and "hint: List your jobs with `ideabench jobs`." in missing.stderr
     assert "/v1/" not in missing.stderr
+    # without --json, a person's view: the job's events as a progress line on stderr, the verdict on stdout
+    watched = cli("submit", str(idea), "--track", "smoke", "--wait", "--name", "cli-progress", env=env)
+    assert watched.returncode == 0, watched.stderr
+    lines = watched.stderr.splitlines()  # not a terminal: one line an event, no carriage returns
+    assert lines[0].startswith("queued (position ") and lines[-1] == "ended: succeeded", lines
+    assert any(line.endswith(": started") for line in lines), lines
+    bars = [line for line in lines if line.startswith("[")]
+    assert bars and all(re.fullmatch(r"\[[#.]{24}\] \S+\s+\d+/\d+", bar) for bar in bars), bars
+    done_counts = [int(bar.rsplit(" ", 1)[1].split("/")[0]) for bar in bars]
+    assert done_counts == sorted(done_counts) and done_counts[-1] > 0, done_counts
+    assert "succeeded" in watched.stdout and "system_verdict=" in watched.stdout and "On smoke@1" in watched.stdout
     # --hparams, --idempotency-key: the same key answers the first job
     first = cli("submit", str(idea), "--track", "smoke", "--hparams", '{"width": [16]}', "--idempotency-key",
                 "cli-test-1", "--json", env=env)

@@ -18,9 +18,12 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from ideabench_client import Client as IdeabenchClient
+from ideabench_client import verify_webhook
 from tests.client.conftest import STREAM_MAX_S, slow_to_build
 from tests.client.test_client import WIDE
-from tests.workers.test_end_to_end import EXAMPLE
+from tests.workers.test_end_to_end import EXAMPLE, wait_for
+from tests.workers.test_webhooks import Receiver
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = {"list_tracks", "describe_track", "submit_idea", "wait_for_job", "get_report", "search_reports",
@@ -62,6 +65,8 @@ def test_an_agents_session_over_stdio(service: tuple[str, str, Path], capfd: pyt
     async def on_progress(p: float, total: float | None, message: str | None) -> None:
         progress.append((p, total, message))
 
+    receiver = Receiver()
+
     async def session() -> dict[str, Any]:
         async with stdio(url, key) as client:
             assert {t.name for t in (await client.list_tools()).tools} >= TOOLS
@@ -71,7 +76,7 @@ def test_an_agents_session_over_stdio(service: tuple[str, str, Path], capfd: pyt
             assert card["spec"]["input_shape"] == [8] and "build_model" in card["example_idea"]
             # the card's example, slow enough to build that the wait outlasts the stream's life
             job = _json(await client.call_tool("submit_idea", {"track": "smoke", "code": slow_to_build(card["example_idea"]),
-                                                                "name": "mcp-stdio"}))
+                                                                "name": "mcp-stdio", "callback_url": receiver.url}))
             assert job["status"] == "queued" and "wait_for_job" in job["next"]
             began = time.monotonic()
             done = _json(await client.call_tool(
@@ -88,6 +93,14 @@ def test_an_agents_session_over_stdio(service: tuple[str, str, Path], capfd: pyt
             assert compact["system_verdict"] in ("worked", "partial", "failed") and compact["summary"]
             assert compact["counted"] is True  # a built-in track's verdict counts in its totals
             assert "screening" in compact and "report" not in compact and "\"per_seed\"" not in json.dumps(compact)
+            # what decided, and how: one-sided, its level, the confirmation's looks (issue 27)
+            decision, screening = compact["decision"], compact["screening"]
+            assert decision["sided"].startswith("one-sided") and decision["decided_by"] in ("screening", "confirmation")
+            assert 0 < screening["alpha"] < 1 and 0 <= screening["p_better"] <= 1, screening
+            deciding = compact[decision["decided_by"]]
+            assert decision["level"] == deciding["alpha"], (decision, deciding)
+            if compact["confirmation"] is not None:
+                assert decision["looks"] and all(0 < look["alpha"] < 1 for look in decision["looks"]), decision
             assert len(json.dumps(compact)) < len(json.dumps(
                 _json(await client.call_tool("get_report", {"job_id": job["job_id"], "full": True})))) / 2
             report = _json(await client.call_tool("get_report", {"job_id": job["job_id"], "full": True}))
@@ -116,6 +129,13 @@ def test_an_agents_session_over_stdio(service: tuple[str, str, Path], capfd: pyt
             return dict(report)
 
     report = asyncio.run(session())
+    # submit_idea's callback_url reached the service: the worker's sender POSTs the signed end event once
+    with IdeabenchClient(url, key) as bench:
+        wait_for(lambda: bench.job(report["job_id"]).raw["callback"]["state"] == "delivered", 30, "the webhook")
+        receiver.close()
+        (headers, body), = receiver.received
+        message = verify_webhook(bench.me()["webhook_secret"], body, headers)
+    assert message["type"] == "job.succeeded" and message["data"]["report_id"] == report["report_id"]
     # stdio logs at WARNING unless asked (`ideabench mcp --log-level`): no line per request on stderr
     assert "Processing request" not in capfd.readouterr().err
     assert report["report"]["system_judged"] is True and report["system_verdict"] in ("worked", "partial", "failed")
