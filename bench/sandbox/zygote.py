@@ -21,14 +21,16 @@ restrict itself exits (status ``RESTRICT_FAILED``) before it runs anything: fail
 
 **No child inherits another's request.** The zygote parses every request (its heap keeps the
 freed strings: every job's directory), so no child is forked from it. Once prepared, and before
-any request, it forks a *template* (``_template``), which never reads a request: it keeps one
-*spare* forked from itself, waiting on the zygote's spare socket. The zygote hands the request's
-packet and descriptors on to that socket as they came; the spare that takes them reads only its
-own, tells the template (which forks the next spare) and the zygote (its pid), and becomes the
-child. The template reaps its children and reports their exits to the zygote, and kills one on
-its word (only a child it has not reaped: its pid is no one else's); what the template's heap
-holds is pids. A red team had read earlier jobs' directory names from a forked child's own heap
-(session 37).
+any request, it forks a *template* (``_template``), which never reads a request. For each request
+the zygote puts the request's packet and descriptors, as they came, on the spare socket and tells
+the template ``FORK``; the template forks a *spare*, which reads the request (only its own), sends
+the zygote its pid and becomes the child. The template reaps its children and reports their exits
+to the zygote, and kills one on its word (only a child it has not reaped: its pid is no one
+else's); what the template's heap holds is pids. A red team read earlier jobs' directory names
+from a forked child's own heap (session 37); a second (session 38) read, from the start time of
+a spare forked in advance, when the previous child had been forked, and had an earlier child's
+exit, reported late, taken for a new child's that reused its pid: a spare is forked at its
+request, and the exits reported before a spare's fork are forwarded before its pid is taken.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ MAX_PACKET = 1 << 16
 RESTRICT_FAILED = 71  # the child's exit status when Landlock, rlimits or its descriptors failed
 PROTO_FD = 3  # the child's protocol pipe, at a fixed number
 SPARE_WAIT_S = 20.0  # the spare's pid, once handed a request (below the parent's FORK_TIMEOUT_S)
-PID = struct.Struct("=i")  # the template's and the spares' words: a pid
+PID = struct.Struct("=i")  # the zygote's words to the template (a pid to kill, or FORK) and a spare's
+FORK = 0  # the zygote's word: fork a spare for the request waiting (no child's pid is 0)
 EXIT = struct.Struct("=ii")  # the template's report: a child's pid and its exit status
 
 
@@ -72,9 +75,9 @@ def _prctl_deathsig() -> None:
         raise OSError(ctypes.get_errno(), "PR_SET_PDEATHSIG failed")
 
 
-def _spare(template: int, requests: socket.socket, taken: int, others: list[socket.socket]) -> None:
-    """In a spare, forked by the template: wait for one request on ``requests``, say so (the pid
-    to the template on ``taken``, to the zygote on ``requests``), become that child; never returns."""
+def _spare(template: int, requests: socket.socket, others: list[socket.socket]) -> None:
+    """In a spare, forked by the template for one request: read it on ``requests``, send its pid
+    to the zygote there, become that child; never returns."""
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -87,7 +90,6 @@ def _spare(template: int, requests: socket.socket, taken: int, others: list[sock
         data, fds, _, _ = socket.recv_fds(requests, MAX_PACKET, 3)
         if not data:
             os._exit(0)  # the zygote is gone
-        os.write(taken, PID.pack(os.getpid()))
         requests.send(PID.pack(os.getpid()))
         requests.detach()
         if len(fds) != 3:
@@ -147,42 +149,25 @@ def _become_child(fds: list[int], spec: dict[str, Any]) -> None:
 
 
 def _template(report: socket.socket, requests: socket.socket) -> None:
-    """In the template, forked by the zygote before any request: keep one spare waiting on
-    ``requests``, reap every child and report its exit on ``report``, kill one on the zygote's
-    word; never returns. Ends (and its children with it) when the zygote does."""
+    """In the template, forked by the zygote before any request: on the zygote's ``FORK`` word
+    fork a spare that takes the request waiting on ``requests``; reap every child and report its
+    exit on ``report``; kill one on the zygote's word (a pid); never returns. Ends (and its
+    children with it) when the zygote does."""
     try:
         _prctl_deathsig()
-        zygote = os.getppid()
-        if zygote == 1:
+        if os.getppid() == 1:
             raise RuntimeError("the zygote ended before its template was ready")
         me = os.getpid()
-        taken_r, taken_w = os.pipe2(os.O_NONBLOCK)
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(wake_w)
-        children: set[int] = set()  # forked and not yet reaped (the spare among them)
-        spare: int | None = None
-        lost = 0  # spares in a row that ended before they took a request
+        children: set[int] = set()  # forked and not yet reaped
         while True:
-            if lost >= 3:
-                raise RuntimeError("three spares in a row ended before they took a request")
-            if spare is None:
-                spare = os.fork()
-                if spare == 0:
-                    _spare(me, requests, taken_w, [report])
-                children.add(spare)
             try:
-                readable, _, _ = select.select([report.fileno(), wake_r, taken_r], [], [])
+                readable, _, _ = select.select([report.fileno(), wake_r], [], [])
             except InterruptedError:
                 continue
-            if taken_r in readable:  # before the reaping: a spare that took its request and ended is no loss
-                try:
-                    words = os.read(taken_r, 4096)
-                except BlockingIOError:
-                    words = b""
-                if spare is not None and spare in {w for (w,) in PID.iter_unpack(words[: len(words) // 4 * 4])}:
-                    spare, lost = None, 0
-            if wake_r in readable:
+            if wake_r in readable:  # first: an exit is reported before a fork that may reuse its pid
                 try:
                     os.read(wake_r, 4096)
                 except BlockingIOError:
@@ -192,15 +177,18 @@ def _template(report: socket.socket, requests: socket.socket) -> None:
                     if pid == 0:
                         break
                     children.discard(pid)
-                    if pid == spare:
-                        spare, lost = None, lost + 1
                     report.send(EXIT.pack(pid, os.waitstatus_to_exitcode(status)))
             if report.fileno() in readable:
                 word = report.recv(64)
                 if not word:
                     os._exit(0)  # the zygote is gone
                 (pid,) = PID.unpack(word[: PID.size])
-                if pid in children and pid != spare:  # not reaped: its pid is no one else's
+                if pid == FORK:  # the spare is forked now, for the request waiting: its start time is the request's
+                    spare = os.fork()
+                    if spare == 0:
+                        _spare(me, requests, [report])
+                    children.add(spare)
+                elif pid in children:  # not reaped: its pid is no one else's
                     try:
                         os.killpg(pid, signal.SIGKILL)
                     except (ProcessLookupError, PermissionError):
@@ -212,9 +200,11 @@ def _template(report: socket.socket, requests: socket.socket) -> None:
             os._exit(1)
 
 
-def _hand_on(spares: socket.socket, data: bytes, fds: list[int]) -> int:
-    """Give a request to the waiting spare; its pid once it took it (OSError: none did in time)."""
+def _hand_on(spares: socket.socket, report: socket.socket, data: bytes, fds: list[int]) -> int:
+    """Have the template fork a spare for a request and give it the request; the spare's pid once
+    it took it (OSError: none did in time)."""
     socket.send_fds(spares, [data], fds)
+    report.send(PID.pack(FORK))
     spares.settimeout(SPARE_WAIT_S)
     try:
         word = spares.recv(64)
@@ -223,6 +213,30 @@ def _hand_on(spares: socket.socket, data: bytes, fds: list[int]) -> int:
     if len(word) != PID.size:
         raise OSError("the spare socket closed")
     return int(PID.unpack(word)[0])
+
+
+def _forward_exits(report: socket.socket, sock: socket.socket, children: set[int], *, wait: bool,
+                   new: int | None = None) -> tuple[bool, int | None]:
+    """Send the parent the exits the template reported of children it was told of (every report
+    queued; with ``wait``, at least one). ``new``: the pid of a spare not yet announced, whose own
+    exit may be queued behind that of an earlier child with the same pid; that exit is returned,
+    to be sent after the spare's ``forked``. False once the template is gone (and every child with it)."""
+    flags = 0 if wait else socket.MSG_DONTWAIT
+    early = None
+    while True:
+        try:
+            word = report.recv(64, flags)
+        except BlockingIOError:
+            return True, early
+        if len(word) != EXIT.size:
+            return False, early
+        pid, returncode = EXIT.unpack(word)
+        if pid in children:  # an earlier child's (reaped before the spare was forked, if its pid is new's)
+            children.discard(pid)
+            _send(sock, {"exited": pid, "returncode": returncode})
+        elif pid == new:
+            early = returncode
+        flags = socket.MSG_DONTWAIT
 
 
 def main() -> None:
@@ -258,14 +272,8 @@ def main() -> None:
             readable, _, _ = select.select([sock.fileno(), report.fileno()], [], [])
         except InterruptedError:
             continue
-        if report.fileno() in readable:
-            word = report.recv(64)
-            if len(word) != EXIT.size:
-                return  # the template is gone, and every child with it: so is the server
-            pid, returncode = EXIT.unpack(word)
-            if pid in children:
-                children.discard(pid)
-                _send(sock, {"exited": pid, "returncode": returncode})
+        if report.fileno() in readable and not _forward_exits(report, sock, children, wait=True)[0]:
+            return  # the template is gone, and every child with it: so is the server
         if sock.fileno() not in readable:
             continue
         try:
@@ -295,7 +303,7 @@ def main() -> None:
             _send(sock, {"error": f"{type(exc).__name__}: {exc}", "nonce": request.get("nonce") if isinstance(request, dict) else None})
             continue
         try:
-            pid = _hand_on(spares, data, fds)
+            pid = _hand_on(spares, report, data, fds)
         except OSError as exc:
             # a spare that took it late would answer the next request's: serve no more
             _send(sock, {"error": f"{type(exc).__name__}: {exc}", "nonce": nonce})
@@ -303,5 +311,13 @@ def main() -> None:
         finally:
             for fd in fds:
                 os.close(fd)
-        children.add(pid)
+        # the exits the template reported before it forked this spare first: one of them may be
+        # of an earlier child whose pid the spare reuses (red team, session 38)
+        alive, early = _forward_exits(report, sock, children, wait=False, new=pid)
+        if not alive:
+            return
         _send(sock, {"forked": pid, "nonce": nonce})
+        if early is None:
+            children.add(pid)
+        else:  # it ended already (a restriction that failed)
+            _send(sock, {"exited": pid, "returncode": early})
