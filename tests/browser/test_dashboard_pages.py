@@ -149,6 +149,43 @@ def test_the_report_page_plots_every_paired_seed(service: Service, signed_in: An
     assert page.page.locator("#timeline tbody tr").count() >= 4  # queued, started, stages, end
 
 
+def test_the_report_page_says_which_test_decided_and_how_as_a_browser_shows_it(service: Service,
+                                                                              signed_in: Any) -> None:
+    """Issue 27.7 in a real browser: the headline names the deciding stage and its one-sided test,
+    each look of a confirmation with its pairs, and marks a confirmation's two-sided figures (its
+    one-sided test decides) descriptive (the visible text, after the page's styles)."""
+    item = service.api("GET", "/v1/reports")["items"][0]
+    report = service.api("GET", f"/v1/reports/{item['report_id']}")["report"]
+    bench = report["bench_report"]
+    page = signed_in("viewer")
+    page.open(f"/dashboard/reports/{item['report_id']}")
+    headline = page.page.locator("#headline")
+    assert page.page.locator("#decided-by").inner_text().startswith(bench["decided_by"])
+    helps = headline.locator("dt", has_text="p that it helps").locator("xpath=following-sibling::dd[1]").inner_text()
+    if bench.get("p_helps") is not None:
+        assert "one-sided" in helps, helps
+    confirmation = bench.get("confirmation")
+    if confirmation is not None and confirmation.get("looks"):
+        text = page.page.locator("#confirmation").inner_text()
+        assert "one-sided" in text, text
+        for number, look in enumerate(confirmation["looks"], start=1):
+            assert f"look {number}: {look['n_pairs']} pairs" in text, text
+    else:
+        assert page.page.locator("#confirmation").count() == 0
+    rows = page.page.locator("#stages tbody tr")
+    for i in range(rows.count()):
+        row = rows.nth(i)
+        descriptive = "descriptive" in (row.get_attribute("class") or "")
+        shown = row.locator(".tag", has_text="descriptive")
+        assert shown.count() == (2 if descriptive else 0) and all(shown.nth(j).is_visible() for j in range(shown.count()))
+    # the screening's two-sided test decides it; a confirmation's two-sided figures never decide
+    screening = page.page.locator("#stages tbody tr[data-comparison=screening]")
+    assert screening.count() == 1 and "descriptive" not in (screening.get_attribute("class") or "")
+    if confirmation is not None:
+        assert "descriptive" in (page.page.locator("#stages tbody tr[data-comparison=confirmation]")
+                                 .get_attribute("class") or "")
+
+
 def test_filters_change_the_table(service: Service, signed_in: Any) -> None:
     items = service.api("GET", "/v1/reports")["items"]
     assert len(items) >= 2
