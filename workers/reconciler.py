@@ -20,6 +20,7 @@ Every change is a compare-and-set, so several reconcilers may run at once.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from app.jobs import leases
 from app.jobs.models import Job, JobStatus
 from app.reports.models import sequence_strays
 from app.tracks import service as tracks_service
+from bench.catalog import list_cards, unavailable_reason
 from bench.errors import DEFAULT_HINTS, ErrorCode
 from workers.context import WorkerContext
 from workers.tracks import VALIDATION_TIMEOUT_S
@@ -141,6 +143,9 @@ class WorkerLoop(threading.Thread):
         super().__init__(name="ideabench-reconciler", daemon=True)
         self.ctx = ctx
         self.sandbox = sandbox
+        # the built-in tracks this worker's environment cannot run (their data is missing), once
+        self.unavailable = {card["name"]: why for card in list_cards()
+                            if (why := unavailable_reason(card, os.environ)) is not None}
         self.beat_every_s = beat_every_s
         self._stop_event = threading.Event()
 
@@ -172,7 +177,7 @@ class WorkerLoop(threading.Thread):
         settings = self.ctx.settings
         with self.ctx.sessions() as session:
             health_repository.record_beat(session, self.ctx.worker_id, settings.worker_queue, settings.device,
-                                          db_now(session), sandbox=self.sandbox)
+                                          db_now(session), sandbox=self.sandbox, unavailable=self.unavailable)
             session.commit()
 
     def stop(self) -> None:

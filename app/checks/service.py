@@ -36,7 +36,7 @@ def create(session: Session, caller: Caller, body: IdeaCheckRequest, settings: S
         raise BenchError(ErrorCode.UNKNOWN_TRACK, f"Checks run on built-in tracks; {body.track!r} is not one.",
                          "Submit the idea to a custom track as a job (POST /v1/ideas): its errors come back the "
                          "same way, as the job's error.")
-    card = tracks_service.runnable_builtin(body.track)
+    card = tracks_service.runnable_builtin(body.track, tracks_service.live_workers(session, settings))
     jobs_service.validate_submission(IdeaSubmission(**body.model_dump()), settings, body.track, card)
     open_checks = session.scalar(select(func.count()).select_from(IdeaCheck).where(
         IdeaCheck.submitter_id == caller.key_id,

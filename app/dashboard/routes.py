@@ -249,7 +249,8 @@ def report(request: Request, report_id: str, session: SessionDep, viewer: Viewer
 @router.get("/tracks")
 def tracks(request: Request, session: SessionDep, viewer: ViewerDep) -> HTMLResponse:
     counts = tracks_service.report_counts(session)
-    cards = [tracks_service.builtin_view(c, counts) for c in list_cards()]
+    workers = tracks_service.live_workers(session, request.app.state.settings)
+    cards = [tracks_service.builtin_view(c, counts, workers) for c in list_cards()]
     cards += [tracks_service.custom_view(r, counts.get(r.id, 0)) for r in tracks_service.list_custom(session)]
     return page(request, "tracks.html", viewer, cards=cards)
 
@@ -258,7 +259,7 @@ def tracks(request: Request, session: SessionDep, viewer: ViewerDep) -> HTMLResp
 def track(request: Request, ident: str, session: SessionDep, viewer: ViewerDep,
           cursor: Annotated[str | None, Query(min_length=1, max_length=2000)] = None) -> HTMLResponse:
     """A track's card, spec and example idea, and its reports with q-values, best evidence first."""
-    card = tracks_service.card(session, ident)
+    card = tracks_service.card(session, ident, request.app.state.settings)
     name = card.id if card.kind == "custom" else card.name
     result = reports_service.report_page(session, ReportFilters(track=name), ReportSort.P_HELPS, PAGE_SIZE, cursor)
     next_url = f"/dashboard/tracks/{ident}?{_query(cursor=result.next_cursor)}" if result.next_cursor else None
@@ -332,7 +333,9 @@ def operator(request: Request, session: SessionDep, viewer: OperatorViewerDep) -
     by_day = failures_by_day(session, since.replace(hour=0, minute=0, second=0, microsecond=0))
     depth = {"cpu": 0, "gpu": 0, **state.queue_depth}
     # built-in tracks this deployment cannot run (their submissions are refused: track_unavailable)
-    unavailable = [c for c in (tracks_service.builtin_view(card, {}) for card in list_cards()) if c.available is False]
+    workers = tracks_service.live_workers(session, settings)
+    unavailable = [c for c in (tracks_service.builtin_view(card, {}, workers) for card in list_cards())
+                   if c.available is False]
     return page(request, "operator.html", viewer, state=state, running=running, queued=queued, depth=depth,
                 unavailable=unavailable,
                 figure=charts.failures_figure(by_day, since.date(), now.date()), worker_seen_s=settings.worker_seen_s,

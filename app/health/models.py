@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import String
+from sqlalchemy import JSON, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, UTCDateTime, utcnow
@@ -21,5 +21,9 @@ class WorkerBeat(Base):
     # What the worker's sandbox check found at its start (bench.sandbox.SandboxCheck.describe):
     # "complete", "weak: missing ..." (judging, development only) or "refused: missing ...".
     sandbox: Mapped[str | None] = mapped_column(String(200))
+    # The built-in tracks this worker cannot run, each with why (``bench.catalog.unavailable_reason``
+    # of its own environment: cifar10's data is on the workers, not on the API's hosts). None: a
+    # worker from before the column, which said nothing.
+    unavailable: Mapped[dict[str, str] | None] = mapped_column(JSON)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)

@@ -45,11 +45,24 @@ def judges(sandbox: str | None) -> bool:
 
 
 def record_beat(session: Session, worker_id: str, queue: str, device: str, now: datetime, *,
-                sandbox: str) -> None:
+                sandbox: str, unavailable: dict[str, str] | None = None) -> None:
     """Say this worker is alive (update, or insert the first time), with what its sandbox check
-    found (``bench.sandbox.SandboxCheck.describe``)."""
+    found (``bench.sandbox.SandboxCheck.describe``) and the built-in tracks it cannot run."""
     result = session.execute(update(WorkerBeat).where(WorkerBeat.id == worker_id).values(
-        seen_at=now, sandbox=sandbox))
+        seen_at=now, sandbox=sandbox, unavailable=unavailable))
     if int(result.rowcount) == 0:  # type: ignore[attr-defined]
         session.add(WorkerBeat(id=worker_id, queue=queue, device=device, started_at=now, seen_at=now,
-                               sandbox=sandbox))
+                               sandbox=sandbox, unavailable=unavailable))
+
+
+def tracks_unavailable(session: Session, within_s: float, queue: str | None = None) -> list[dict[str, str]] | None:
+    """What each worker that may judge, seen in the last ``within_s`` seconds (on ``queue``, or on
+    any), said it cannot run: one ``{track: why}`` each. None where no such worker said anything
+    (none is alive, or each predates the column): the caller then asks its own environment."""
+    since = db_now(session) - timedelta(seconds=within_s)
+    query = select(WorkerBeat.sandbox, WorkerBeat.unavailable).where(WorkerBeat.seen_at >= since)
+    if queue is not None:
+        query = query.where(WorkerBeat.queue == queue)
+    said = [dict(unavailable) for state, unavailable in session.execute(query)
+            if judges(state) and isinstance(unavailable, dict)]
+    return said or None

@@ -285,11 +285,13 @@ async def prepare(
 ) -> Pending:
     """A submission checked and made into its row (``check``). A small one on a built-in track
     (a request body of at most ``INLINE_BODY_BYTES``) is checked here, which costs less than a
-    thread hop (about 1 ms for a track's example idea); a larger one in the thread pool, where
-    it cannot stall this process's other requests (a 16 KB file of tiny statements takes 0.3 s),
-    and a custom track's, which is read from the database, too."""
+    thread hop (about 1 ms for a track's example idea) where the last read of the workers' beats
+    is fresh (``tracks_service.cached_workers``); a larger one in the thread pool, where it cannot
+    stall this process's other requests (a 16 KB file of tiny statements takes 0.3 s), and one
+    that must read the database (a custom track, the workers' beats), too."""
     args = (caller, body, idempotency_key, settings, fair_use, sessions, request_id)
-    if body_bytes <= INLINE_BODY_BYTES and is_builtin(body.track):
+    if (body_bytes <= INLINE_BODY_BYTES and is_builtin(body.track)
+            and tracks_service.workers_fresh(settings, body.device or settings.default_job_device)):
         return check(*args)
     return await run_in_threadpool(check, *args)
 
@@ -308,11 +310,13 @@ def check(
                                                                             caller.daily_job_quota)
     pending = Pending(caller.key_id, idempotency_key, service.request_digest(body), None, cap=cap, quota=quota)
     try:
-        if is_builtin(body.track):  # no database to ask
-            track, card = body.track, tracks_service.runnable_builtin(body.track)
+        # a built-in track runs where a live worker of the submission's queue can run it
+        workers = tracks_service.cached_workers(sessions, settings, body.device or settings.default_job_device)
+        if is_builtin(body.track):  # no database to ask beyond that (read at most every few seconds)
+            track, card = body.track, tracks_service.runnable_builtin(body.track, workers)
         else:
             with sessions() as session:
-                track, card = tracks_service.resolve_for_job(session, body.track)
+                track, card = tracks_service.resolve_for_job(session, body.track, workers)
         checked = service.validate_submission(body, settings, track, card)
         if (body.device or settings.default_job_device) == "gpu":
             with sessions() as session:

@@ -31,7 +31,8 @@ def list_tracks(
     counts = service.report_counts(session)
     items: list[TrackCard] = []
     if kind in (None, "builtin") and status in (None, TrackStatus.ACTIVE):
-        items += [service.builtin_view(card, counts) for card in list_cards()]
+        workers = service.live_workers(session, settings)
+        items += [service.builtin_view(card, counts, workers) for card in list_cards()]
     if kind in (None, "custom"):
         items += [service.custom_view(row, counts.get(row.id, 0)) for row in service.list_custom(session, status)]
     return TrackList(items=[service.with_limits(item, settings) for item in items])
@@ -71,7 +72,7 @@ def register_track(
 def get_track(ident: str, session: SessionDep, _caller: ReaderDep, settings: SettingsDep) -> TrackCard:
     """One track: a built-in card with its example idea, or a custom version with its source,
     and the limits of every job here."""
-    return service.with_limits(service.card(session, ident), settings)
+    return service.with_limits(service.card(session, ident, settings), settings)
 
 
 @router.post("/{ident}/deprecate", response_model=TrackCard, responses=error_responses(404))

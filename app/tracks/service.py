@@ -9,15 +9,18 @@ deprecated (no new jobs; its reports and source stay).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, or_, select, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.db import utcnow
 from app.errors import ApiCode, ApiError
@@ -33,6 +36,8 @@ from bench.card import TrackSettings
 from bench.catalog import get_card, is_builtin, track_names, unavailable_reason
 from bench.errors import BenchError, ErrorCode
 from bench.track_source import NAME_RE, parse_track_source, source_sha256
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -167,24 +172,81 @@ def engine_card(row: CustomTrackRow) -> dict[str, Any]:
     return card
 
 
-def runnable_builtin(ident: str) -> dict[str, Any]:
+def deployment_unavailable(card: dict[str, Any], workers: list[dict[str, str]] | None) -> str | None:
+    """Why this deployment cannot run a built-in track now (None: it can). ``workers``: what the
+    live workers that may judge said they cannot run (``health.repository.tracks_unavailable``):
+    the track runs where one of them can, whatever the API's own host holds (cifar10's data lies on
+    the workers). With none (no worker seen, or only workers from before they said): this
+    process's environment, as an embedded service's worker shares it."""
+    if not workers:
+        return unavailable_reason(card, os.environ)
+    reasons = [said.get(card["name"]) for said in workers]
+    if any(why is None for why in reasons):
+        return None
+    return f"none of the {len(reasons)} live workers can run it ({reasons[0]})"
+
+
+def live_workers(session: Session, settings: Settings, queue: str | None = None) -> list[dict[str, str]] | None:
+    """What the workers that may judge, seen within ``settings.worker_seen_s`` (on ``queue``, or
+    on any), said they cannot run (``deployment_unavailable``'s ``workers``)."""
+    from app.health import repository as health_repository
+
+    return health_repository.tracks_unavailable(session, settings.worker_seen_s, queue)
+
+
+WORKERS_TTL_S = 5.0  # how long a submission's intake trusts its last read of the workers' beats
+_workers_read: dict[tuple[str, str], tuple[float, list[dict[str, str]] | None]] = {}
+_workers_lock = threading.Lock()
+
+
+def workers_fresh(settings: Settings, queue: str) -> bool:
+    """Whether ``cached_workers`` answers without the database (a submission's intake then checks
+    a built-in track's on the event loop: no query there)."""
+    with _workers_lock:
+        hit = _workers_read.get((settings.database_url, queue))
+    return hit is not None and time.monotonic() - hit[0] < WORKERS_TTL_S
+
+
+def cached_workers(sessions: sessionmaker[Session], settings: Settings, queue: str) -> list[dict[str, str]] | None:
+    """``live_workers`` for a submission's intake, read at most every ``WORKERS_TTL_S`` per
+    database and queue (a beat is written every few seconds, a worker counts for two minutes: a
+    query per submission would buy nothing). Where the database cannot answer, the last read
+    stands (the submission's own write then tells the database's state)."""
+    key = (settings.database_url, queue)
+    with _workers_lock:
+        hit = _workers_read.get(key)
+    if hit is not None and time.monotonic() - hit[0] < WORKERS_TTL_S:
+        return hit[1]
+    try:
+        with sessions() as session:
+            value = live_workers(session, settings, queue)
+    except SQLAlchemyError:
+        log.warning("the workers' beats could not be read; the last read stands", exc_info=True)
+        return hit[1] if hit is not None else None
+    with _workers_lock:
+        _workers_read[key] = (time.monotonic(), value)
+    return value
+
+
+def runnable_builtin(ident: str, workers: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """A built-in track's card for a submission; ``track_unavailable`` when this deployment
-    cannot run it (its data is missing: cifar10 without IDEABENCH_CIFAR10_DIR)."""
+    cannot run it (``deployment_unavailable``: no live worker holds cifar10's data)."""
     card = get_card(ident)
-    why = unavailable_reason(card, os.environ)
+    why = deployment_unavailable(card, workers)
     if why is not None:
         raise BenchError(ErrorCode.TRACK_UNAVAILABLE, f"Track {card['id']} cannot run here: {why}.")
     return card
 
 
-def resolve_for_job(session: Session, ident: str) -> tuple[str, dict[str, Any]]:
+def resolve_for_job(session: Session, ident: str,
+                    workers: list[dict[str, str]] | None = None) -> tuple[str, dict[str, Any]]:
     """``(track id to store on the job, card)`` for a submission; raises ``BenchError``.
 
     Built-in tracks keep the name as submitted; a custom track resolves to its
     exact ``name@version`` so the job runs the version the agent was shown.
     """
     if is_builtin(ident):
-        return ident, runnable_builtin(ident)
+        return ident, runnable_builtin(ident, workers)
     row = get(session, ident)
     if row is None:
         known = ", ".join(track_names())
@@ -341,9 +403,10 @@ def record_validation(
     return bool(session.execute(stmt).rowcount)  # type: ignore[attr-defined]
 
 
-def builtin_view(card: dict[str, Any], counts: dict[str, int]) -> TrackCard:
-    """The API's card of a built-in track (``counts``: reports per track)."""
-    why = unavailable_reason(card, os.environ)
+def builtin_view(card: dict[str, Any], counts: dict[str, int], workers: list[dict[str, str]] | None = None) -> TrackCard:
+    """The API's card of a built-in track (``counts``: reports per track; ``workers``: what the live
+    workers cannot run, ``deployment_unavailable``)."""
+    why = deployment_unavailable(card, workers)
     return TrackCard.model_validate({
         **card, "kind": "builtin", "status": TrackStatus.ACTIVE, "deprecated": False, "author": "ideabench",
         "n_reports": counts.get(card["name"], 0), "available": why is None, "unavailable_reason": why,
@@ -359,7 +422,7 @@ def with_limits(view: TrackCard, settings: Settings) -> TrackCard:
     return view
 
 
-def card(session: Session, ident: str) -> TrackCard:
+def card(session: Session, ident: str, settings: Settings) -> TrackCard:
     """One track's card: a built-in one with its example idea, or a custom version with its
     source; 404 ``unknown_track``."""
     if not IDENT.fullmatch(ident):
@@ -370,7 +433,7 @@ def card(session: Session, ident: str) -> TrackCard:
             found = get_card(ident)
         except BenchError as exc:
             raise ApiError.from_bench(exc, status=404) from None
-        return builtin_view(found, counts)
+        return builtin_view(found, counts, live_workers(session, settings))
     row = get(session, ident)
     if row is None:
         raise ApiError.from_bench(BenchError("unknown_track", f"No track named {ident!r}."), status=404)

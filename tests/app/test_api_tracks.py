@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import delete
+
+from app.health.models import WorkerBeat
 from app.tracks import service as tracks_service
 from app.tracks.schemas import TrackRegistration
 from tests.app.factories import insert_report, key_id, report_body
@@ -248,6 +251,70 @@ def test_a_track_that_cannot_run_is_listed_so_and_refused_at_once(client: Any, k
     monkeypatch.setenv("IDEABENCH_CIFAR10_DIR", str(tmp_path))  # set, but empty
     cifar = client.get("/v1/tracks/cifar10", headers=bearer(keys["viewer"])).json()
     assert cifar["available"] is False and "lacks data_batch_1" in cifar["unavailable_reason"]
+
+
+def test_a_tracks_availability_is_what_the_live_workers_say_not_the_api_hosts(
+        app: Any, client: Any, keys: dict[str, str], monkeypatch: Any, tmp_path: Any) -> None:
+    """Issue 27.3: availability was read from the API process's environment, but cifar10's data lies
+    on the workers (docs/deploy.md): an API host without it refused a track its workers could run,
+    and one with it took jobs no worker could. Each worker's beat now says what it cannot run; a
+    track is available where a live worker that may judge can run it (on the submission's queue),
+    and only with no such worker does the API's own environment decide (an embedded service)."""
+    import datetime as dt
+
+    from app.db import utcnow
+    from app.health import repository as health_repository
+
+    monkeypatch.setattr(tracks_service, "WORKERS_TTL_S", 0.0)  # each submission reads the beats anew
+
+    def beat(worker: str, unavailable: dict[str, str] | None, *, queue: str = "cpu", sandbox: str = "complete",
+             age_s: float = 0.0) -> None:
+        with app.state.sessionmaker() as session:
+            health_repository.record_beat(session, worker, queue, "cpu", utcnow() - dt.timedelta(seconds=age_s),
+                                          sandbox=sandbox, unavailable=unavailable)
+            session.commit()
+
+    def cifar() -> dict[str, Any]:
+        listed = client.get("/v1/tracks", headers=bearer(keys["viewer"])).json()["items"]
+        one = client.get("/v1/tracks/cifar10", headers=bearer(keys["viewer"])).json()
+        found = next(item for item in listed if item["name"] == "cifar10")
+        assert (found["available"], found["unavailable_reason"]) == (one["available"], one["unavailable_reason"])
+        return dict(one)
+
+    code = client.get("/v1/tracks/cifar10", headers=bearer(keys["viewer"])).json()["example_idea"]
+
+    def submitted() -> Any:
+        return client.post("/v1/ideas", json={"track": "cifar10", "code": code}, headers=bearer(keys["agent"]))
+
+    monkeypatch.delenv("IDEABENCH_CIFAR10_DIR", raising=False)  # the API's host has no data
+    missing = "IDEABENCH_CIFAR10_DIR is not set on this deployment"
+    beat("nodata:1", {"cifar10": missing})
+    beat("old:1", None)  # a worker from before the column said nothing: it does not count
+    beat("stale:1", {}, age_s=3600)  # one that could, gone an hour: does not count
+    beat("refused:1", {}, sandbox="refused: missing namespaces")  # it may not judge
+    beat("gpu:1", {}, queue="gpu")  # it could, on another queue than a submission's
+    assert cifar()["available"] is True  # listed: the GPU worker can run it
+    refused = submitted()  # a cpu submission: only nodata:1 serves its queue
+    assert refused.status_code == 409 and refused.json()["code"] == "track_unavailable", refused.text
+    assert "none of the 1 live workers" in refused.json()["message"] and missing in refused.json()["message"]
+    with app.state.sessionmaker() as session:
+        session.execute(delete(WorkerBeat).where(WorkerBeat.id == "gpu:1"))
+        session.commit()
+    state = cifar()
+    assert state["available"] is False and state["unavailable_reason"].startswith("none of the 1 live workers")
+    beat("data:1", {})  # a worker with the data: the track runs, though the API's host has none
+    assert cifar()["available"] is True and cifar()["unavailable_reason"] is None
+    accepted = submitted()
+    assert accepted.status_code == 202, accepted.text
+    # the API's host has the data, no worker does: not available (the old rule took the job)
+    monkeypatch.setenv("IDEABENCH_CIFAR10_DIR", str(tmp_path))
+    for name in (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"):
+        (tmp_path / name).write_bytes(b"x")
+    assert tracks_service.deployment_unavailable(tracks_service.get_card("cifar10"), None) is None
+    with app.state.sessionmaker() as session:
+        session.execute(delete(WorkerBeat).where(WorkerBeat.id == "data:1"))
+        session.commit()
+    assert cifar()["available"] is False and submitted().json()["code"] == "track_unavailable"
 
 
 def test_after_a_seed_rotation_the_same_file_is_validated_again_as_a_new_version(app: Any, client: Any,

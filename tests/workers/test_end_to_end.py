@@ -149,6 +149,16 @@ def test_smoke_example_end_to_end(stack: Any) -> None:
     assert job["progress"]["runs_total"] and job["progress"]["runs_done"] == job["progress"]["runs_total"]
     assert job["progress"]["runs_at_most"] == job["progress"]["runs_total"]  # everything decided: made
     assert "request e2e-submit-1" in log.read_text()  # the submission's id in the worker's lines
+    # the worker's beat says which built-in tracks it cannot run, and the listing is the worker's word
+    with app.state.sessionmaker() as session:
+        (said,) = session.scalars(select(WorkerBeat.unavailable)).all()
+    assert isinstance(said, dict) and "smoke" not in said
+    cifar = client.get("/v1/tracks/cifar10", headers=bearer(token)).json()
+    if "cifar10" in said:  # no IDEABENCH_CIFAR10_DIR with the data on this host
+        assert cifar["available"] is False and cifar["unavailable_reason"] == \
+            f"none of the 1 live workers can run it ({said['cifar10']})"
+    else:
+        assert cifar["available"] is True
     report = client.get(f"/v1/jobs/{job_id}/report", headers=bearer(token)).json()
     body = report["report"]
     assert body["system_judged"] is True and body["bench_report"]["comparison"]["n_pairs"] == 8
