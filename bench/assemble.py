@@ -100,6 +100,10 @@ class Outcome:
     # look): the card's repeats, or 1 where the first runs decided the look (bench.decide:
     # repeats_futile, efficacy).
     repeats_made: dict[str, list[int]] = field(default_factory=dict)
+    # Each arm's dearest forward per example (``bench.decide.dearest_per_example``, the trusted
+    # trainer's count): what compute parity also holds an idea to (a matched baseline's job takes
+    # the canonical baseline's from its check).
+    dearest: dict[str, float] = field(default_factory=dict)
 
     @property
     def lower_is_better(self) -> bool:
@@ -416,6 +420,7 @@ def build_report(outcome: Outcome) -> Report:
         parameter_parity={**n_params, "ratio": ratio, "buffers": outcome.buffers, "tensors": outcome.tensors,
                           "max_ratio": settings.param_parity_ratio, "counted_by": "bench",
                           "flops_per_example": outcome.flops,
+                          **({"dearest_per_example": outcome.dearest} if outcome.dearest else {}),
                           "compute_ratio": outcome.flops["idea"] / max(outcome.flops["baseline"], 1.0),
                           "max_compute_ratio": settings.compute_ratio},
         capture=outcome.capture,

@@ -388,6 +388,10 @@ class Counted:
         """Per config, its dearest forward per example (``dearest_forward``)."""
         return [dearest_forward([r for r, _ in f], [c for _, c in f], batch_size) for f in self.forwards]
 
+    def dearest_cost(self, batch_size: int) -> float:
+        """The dearest forward of any config, per example (``dearest_per_example``)."""
+        return max(dearest_per_example(*f, batch_size=batch_size) for f in self.dearest(batch_size))
+
 
 @dataclass(frozen=True)
 class Reference:
@@ -398,6 +402,7 @@ class Reference:
     n_buffers: int
     flops: float
     n_tensors: int
+    dearest: float = 0.0  # its dearest forward per example (0: unknown, its cost per example rules)
 
 
 @dataclass(frozen=True)
@@ -407,7 +412,7 @@ class CountLimits:
     parity: ParityLimits
     base_flops: float  # the baseline's forward cost per example, at least two per parameter
     compute_ratio: float
-    base_dearest: float  # its dearest forward per example (0 against a reference: its cost per example rules)
+    base_dearest: float  # its dearest forward per example (against a reference, the reference's)
     batch_size: int
 
 
@@ -421,10 +426,10 @@ def count_limits(baseline: Counted, *, reference: Reference | None, parity_ratio
     baseline of cheap ops does not make every idea too dear), and as much for its dearest forward."""
     base, base_buffers, base_tensors = max(baseline.n_params), max(baseline.n_buffers), max(baseline.n_tensors)
     flops = max(baseline.flops)
-    base_dearest = max(dearest_per_example(*f, batch_size=batch_size) for f in baseline.dearest(batch_size))
+    base_dearest = baseline.dearest_cost(batch_size)
     if reference is not None:  # every limit: a matched baseline is an agent's file (its tensors too, session 36)
         base, base_buffers, base_tensors = reference.n_params, reference.n_buffers, reference.n_tensors
-        flops, base_dearest = reference.flops, 0.0
+        flops, base_dearest = reference.flops, reference.dearest
     return CountLimits(
         parity=ParityLimits(base_params=base, ratio=parity_ratio, buffer_cap=buffer_cap or base_buffers + buffer_room,
                             tensor_cap=max_tensors(base_tensors)),

@@ -355,6 +355,9 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
         "n_params": int(parity["baseline"]), "n_buffers": int(parity["buffers"]["baseline"]),
         "n_tensors": int(parity["tensors"]["baseline"]),
         "flops": float(parity["flops_per_example"]["baseline"]),
+        # its dearest forward per example: an honest idea's batch-sized forwards are held to it, as in a
+        # job against the track's baseline (0 where the check's report has none: the stricter limit)
+        "dearest": float((parity.get("dearest_per_example") or {}).get("baseline", 0.0)),
         "matched_n_params": int(parity["idea"]),
         # the config (lr, hparams) the check chose and measured: the job's final one (Job.pinned)
         "chosen": {"lr": float(chosen["lr"]),

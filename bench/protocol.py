@@ -503,7 +503,7 @@ class Job:
         canonical = self.request.canonical
         reference = None if canonical is None else Reference(
             n_params=int(canonical["n_params"]), n_buffers=int(canonical["n_buffers"]), flops=float(canonical["flops"]),
-            n_tensors=int(canonical["n_tensors"]))
+            n_tensors=int(canonical["n_tensors"]), dearest=float(canonical.get("dearest", 0.0)))
         self.limits = count_limits(
             self.counted["baseline"], reference=reference, parity_ratio=self.settings.param_parity_ratio,
             buffer_cap=self.settings.buffer_cap, compute_ratio=self.settings.compute_ratio,
@@ -1160,6 +1160,7 @@ class Job:
             buffers={arm: max(self.counted[arm].n_buffers) for arm in ARMS},
             tensors={arm: max(self.counted[arm].n_tensors) for arm in ARMS},
             flops={arm: max(self.counted[arm].flops) for arm in ARMS},
+            dearest={arm: self.counted[arm].dearest_cost(self.settings.defaults.batch_size) for arm in ARMS},
             diverged={arm: sum(r.diverged for r in self.runs if r.arm == arm) for arm in ARMS},
             wall={arm: float(sum(r.seconds for r in self.runs if r.arm == arm)) for arm in ARMS},
             sweep_tables=tables, best_cfgs={arm: self.best(arm).cfg for arm in ARMS},

@@ -300,15 +300,25 @@ def test_a_matched_baseline_cannot_raise_the_limits_it_is_held_to() -> None:
     from bench.decide import Reference, counts_error
 
     padded = _counted([10_000], [1e6], n_buffers=5_000, n_tensors=64)
-    limits = _limits(padded, Reference(n_params=300, n_buffers=10, flops=700.0, n_tensors=20))
+    limits = _limits(padded, Reference(n_params=300, n_buffers=10, flops=700.0, n_tensors=20, dearest=900.0))
+    # the canonical baseline's dearest forward, from its check (helper-60: it was 0, which refused an
+    # honest idea's batch-sized forward a job against the track's baseline accepts), not the padded one's
     assert (limits.parity.base_params, limits.parity.buffer_cap, limits.base_flops, limits.base_dearest) == (
-        300, 42, 700.0, 0.0)
+        300, 42, 700.0, 900.0)
     assert limits.parity.tensor_cap == 80  # four times the canonical baseline's 20, not the padded 64's 256
     big = counts_error(limits, [{}], _counted([331], [100.0]), padded)
     assert big is not None and big.code == ErrorCode.PARAMETER_PARITY
     dear = counts_error(limits, [{}], _counted([300], [2801.0]), padded)
     assert dear is not None and dear.code == ErrorCode.COMPUTE_PARITY
     assert counts_error(limits, [{}], _counted([330], [2800.0]), padded) is None
+    # a forward dearer per example than 4 x the canonical's cost, within 4 x its dearest forward: judged,
+    # as in a job against the track's baseline; held to the cost alone where the check knew no dearest
+    from bench.decide import FIXED_FREE
+
+    batchy = _counted([300], [700.0], forwards=[[(64, FIXED_FREE + 64 * 3000.0)]])
+    assert counts_error(limits, [{}], batchy, padded) is None
+    unknown = _limits(padded, Reference(n_params=300, n_buffers=10, flops=700.0, n_tensors=20))
+    assert unknown.base_dearest == 0.0 and counts_error(unknown, [{}], batchy, padded).code == ErrorCode.COMPUTE_PARITY
 
 
 def test_counts_error_names_the_first_config_over_and_parity_before_compute() -> None:

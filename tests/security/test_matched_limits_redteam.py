@@ -105,8 +105,9 @@ def test_a_matched_baselines_own_counts_raise_no_limit_of_its_idea(matched: dict
     """A matched baseline padded up to what its check allows (1.1 x the parameters, 32 buffer words,
     4 x the FLOPs, a dear small-rows forward) lends its idea nothing: each idea is within the limit
     the matched baseline's counts would give (1.1 x 350, 32 + 32, 4 x 2500) and over the canonical
-    one's. ``base_dearest`` is 0 against a reference, so the dearest forward's limit is 4 x the
-    canonical baseline's cost per example (never more than in a job against the track's baseline)."""
+    one's. Against a reference, ``base_dearest`` is the canonical baseline's dearest forward from its
+    check (session 38; 0 before), so the dearest forward's limit is what a job against the track's
+    baseline would give, never the matched baseline's."""
     factory = Factory(by_lr({"baseline": 0.03, "idea": 0.03}), {"counted": {MATCHED: matched, IDEA: idea}})
     with pytest.raises(BenchError) as caught:
         judged(factory, baseline_code=MATCHED)

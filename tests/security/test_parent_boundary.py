@@ -402,6 +402,9 @@ def test_an_honest_matched_baseline_is_checked_and_parity_is_the_canonical_ones(
                                 n_seeds=2, timeout_s=300.0)).model_dump(mode="json")["bench_report"]
     check = report["matched_baseline_check"]
     assert check["non_inferior"] is True and check["n_params"] == 321 and check["seeds"]
+    # the canonical baseline's dearest forward, from its check, is the job's compute limit too (session 38)
+    parity = report["parameter_parity"]
+    assert check["dearest"] == parity["dearest_per_example"]["baseline"] >= 0, (check, parity)  # the copy's own
     assert report["execution"]["path"] == "sequential"  # as in its check (Job.matched_path_fixed)
     assert report["execution"]["sequential_reason"] == "a matched baseline trains on one path in its check and its job"
     wide = CANONICAL_COPY.replace("32), nn.ReLU(), nn.Linear(32, 1)", "36), nn.ReLU(), nn.Linear(36, 1)")
