@@ -692,6 +692,23 @@ def _integer_indices(op: Any, given: dict[str, Any]) -> None:
         raise RuntimeError(f"{op}: each index must be None or an int32 or int64 tensor (no masks: a data-dependent size)")
 
 
+MASK_DTYPES = (torch.bool, torch.uint8)
+
+
+def _mask_puts_one_value(op: Any, given: dict[str, Any]) -> None:
+    """``index_put`` with a bool (or byte) mask, ``x[mask] = v``, puts ``v``'s values on the true
+    elements: unless ``v`` is one value, whether it raises depends on how many are true, which is
+    data, so a model could end its job on the data it chose (a judged ``failed`` made an error).
+    With a mask the value must be one (``x[x < 0] = 0.0``); ``torch.where`` puts a tensor's."""
+    indices = given.get("indices")
+    if isinstance(indices, list | tuple) and any(isinstance(i, torch.Tensor) and i.dtype in MASK_DTYPES
+                                                 for i in indices):
+        values = given.get("values")
+        if not isinstance(values, torch.Tensor) or values.numel() != 1:
+            raise RuntimeError(f"{op}: with a mask it puts one value (x[mask] = 0.0); put a tensor's values "
+                               "with torch.where(mask, values, x): how many a mask selects is data")
+
+
 PAD_MODES = 4  # _pad_enum's modes: reflect, replicate, circular, constant (at::padding_mode)
 
 
@@ -733,6 +750,7 @@ GUARDS: dict[str, Any] = {
     "aten._euclidean_dist.default": _distance_ranks,
     "aten.one_hot.default": _one_hot_classes,
     "aten.index.Tensor": _integer_indices,
+    "aten.index_put.default": _mask_puts_one_value,
 }
 
 

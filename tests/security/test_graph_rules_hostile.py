@@ -81,6 +81,23 @@ def test_index_with_a_mask_is_refused_and_integer_indices_pass() -> None:
         assert torch.equal(_run(positions, X), X[:, [0, 0]])
 
 
+def test_a_masks_assignment_puts_one_value_and_integer_positions_pass() -> None:
+    """``x[mask] = v`` (``index_put`` with a bool mask) raised when ``v``'s length was not the count of
+    true values: a model chose, by its data, whether its job ended in an error (session 38). One
+    value always fits; a tensor of values is refused whatever the data; integer positions pass."""
+    mask_put = _calls(("c", "aten.lt.Scalar", ["@x", 0], {}), ("z", "aten.zeros.default", [[]], {}),
+                      ("y", "aten.index_put.default", ["@x", ["@c"], "@z"], {}))
+    assert torch.equal(_run(mask_put, X), X.clamp(min=0))  # x[x < 0] = 0.0
+    two = _calls(("c", "aten.lt.Scalar", ["@x", 0], {}), ("z", "aten.zeros.default", [[2]], {}),
+                 ("y", "aten.index_put.default", ["@x", ["@c"], "@z"], {}))
+    with pytest.raises(RuntimeError, match="puts one value"):
+        _run(two, X)  # two negatives in X: it fits here, and would raise on other data
+    positions = _calls(("i", "aten.zeros.default", [[2]], {"dtype": {"$dtype": "int64"}}),
+                       ("v", "aten.ones.default", [[2, 3]], {}),
+                       ("y", "aten.index_put.default", ["@x", ["@i"], "@v"], {}))
+    assert torch.equal(_run(positions, X), torch.tensor([[1.0, 1.0, 1.0], [4.0, 5.0, -6.0]]))
+
+
 # -- findings: a node's integer past 2**31, a float where an int goes -------------------------
 def _batch_times(factor: int, target: str, args: list[Any]) -> dict[str, Any]:
     """``n = batch * factor // batch`` (a size node of any value up to 2**48), then ``target``."""
