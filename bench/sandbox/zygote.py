@@ -172,12 +172,16 @@ def _template(report: socket.socket, requests: socket.socket) -> None:
                     os.read(wake_r, 4096)
                 except BlockingIOError:
                     pass
-                while children:
-                    pid, status = os.waitpid(-1, os.WNOHANG)
+                while True:
+                    try:
+                        pid, status = os.waitpid(-1, os.WNOHANG)
+                    except ChildProcessError:
+                        break
                     if pid == 0:
                         break
-                    children.discard(pid)
-                    report.send(EXIT.pack(pid, os.waitstatus_to_exitcode(status)))
+                    if pid in children:  # a process a child made its sibling (CLONE_PARENT) is no child of ours
+                        children.discard(pid)
+                        report.send(EXIT.pack(pid, os.waitstatus_to_exitcode(status)))
             if report.fileno() in readable:
                 word = report.recv(64)
                 if not word:
