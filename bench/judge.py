@@ -105,8 +105,11 @@ def _run(
     n_seeds = _check_request(request, track)
     _check_space()
     checked_runs = 0
-    if request.baseline_code is not None and request.canonical is None and not request.check_only:
-        request, checked_runs = check_matched_baseline(request, on_progress, cancel, started, executor, track)
+    if request.baseline_code is not None and request.canonical is None:
+        if request.check_only:
+            request = check_matched_counts(request, cancel, executor, track)
+        else:
+            request, checked_runs = check_matched_baseline(request, on_progress, cancel, started, executor, track)
     limits = Limits(memory_mb=request.memory_mb)
     slot = warm.take(limits) if keep_warm and executor is None else None
     if slot is None and executor is None:
@@ -242,7 +245,9 @@ def check(request: JudgeRequest, cancel: threading.Event | None = None) -> dict[
 
     It builds the models of the sweep's seeds under a throwaway secret: nothing of the epoch's
     seeds or data is touched, so a check tells a file nothing a job would use. A matched
-    baseline is not judged against the canonical one here (a job does that first)."""
+    baseline is not judged against the canonical one here (a job does that first, with training),
+    but checked against it (``check_matched_counts``), and the idea is held to the limits its job
+    holds it to."""
     if request.custom_track is not None:
         raise BenchError(ErrorCode.UNKNOWN_TRACK, "A check runs on built-in tracks only.",
                          "Submit the idea to the custom track as a job; its errors come back the same way.")
@@ -276,7 +281,14 @@ def check_answer(job: Job, n_seeds: int, seconds: float) -> dict[str, Any]:
         "flops_per_example": {"idea": list(idea.flops), "baseline": limits.base_flops,
                               "limit": limits.compute_ratio * limits.base_flops,
                               "idea_dearest": [dearest_per_example(*forward, batch_size=batch)
-                                               for forward in idea.dearest(batch)]},
+                                               for forward in idea.dearest(batch)],
+                              "dearest_limit": limits.compute_ratio * max(limits.base_flops, limits.base_dearest)},
+        # what the limits are made of: the baseline's counts, the track's canonical baseline's in a
+        # matched baseline's check (its job's reference, bench.decide.Reference)
+        "reference": job.request.canonical if job.request.canonical is not None else {
+            "n_params": limits.parity.base_params, "n_buffers": max(job.counted["baseline"].n_buffers),
+            "n_tensors": max(job.counted["baseline"].n_tensors), "flops": max(job.counted["baseline"].flops),
+            "dearest": limits.base_dearest},
         "graph_sha256": list(job.capture_info["idea"].graph_sha256),
         "execution": {"path": job.path, "why": job.path_reason or None},
         "mechanism": job.mechanism,
@@ -284,6 +296,28 @@ def check_answer(job: Job, n_seeds: int, seconds: float) -> dict[str, Any]:
         "seconds": round(seconds, 2),
         "warnings": list(job.warnings),
     }
+
+
+def check_matched_counts(request: JudgeRequest, cancel: threading.Event | None, executor: ExecutorFactory | None,
+                         track: Track | None) -> JudgeRequest:
+    """A check with a matched baseline: the matched baseline checked first, as the idea against the
+    track's canonical baseline (as its job's check is, without training), and ``request`` with the
+    canonical baseline's counts (``reference``), which the idea's check then holds it to as its job
+    would (a red team's check passed an idea the job refused, its limits a padded matched
+    baseline's)."""
+    assert request.baseline_code is not None
+    matched = dataclasses.replace(request, idea_code=request.baseline_code, baseline_code=None, hparams=None,
+                                  mechanism=None, check_only=True)
+    try:
+        first = _run(matched, None, cancel, executor=executor, track=track)
+    except BenchError as exc:
+        if exc.code in (ErrorCode.CANCELLED, ErrorCode.TIMEOUT, ErrorCode.NO_SPACE, ErrorCode.SANDBOX_UNAVAILABLE,
+                        ErrorCode.INTERNAL):
+            raise
+        raise BenchError(exc.code, f"The matched baseline, checked against the track's canonical baseline, "
+                         f"failed: {exc.message}", exc.hint) from None
+    assert isinstance(first, dict)
+    return dataclasses.replace(request, canonical=first["reference"])
 
 
 def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback | None,

@@ -56,6 +56,27 @@ def test_a_check_fails_with_the_code_the_job_would_end_with() -> None:
     assert rows.value.code is ErrorCode.ROW_DEPENDENT and "alone" in rows.value.message
 
 
+def _width(width: int) -> str:
+    return WIDE.replace('HPARAMS = {"width": [32, 400]}', f'HPARAMS = {{"width": [{width}]}}')
+
+
+def test_a_check_with_a_matched_baseline_holds_the_idea_to_the_track_baselines_counts() -> None:
+    """A check with a matched baseline took every limit from the matched baseline's counts: one
+    padded to 401 parameters (its own check allows 1.1 x 321) made a check pass an idea of 441,
+    which the job refuses against the track's baseline (red team, session 38). The matched baseline
+    is checked against the track's first, and the idea is held to what its job holds it to."""
+    padded = _width(40)  # 401 parameters: within 1.1 x 401, over 1.1 x 321 -> refused in its own check
+    with pytest.raises(BenchError) as caught:
+        check(JudgeRequest(track="smoke", idea_code=SMOKE["example_idea"], baseline_code=padded))
+    assert caught.value.code is ErrorCode.PARAMETER_PARITY and "matched baseline" in caught.value.message
+    matched = _width(34)  # 341 parameters: a matched baseline its own check admits
+    found = check(JudgeRequest(track="smoke", idea_code=_width(33), baseline_code=matched))
+    assert found["reference"]["n_params"] == 321 and found["parameters"]["baseline"] == 321, found["parameters"]
+    with pytest.raises(BenchError) as over:  # 361 parameters: over 1.1 x 321, though within 1.1 x 341
+        check(JudgeRequest(track="smoke", idea_code=_width(36), baseline_code=matched))
+    assert over.value.code is ErrorCode.PARAMETER_PARITY and "321" in over.value.message
+
+
 STATEFUL = '''
 from torch import nn
 
