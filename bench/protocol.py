@@ -504,6 +504,9 @@ class Job:
         reference = None if canonical is None else Reference(
             n_params=int(canonical["n_params"]), n_buffers=int(canonical["n_buffers"]), flops=float(canonical["flops"]),
             n_tensors=int(canonical["n_tensors"]), dearest=float(canonical.get("dearest", 0.0)))
+        if reference is not None and not all(math.isfinite(v) and v >= 0 for v in (reference.flops, reference.dearest)):
+            # a limit of inf would lift compute parity (red team, session 38: no path makes one)
+            raise BenchError(ErrorCode.INTERNAL, "the track's baseline's counts from its check are not finite")
         self.limits = count_limits(
             self.counted["baseline"], reference=reference, parity_ratio=self.settings.param_parity_ratio,
             buffer_cap=self.settings.buffer_cap, compute_ratio=self.settings.compute_ratio,
