@@ -198,6 +198,10 @@ def _check_lines(found: Check, args: argparse.Namespace) -> str:
              f"configs: {len(result.get('configs') or [{}])}  runs: {runs.get('planned')} planned, at most "
              f"{runs.get('at_most')}  execution: {execution.get('path')}"
              + (f" ({execution['why']})" if execution.get("why") else "")]
+    flops = result.get("flops_per_example") or {}
+    if flops.get("dearest_limit") is not None:  # the dearest forward the trainer runs, per example
+        lines.insert(4, _limit_line("dearest forward per example",
+                                    {"idea": flops.get("idea_dearest"), "limit": flops["dearest_limit"]}))
     mechanism = result.get("mechanism")
     if isinstance(mechanism, dict) and mechanism.get("quantity"):
         lines.append(f"mechanism: {mechanism['quantity']} ({(mechanism.get('expect') or {}).get('kind')})")

@@ -133,6 +133,7 @@ def test_check_an_idea_before_submitting_it(service: tuple[str, str, Path], tmp_
     ok = cli("check", str(tmp_path / "idea.py"), "--track", "smoke", env=env)
     assert ok.returncode == 0, ok.stderr
     assert " passed " in ok.stdout and "parameters: idea 321 (limit 353; baseline 321)" in ok.stdout
+    assert "dearest forward per example: idea " in ok.stdout and "(limit " in ok.stdout.split("dearest forward")[1]
     assert "next: ideabench submit" in ok.stdout
     wide = cli("check", str(tmp_path / "wide.py"), "--track", "smoke", "--json", env=env)
     assert wide.returncode == 2, (wide.stdout, wide.stderr)  # like a submission refused
