@@ -211,7 +211,8 @@ def cached_workers(sessions: sessionmaker[Session], settings: Settings, queue: s
     """``live_workers`` for a submission's intake, read at most every ``WORKERS_TTL_S`` per
     database and queue (a beat is written every few seconds, a worker counts for two minutes: a
     query per submission would buy nothing). Where the database cannot answer, the last read
-    stands (the submission's own write then tells the database's state)."""
+    stands (the submission's own write then tells the database's state). A dict and a lock, as
+    ``app.jobs.estimate.Estimator``'s caches: one entry per database and queue needs no library."""
     key = (settings.database_url, queue)
     with _workers_lock:
         hit = _workers_read.get(key)
