@@ -296,9 +296,9 @@ def test_a_forked_childs_start_time_tells_nothing_of_the_previous_fork(tmp_path:
     server = _start(tmp_path)
     try:
         _run(server, tmp_path / "job" / "earlier-job" / "idea", "report({})")  # another job's last child
-        time.sleep(3)
+        time.sleep(4)  # the previous fork, 4 s before: a child that started then reads 4 s
         _, seen, _ = _run(server, tmp_path / "job" / "later-job" / "idea", AGE)
-        assert float(seen["age"]) < 1.0, (
+        assert float(seen["age"]) < 2.0, (  # its own start (and a loaded host's) only
             f"a child reads its process is {seen['age']:.2f} s old: the previous fork's time")
     finally:
         server.close()
@@ -387,7 +387,7 @@ attempts = {
 }
 reached = {}
 for name, attempt in attempts.items():
-    for pid in range(1, own + 16):  # init, the zygote, the template, the spare (own + 1), beyond
+    for pid in range(1, own + 64):  # init, the zygote, the template, the next children's, beyond
         if pid == own:
             continue
         try:
@@ -441,7 +441,7 @@ def test_a_child_reaches_neither_the_spare_nor_the_template_nor_the_zygote(tmp_p
             assert not _status(pid)["State"].startswith("T"), f"a server process is stopped: {pid}"
         assert server.alive
         _, following, _ = _run(server, tmp_path / "job" / "next" / "idea", "report({'pid': os.getpid()})", timeout_s=15)
-        assert seen["pid"] < following["pid"] < seen["pid"] + 16  # the next child: a pid the hostile one tried
+        assert seen["pid"] < following["pid"] < seen["pid"] + 64  # the next child: a pid the hostile one tried
     finally:
         server.close()
     _assert_nothing_left(str(tmp_path))
