@@ -298,6 +298,17 @@ def check_answer(job: Job, n_seeds: int, seconds: float) -> dict[str, Any]:
     }
 
 
+def _matched_failed(exc: BenchError, how: str) -> BenchError:
+    """What a job (or a check) ends with when its matched baseline's own check against the track's
+    canonical baseline (``how``: judged or checked) failed: the service's own failures as they are,
+    the file's errors named as the matched baseline's."""
+    if exc.code in (ErrorCode.CANCELLED, ErrorCode.TIMEOUT, ErrorCode.NO_SPACE, ErrorCode.SANDBOX_UNAVAILABLE,
+                    ErrorCode.INTERNAL):
+        return exc
+    return BenchError(exc.code, f"The matched baseline, {how} against the track's canonical baseline, "
+                      f"failed: {exc.message}", exc.hint)
+
+
 def check_matched_counts(request: JudgeRequest, cancel: threading.Event | None, executor: ExecutorFactory | None,
                          track: Track | None) -> JudgeRequest:
     """A check with a matched baseline: the matched baseline checked first, as the idea against the
@@ -311,11 +322,7 @@ def check_matched_counts(request: JudgeRequest, cancel: threading.Event | None, 
     try:
         first = _run(matched, None, cancel, executor=executor, track=track)
     except BenchError as exc:
-        if exc.code in (ErrorCode.CANCELLED, ErrorCode.TIMEOUT, ErrorCode.NO_SPACE, ErrorCode.SANDBOX_UNAVAILABLE,
-                        ErrorCode.INTERNAL):
-            raise
-        raise BenchError(exc.code, f"The matched baseline, checked against the track's canonical baseline, "
-                         f"failed: {exc.message}", exc.hint) from None
+        raise _matched_failed(exc, "checked") from None
     assert isinstance(first, dict)
     return dataclasses.replace(request, canonical=first["reference"])
 
@@ -362,11 +369,7 @@ def check_matched_baseline(request: JudgeRequest, on_progress: ProgressCallback 
             report = judge(dataclasses.replace(check, mechanism=None, timeout_s=left), forward, cancel,
                            executor=executor, track=track).bench_report
     except BenchError as exc:
-        if exc.code in (ErrorCode.CANCELLED, ErrorCode.TIMEOUT, ErrorCode.NO_SPACE, ErrorCode.SANDBOX_UNAVAILABLE,
-                        ErrorCode.INTERNAL):
-            raise
-        raise BenchError(exc.code, f"The matched baseline, judged against the track's canonical baseline, "
-                         f"failed: {exc.message}", exc.hint) from None
+        raise _matched_failed(exc, "judged") from None
     comparison, parity = report.comparison, report.parameter_parity
     assert (report.screening is not None and report.seeds is not None and parity is not None
             and report.idea.best_cfg is not None and report.capture is not None and report.smallest_effect is not None

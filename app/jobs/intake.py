@@ -310,13 +310,12 @@ def check(
                                                                             caller.daily_job_quota)
     pending = Pending(caller.key_id, idempotency_key, service.request_digest(body), None, cap=cap, quota=quota)
     try:
-        # a built-in track runs where a live worker of the submission's queue can run it
-        workers = tracks_service.cached_workers(sessions, settings, body.device or settings.default_job_device)
-        if is_builtin(body.track):  # no database to ask beyond that (read at most every few seconds)
+        if is_builtin(body.track):  # it runs where a live worker of the submission's queue can run it
+            workers = tracks_service.cached_workers(sessions, settings, body.device or settings.default_job_device)
             track, card = body.track, tracks_service.runnable_builtin(body.track, workers)
         else:
             with sessions() as session:
-                track, card = tracks_service.resolve_for_job(session, body.track, workers)
+                track, card = tracks_service.resolve_for_job(session, body.track)
         checked = service.validate_submission(body, settings, track, card)
         if (body.device or settings.default_job_device) == "gpu":
             with sessions() as session:

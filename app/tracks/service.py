@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.db import utcnow
 from app.errors import ApiCode, ApiError
+from app.health import repository as health_repository
 from app.keys.deps import Caller
 from app.keys.models import ApiKey
 from app.reports.models import Report, VerdictCount
@@ -189,8 +190,6 @@ def deployment_unavailable(card: dict[str, Any], workers: list[dict[str, str]] |
 def live_workers(session: Session, settings: Settings, queue: str | None = None) -> list[dict[str, str]] | None:
     """What the workers that may judge, seen within ``settings.worker_seen_s`` (on ``queue``, or
     on any), said they cannot run (``deployment_unavailable``'s ``workers``)."""
-    from app.health import repository as health_repository
-
     return health_repository.tracks_unavailable(session, settings.worker_seen_s, queue)
 
 

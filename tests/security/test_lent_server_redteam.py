@@ -195,23 +195,29 @@ def test_a_warm_slot_that_lived_beside_a_lent_job_is_not_given_to_the_next_job(j
             warm.give_back(taken)
 
 
-SCAN = r"""
+# A hostile idea's reader of its own writable memory: ``heap_regions()`` yields (address, bytes)
+# of the heap and anonymous mappings, what a forked child inherits from the server at the fork.
+HEAP_REGIONS = r"""
+def heap_regions():
+    mem = open("/proc/self/mem", "rb", buffering=0)
+    for line in open("/proc/self/maps").read().splitlines():
+        parts = line.split()
+        if "rw" not in parts[1] or (len(parts) > 5 and parts[5] != "[heap]"):
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        if hi - lo > 256 << 20:
+            continue
+        try:
+            mem.seek(lo)
+            yield lo, mem.read(hi - lo)
+        except OSError:
+            continue
+"""
+SCAN = HEAP_REGIONS + r"""
 import json, os, re
 own = os.path.basename(os.path.dirname(os.getcwd()))
 names = set()
-mem = open("/proc/self/mem", "rb", buffering=0)
-for line in open("/proc/self/maps").read().splitlines():
-    parts = line.split()
-    if "rw" not in parts[1] or (len(parts) > 5 and parts[5] != "[heap]"):
-        continue  # the heap and anonymous memory, inherited from the server at the fork
-    lo, hi = (int(x, 16) for x in parts[0].split("-"))
-    if hi - lo > 256 << 20:
-        continue
-    try:
-        mem.seek(lo)
-        data = mem.read(hi - lo)
-    except OSError:
-        continue
+for _, data in heap_regions():
     names.update(m.group().decode() for m in re.finditer(rb"ideabench-job-[a-z0-9_]{8}", data))
 raise RuntimeError("SCAN " + json.dumps({"own": own, "others": sorted(names - {own})}))
 """

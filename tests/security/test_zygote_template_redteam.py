@@ -30,6 +30,7 @@ from bench import sandbox
 from bench.sandbox import forkserver, launcher
 from tests.bench.test_forkserver import needs_server
 from tests.bench.test_sandbox import _assert_nothing_left
+from tests.security.test_lent_server_redteam import HEAP_REGIONS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -450,22 +451,10 @@ def test_a_child_reaches_neither_the_spare_nor_the_template_nor_the_zygote(tmp_p
 EXIT_CHOSEN = r'''
 os._exit(165)  # a status of its choosing: one byte for whoever reads the template's memory
 '''
-SCAN_EXITS = r'''
+SCAN_EXITS = HEAP_REGIONS + r'''
 import re
 hits = []
-mem = open("/proc/self/mem", "rb", buffering=0)
-for line in open("/proc/self/maps").read().splitlines():
-    parts = line.split()
-    if "rw" not in parts[1] or (len(parts) > 5 and parts[5] != "[heap]"):
-        continue  # the heap and anonymous memory: the template's, inherited through the spare
-    lo, hi = (int(x, 16) for x in parts[0].split("-"))
-    if hi - lo > 256 << 20:
-        continue
-    try:
-        mem.seek(lo)
-        data = mem.read(hi - lo)
-    except OSError:
-        continue
+for lo, data in heap_regions():  # the template's memory, inherited through the spare
     for m in re.finditer(b"\xa5\x00\x00\x00", data):  # the status; the pid before it
         at = m.start() - 4
         if at >= 0 and (lo + at) % 16 == 0:  # where a bytes object's data lies
